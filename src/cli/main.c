@@ -1,0 +1,40 @@
+/*
+ * wafer: entry point. Dispatches `wafer <command> ...` to the subcommand table; each subcommand owns its
+ * flags and --help.
+ */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct cli_command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct cli_command cli_commands[] = {
+    {NULL, NULL, NULL},
+};
+
+static void cli_usage(FILE *f)
+{
+    fprintf(f, "wafer: a fast LLM inference engine and server for GGUF models\n\n"
+               "usage: wafer <command> [options]   (wafer <command> --help for details)\n\ncommands:\n");
+    for (const struct cli_command *c = cli_commands; c->name; c++)
+        fprintf(f, "  %-12s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        cli_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (const struct cli_command *c = cli_commands; c->name; c++)
+        if (!strcmp(argv[1], c->name))
+            return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "wafer: unknown command '%s'\n\n", argv[1]);
+    cli_usage(stderr);
+    return 2;
+}

@@ -1,0 +1,40 @@
+/*
+ * kernels: the per-weight-type inner loops the CPU backend is built from, selected at run time for the CPU
+ * (AVX2+FMA+F16C when present, else portable scalar C). Both variants are kept and tested against each other
+ * and against quant_row_to_f32 + a plain float dot.
+ *
+ * A matrix-vector product with weights of type T works on activations converted once per row to
+ * ops->vec_type (F32 for float weights, Q8_0 for Q8_0/Q4_0, Q8_K for Q4_K/Q6_K), then calls vec_dot for each
+ * weight row. Every dot product reduces in a fixed order that depends only on n, never on the batch, so the
+ * same row gives bit-identical results alone or in a batch.
+ */
+#ifndef WAFER_ENGINE_KERNELS_H
+#define WAFER_ENGINE_KERNELS_H
+
+#include "engine/dtype.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct kernel_ops {
+    enum dtype type;     /* weight type */
+    enum dtype vec_type; /* activation format vec_dot expects */
+    /* Converts n floats (multiple of vec_type's block) to vec_type: dst holds dtype_row_bytes(vec_type, n). */
+    void (*from_f32)(const float *src, void *dst, int64_t n);
+    /* *s = dot(w[0..n), x[0..n)); w is a row of `type`, x a row of `vec_type`. */
+    void (*vec_dot)(int64_t n, float *s, const void *w, const void *x);
+    /* Dequantizes a row of n elements of `type` (used for embedding lookups). */
+    void (*to_f32)(const void *src, float *dst, int64_t n);
+};
+
+/* Best ops for the running CPU; NULL when the type is not supported. */
+const struct kernel_ops *kernel_ops_get(enum dtype t);
+/* Portable scalar ops (reference and fallback); NULL when not supported. */
+const struct kernel_ops *kernel_ops_scalar(enum dtype t);
+/* AVX2 ops when compiled in and the CPU has AVX2+FMA+F16C; else NULL. */
+const struct kernel_ops *kernel_ops_avx2(enum dtype t);
+
+/* true when the CPU has AVX2, FMA and F16C. WAFER_NO_SIMD=1 in the environment forces false. */
+bool kernel_cpu_has_avx2(void);
+
+#endif

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs every test wafer has and prints one closing line "N passed, N failed, N skipped".
+#   unit:  each build/tests/test_* binary (cmocka; its counts are parsed from its output)
+#   fuzz:  each build/fuzz/fuzz_* target replays its corpus in tests/fuzz/corpus/<name>/ (ASan+UBSan)
+#   e2e:   pytest over tests/e2e (real binaries on loopback), skipped when WAFER_TEST_UNIT_ONLY=1
+# Environment: BUILD (build dir), SHARED (the ../shared folder), PYTHON (/usr/bin/python3).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export WAFER_SHARED=${SHARED:-$(cd .. && pwd)/shared}
+export WAFER_BIN=$PWD/$BUILD/wafer
+PYTHON=${PYTHON:-/usr/bin/python3}
+passed=0 failed=0 skipped=0
+failures=()
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    log="$BUILD/tests/$name.log"
+    "$t" >"$log" 2>&1
+    rc=$?
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -1)
+    p=${p:-0} f=${f:-0} s=${s:-0}
+    if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed before cmocka could count
+    passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+    echo "unit  $name: $p passed, $f failed, $s skipped"
+    if [ "$f" -ne 0 ]; then failures+=("$name"); cat "$log"; fi
+    grep '^\[  SKIPPED \] ' "$log" | grep -v 'test(s)' | sed 's/^/      /'
+done
+
+if [ -z "${WAFER_TEST_UNIT_ONLY:-}" ]; then
+    for fz in "$BUILD"/fuzz/fuzz_*; do
+        [ -x "$fz" ] || continue
+        name=$(basename "$fz")
+        corpus="tests/fuzz/corpus/${name#fuzz_}"
+        files=("$corpus"/*)
+        if [ ! -e "${files[0]}" ]; then echo "fuzz  $name: no corpus in $corpus"; failed=$((failed + 1)); continue; fi
+        if "$fz" "${files[@]}" >"$BUILD/fuzz/$name.log" 2>&1; then
+            passed=$((passed + 1)); echo "fuzz  $name: replayed ${#files[@]} inputs under ASan+UBSan, ok"
+        else
+            failed=$((failed + 1)); failures+=("$name"); tail -40 "$BUILD/fuzz/$name.log"
+        fi
+    done
+
+    if ls tests/e2e/test_*.py >/dev/null 2>&1; then
+        log="$BUILD/e2e.log"
+        "$PYTHON" -m pytest -q -rs tests/e2e 2>&1 | tee "$log"
+        p=$(tail -1 "$log" | grep -Eo '[0-9]+ passed' | grep -Eo '[0-9]+'); p=${p:-0}
+        f=$(tail -1 "$log" | grep -Eo '[0-9]+ (failed|errors?)' | awk '{s+=$1} END {print s+0}')
+        s=$(tail -1 "$log" | grep -Eo '[0-9]+ skipped' | grep -Eo '[0-9]+'); s=${s:-0}
+        passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+        [ "$f" -ne 0 ] && failures+=("e2e")
+    fi
+fi
+
+[ ${#failures[@]} -gt 0 ] && echo "failing: ${failures[*]}"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

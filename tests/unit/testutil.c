@@ -1,0 +1,79 @@
+/*
+ * testutil: shared folder lookup, temp paths and deterministic random data for the unit tests.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *test_shared_path(const char *rel)
+{
+    static char buf[4][4096];
+    static int k;
+    char *out = buf[k++ & 3];
+    const char *root = getenv("WAFER_SHARED");
+    snprintf(out, 4096, "%s/%s", root && *root ? root : "../shared", rel);
+    struct stat st;
+    return stat(out, &st) == 0 ? out : NULL;
+}
+
+static char test_tmp_dir[256];
+
+static void test_tmp_cleanup(void)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_tmp_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", test_tmp_dir);
+}
+
+const char *test_tmp_path(const char *name)
+{
+    static char buf[8][4096];
+    static int k;
+    if (!test_tmp_dir[0]) {
+        snprintf(test_tmp_dir, sizeof test_tmp_dir, "/tmp/wafer-test-XXXXXX");
+        if (!mkdtemp(test_tmp_dir))
+            abort();
+        atexit(test_tmp_cleanup);
+    }
+    char *out = buf[k++ & 7];
+    snprintf(out, 4096, "%s/%s", test_tmp_dir, name);
+    return out;
+}
+
+char *test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf) {
+        buf[n] = 0;
+        if (len)
+            *len = (size_t)n;
+    }
+    return buf;
+}
+
+uint64_t test_rand_u64(uint64_t *s)
+{
+    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+float test_rand_f32(uint64_t *s) { return (float)((test_rand_u64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }

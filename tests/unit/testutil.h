@@ -1,0 +1,38 @@
+/*
+ * testutil: helpers shared by the cmocka unit tests: where ../shared lives, temp files, reading files.
+ */
+#ifndef WAFER_TESTS_TESTUTIL_H
+#define WAFER_TESTS_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* Path of rel inside the shared folder ($WAFER_SHARED, else ../shared from the repo root) in a static
+ * buffer, or NULL when that file does not exist (the caller then calls skip() with a message). */
+const char *test_shared_path(const char *rel);
+
+/* Skips the current test with a clear message when the shared file is missing; returns its path. */
+#define TEST_SHARED_OR_SKIP(rel)                                                                           \
+    ({                                                                                                     \
+        const char *p_ = test_shared_path(rel);                                                            \
+        if (!p_) {                                                                                         \
+            print_message("[  SKIPPED ] shared file %s not found (set WAFER_SHARED)\n", rel);              \
+            skip();                                                                                        \
+        }                                                                                                  \
+        p_;                                                                                                \
+    })
+
+/* Creates a fresh temporary directory (removed at exit) and returns path/name in a static rotating buffer. */
+const char *test_tmp_path(const char *name);
+
+/* Reads a whole file; caller frees. NULL on error. */
+char *test_read_file(const char *path, size_t *len);
+
+/* Deterministic xorshift random numbers for test data. */
+uint64_t test_rand_u64(uint64_t *state);
+float test_rand_f32(uint64_t *state); /* uniform in [-1, 1) */
+
+#endif
