@@ -1,0 +1,62 @@
+/*
+ * engine: a model bound to compute resources: the paged KV pool, the compute thread pool, and scratch
+ * buffers sized at creation for the largest batch, so a forward pass never allocates. One thread (the
+ * engine thread) owns an engine; nothing here is thread-safe.
+ *
+ * Sequences are slots [0, max_seqs); each has a KV block table. engine_forward evaluates a ragged batch
+ * (struct batch) against those tables and writes the logits of the tokens that ask for them.
+ *
+ * Determinism: every output row is reduced in an order that depends only on that row, so a sequence's
+ * logits are bit-identical alone or in any batch.
+ */
+#ifndef WAFER_ENGINE_ENGINE_H
+#define WAFER_ENGINE_ENGINE_H
+
+#include "engine/batch.h"
+#include "engine/dtype.h"
+#include "engine/kvcache.h"
+#include "engine/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct engine_params {
+    int n_threads;        /* compute threads; <= 0: one per online CPU */
+    int n_ctx;            /* max positions per sequence; 0: the model's training context */
+    int max_batch_tokens; /* largest batch engine_forward accepts (default 512) */
+    int max_seqs;         /* sequence slots (default 1) */
+    int block_size;       /* positions per KV block (default 16) */
+    int64_t kv_blocks;    /* pool size in blocks; 0: from kv_bytes, else max_seqs * n_ctx positions */
+    size_t kv_bytes;      /* KV memory budget in bytes (used when kv_blocks is 0 and kv_bytes > 0) */
+    enum dtype kv_type;   /* DTYPE_F16 (default) or DTYPE_F32 */
+    bool force_scalar;    /* use the portable scalar kernels (tests) */
+};
+
+struct engine;
+
+void engine_params_default(struct engine_params *p);
+
+/* Binds m (which must outlive the engine) to a KV pool, thread pool and scratch. NULL and a message on
+ * failure (e.g. KV budget too small for one sequence). Caller frees with engine_destroy. */
+struct engine *engine_create(const struct model *m, const struct engine_params *p, char *err);
+void engine_destroy(struct engine *e);
+
+const struct model *engine_model(const struct engine *e);
+const struct engine_params *engine_params_get(const struct engine *e);
+struct kv_pool *engine_kv(struct engine *e);
+/* The block table of sequence seq (0 <= seq < max_seqs), for schedulers that share prefixes. */
+struct kv_seq *engine_seq(struct engine *e, int seq);
+
+/* Positions in seq's KV cache. */
+int engine_seq_len(const struct engine *e, int seq);
+/* Keeps the first n_pos positions of seq (0 frees all of its blocks). */
+void engine_seq_truncate(struct engine *e, int seq, int n_pos);
+
+/* Evaluates batch b. For each token with logits=true, in batch order, writes n_vocab floats to
+ * logits[k * n_vocab] (k-th such token); logits may be NULL when none is asked. Reserves the KV blocks it
+ * needs first: on ERR_NO_SPACE nothing was changed. Other errors: ERR_INVALID_ARG (bad seq id, token id,
+ * position not equal to the sequence's length, batch larger than max_batch_tokens, position >= n_ctx),
+ * with a message in err (may be NULL). */
+int engine_forward(struct engine *e, const struct batch *b, float *logits, char *err);
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * model: a llama-family model loaded from GGUF. The file is mmapped and validated once: architecture, every
+ * hyperparameter, every tensor's presence, shape and type; weights stay read-only views into the mapping.
+ * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (bias on q, k, v).
+ */
+#ifndef WAFER_ENGINE_MODEL_H
+#define WAFER_ENGINE_MODEL_H
+
+#include "engine/dtype.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct gguf;
+struct tokenizer;
+
+enum rope_layout {
+    ROPE_ADJACENT = 0, /* rotate pairs (x[2i], x[2i+1]): llama (GGUF stores permuted q/k) */
+    ROPE_HALVES = 1,   /* rotate pairs (x[i], x[i + d/2]): qwen2 ("neox" style) */
+};
+
+struct model_hparams {
+    char arch[32];
+    int n_vocab;
+    int dim;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int ffn_dim;
+    int ctx_train;
+    float norm_eps;
+    float rope_base;
+    enum rope_layout rope_layout;
+    /* Llama 3.1 style frequency scaling (rope.scaling.type "llama3"); factor 0 = none. */
+    float rope_scale_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_orig_ctx;
+    bool tied_output;
+    bool qkv_bias;
+};
+
+/* A weight matrix [rows][cols] of `type`: row r starts at data + r * row_bytes. */
+struct model_weight {
+    const void *data;
+    enum dtype type;
+    int64_t rows, cols;
+    size_t row_bytes;
+};
+
+struct model_layer {
+    const float *attn_norm; /* [dim] */
+    struct model_weight wq; /* [n_heads*head_dim][dim] */
+    struct model_weight wk; /* [n_kv_heads*head_dim][dim] */
+    struct model_weight wv; /* [n_kv_heads*head_dim][dim] */
+    struct model_weight wo; /* [dim][n_heads*head_dim] */
+    const float *bq, *bk, *bv; /* qwen2 biases or NULL: [n_heads*head_dim], [kv_dim], [kv_dim] */
+    const float *ffn_norm;     /* [dim] */
+    struct model_weight w_gate; /* [ffn][dim] */
+    struct model_weight w_up;   /* [ffn][dim] */
+    struct model_weight w_down; /* [dim][ffn] */
+};
+
+struct model {
+    struct model_hparams hp;
+    struct gguf *gguf;
+    struct tokenizer *tok;
+    struct model_weight tok_embd; /* [n_vocab][dim] */
+    const float *output_norm;     /* [dim] */
+    struct model_weight output;   /* [n_vocab][dim]; equals tok_embd when tied */
+    struct model_layer *layers;   /* [n_layers] */
+    size_t weight_bytes;          /* bytes of every weight matrix read per token (embedding excluded) */
+    size_t file_bytes;
+    char *path;
+    char *name; /* general.name or the file's base name */
+    char *chat_template; /* tokenizer.chat_template or NULL */
+    enum dtype main_type; /* most common matrix type, for display */
+};
+
+/* Loads and validates a model. An unsupported architecture or weight type is refused with a message listing
+ * what is supported. NULL and a message on failure; caller frees with model_destroy. */
+struct model *model_load(const char *path, char *err);
+void model_destroy(struct model *m);
+
+/* One-paragraph human description (architecture, dims, types, size, tokenizer, chat template), for
+ * `wafer info`. Writes at most cap bytes; returns the length. */
+int model_describe(const struct model *m, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * sampler: turns one position's logits into the next token, per sequence: repetition / frequency /
+ * presence penalties over a window of recent tokens, then greedy (temperature 0) or top-k, top-p, min-p and
+ * temperature followed by a draw from a per-sequence RNG seeded per request (same seed, same output).
+ * Also stop strings: a matcher over the detokenized text that holds back a possible partial match, so a
+ * stop string is never streamed to a client.
+ *
+ * Order of operations (as llama.cpp's default chain): penalties, top-k, top-p, min-p, temperature, draw.
+ */
+#ifndef WAFER_ENGINE_SAMPLER_H
+#define WAFER_ENGINE_SAMPLER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sampler_params {
+    float temperature;       /* 0: greedy (argmax, ties to the lowest id) */
+    int top_k;               /* 0: off */
+    float top_p;             /* 1: off */
+    float min_p;             /* 0: off */
+    float repeat_penalty;    /* 1: off (llama.cpp semantics: logit>0 divided, <0 multiplied) */
+    int repeat_last_n;       /* window for all penalties (default 64; -1: whole history) */
+    float frequency_penalty; /* 0: off (OpenAI semantics) */
+    float presence_penalty;  /* 0: off */
+    uint64_t seed;
+};
+
+void sampler_params_default(struct sampler_params *p);
+
+/* Checks ranges; 0 or ERR_INVALID_ARG with the parameter's name in err ("top_p must be in (0, 1]"). */
+int sampler_params_validate(const struct sampler_params *p, char *err);
+
+struct sampler;
+
+/* NULL on OOM. Caller frees with sampler_destroy. */
+struct sampler *sampler_create(const struct sampler_params *p, int n_vocab);
+void sampler_destroy(struct sampler *s);
+
+/* Adds a token to the penalty history (prompt tokens and generated ones). */
+void sampler_accept(struct sampler *s, int32_t token);
+
+struct sampler_logprob {
+    int32_t token;
+    float logprob; /* natural log of the probability under the model's distribution (after penalties,
+                      before temperature/truncation, as OpenAI reports) */
+};
+
+/* Picks the next token from logits[n_vocab] (modified in place). When top is not NULL, fills the n_top most
+ * likely tokens with their logprobs (descending) and *chosen_logprob (may be NULL) with the chosen token's.
+ * Does not call sampler_accept. */
+int32_t sampler_sample(struct sampler *s, float *logits, float *chosen_logprob, struct sampler_logprob *top,
+                       int n_top);
+
+/* Stop strings over streamed text. */
+struct stop_matcher {
+    char **stops; /* owned copies */
+    int n_stops;
+    size_t max_len;
+    char *held; /* text held back because it may begin a stop string */
+    size_t held_len, held_cap;
+};
+
+/* Copies the stop strings (empty strings ignored). 0 or ERR_NOMEM. */
+int stop_matcher_init(struct stop_matcher *m, const char *const *stops, int n_stops);
+void stop_matcher_deinit(struct stop_matcher *m);
+/* Feeds newly generated text. Appends to out (cap bytes; returns bytes written, always <= len + held) the
+ * text that can be emitted now. Sets *stopped when a stop string completed: the text before it is emitted,
+ * the stop string and anything after it is dropped. */
+size_t stop_matcher_feed(struct stop_matcher *m, const char *text, size_t len, char *out, size_t cap,
+                         bool *stopped);
+/* At the end of generation: emits what is held back. */
+size_t stop_matcher_flush(struct stop_matcher *m, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * chat_template: renders OpenAI chat messages into a prompt string the way the model was trained. The family
+ * is recognized from the GGUF's tokenizer.chat_template text (Jinja, which we do not execute: we match
+ * marker substrings, as llama.cpp's llm_chat_detect_template does) or chosen by name (--chat-template).
+ * Families: llama2 ([INST] with <<SYS>>), llama3 (<|start_header_id|>), chatml (<|im_start|>: Qwen,
+ * SmolLM), mistral (v1/v3/v7 [INST] variants), zephyr (<|user|>), plus gemma/phi3 if cheap.
+ */
+#ifndef WAFER_SERVER_CHAT_TEMPLATE_H
+#define WAFER_SERVER_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum chat_family {
+    CHAT_NONE = 0,
+    CHAT_LLAMA2,
+    CHAT_LLAMA3,
+    CHAT_CHATML,
+    CHAT_MISTRAL_V1,
+    CHAT_MISTRAL_V3,
+    CHAT_MISTRAL_V7,
+    CHAT_ZEPHYR,
+    CHAT_GEMMA,
+    CHAT_PHI3,
+    CHAT_FAMILY_COUNT_
+};
+
+struct chat_message {
+    const char *role; /* "system", "user", "assistant" (others refused) */
+    const char *content;
+};
+
+/* Family from template text (NULL or unrecognized -> CHAT_NONE). */
+enum chat_family chat_family_detect(const char *template_text);
+/* Family from a name ("llama2", "llama3", "chatml", "mistral-v1", "mistral-v3", "mistral-v7", "zephyr", ...);
+ * returns 0 or ERR_INVALID_ARG. */
+int chat_family_from_name(const char *name, enum chat_family *out);
+const char *chat_family_name(enum chat_family f);
+/* Comma-separated names, for error messages. */
+const char *chat_family_list(void);
+
+/* Renders messages into a malloc'd prompt (caller frees) ending with the assistant prefix when
+ * add_generation_prompt. bos_text/eos_text are the model's BOS/EOS token texts, used by families that
+ * write them literally. NULL and a message (ERR_MSG_MAX) on a bad role or family. The prompt is tokenized
+ * with parse_special=true and without adding BOS twice. */
+char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                          bool add_generation_prompt, const char *bos_text, const char *eos_text, char *err);
+
+#endif

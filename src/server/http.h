@@ -1,0 +1,119 @@
+/*
+ * http: wafer's HTTP/1.1 server: one I/O thread running an epoll loop, a zero-copy request parser, and
+ * connections that are watched in every phase (a client that goes away is noticed at once, even while its
+ * request is being processed, and the handler's on_close hook cancels the work).
+ *
+ * Features: keep-alive, Content-Length request bodies (413 past max_body), `Expect: 100-continue`, chunked
+ * responses and server-sent events, header and body read timeouts, a connection limit, write backpressure
+ * (a slow reader's output is buffered up to a bound while other connections keep being served).
+ * Requests with Transfer-Encoding: chunked bodies get 411/501 (not supported), with a JSON error.
+ *
+ * Threading: every function here runs on the I/O thread, except http_server_wake() and
+ * http_server_stop() (any thread). Work done elsewhere (the engine thread) hands results back by queueing
+ * them and calling http_server_wake(); the loop then calls on_wake on the I/O thread.
+ */
+#ifndef WAFER_SERVER_HTTP_H
+#define WAFER_SERVER_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HTTP_MAX_HEADERS 64
+
+struct http_header {
+    const char *name; /* points into the connection's read buffer; valid until the response ends */
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+
+struct http_request {
+    const char *method;
+    size_t method_len;
+    const char *path; /* without the query string */
+    size_t path_len;
+    const char *query; /* after '?', or NULL */
+    size_t query_len;
+    int minor_version; /* HTTP/1.x */
+    struct http_header headers[HTTP_MAX_HEADERS];
+    int n_headers;
+    const char *body; /* complete body (Content-Length bytes), NUL-terminated for convenience */
+    size_t body_len;
+    bool keep_alive;
+};
+
+/* Parser (pure function, fuzzed): parses the request line and headers from buf[0..len).
+ * Returns the header block length (> 0) when complete, 0 when more bytes are needed, or a negative ERR_*
+ * code (ERR_FORMAT malformed, ERR_TOO_LARGE too many headers) with a message in err (may be NULL).
+ * *content_length gets the declared body length (-1 when absent); header pointers point into buf. */
+int http_parse_request(const char *buf, size_t len, struct http_request *req, int64_t *content_length,
+                       char *err);
+
+/* Case-insensitive header lookup; NULL when absent. */
+const struct http_header *http_request_header(const struct http_request *req, const char *name);
+
+struct http_conn;   /* opaque: one client connection */
+struct http_server; /* opaque */
+
+struct http_server_params {
+    const char *host;             /* default "127.0.0.1" */
+    int port;                     /* 0 picks a free port (see http_server_port) */
+    int max_connections;          /* default 1024; past it new connections get 503 and are closed */
+    size_t max_header_bytes;      /* default 16 KiB -> 431 */
+    size_t max_body_bytes;        /* default 8 MiB -> 413 */
+    int header_timeout_ms;        /* time to receive the full header block (default 10000) -> 408 */
+    int body_timeout_ms;          /* time to receive the body (default 30000) -> 408 */
+    int idle_timeout_ms;          /* keep-alive idle (default 60000) */
+    size_t max_output_buffer;     /* per connection bytes queued before the handler is told to wait */
+    /* Called on the I/O thread for each complete request. The handler answers now (http_respond) or later
+     * (keeps the conn, answers from on_wake); it may stream (http_stream_*). */
+    void (*on_request)(void *ctx, struct http_conn *c, const struct http_request *req);
+    /* Called when a connection with an unfinished response is closed by the peer or an error (the handler
+     * cancels the work tied to it). The conn must not be used after this returns. */
+    void (*on_close)(void *ctx, struct http_conn *c);
+    /* Called on the I/O thread after http_server_wake() from any thread. */
+    void (*on_wake)(void *ctx);
+    /* Called on the I/O thread when a streaming connection's output buffer drained below half its bound. */
+    void (*on_writable)(void *ctx, struct http_conn *c);
+    void *ctx;
+};
+
+void http_server_params_default(struct http_server_params *p);
+
+/* Binds and listens. NULL and a message on failure (port in use, bad host). Caller frees with
+ * http_server_destroy. */
+struct http_server *http_server_create(const struct http_server_params *p, char *err);
+void http_server_destroy(struct http_server *s);
+int http_server_port(const struct http_server *s);
+
+/* Runs the loop until http_server_stop(). Returns 0, or a negative error. */
+int http_server_run(struct http_server *s);
+/* Stops accepting; the loop returns once no response is in flight or after drain_ms (any thread). */
+void http_server_stop(struct http_server *s, int drain_ms);
+/* Wakes the loop to call on_wake (any thread; async-signal-safe). */
+void http_server_wake(struct http_server *s);
+/* Open connections, for metrics. */
+int http_server_connections(const struct http_server *s);
+
+/* Per-connection user data (the handler's request object). */
+void http_conn_set_data(struct http_conn *c, void *data);
+void *http_conn_data(const struct http_conn *c);
+/* Peer address "ip:port" for logs. */
+const char *http_conn_peer(const struct http_conn *c);
+
+/* A complete response. headers is "Name: value\r\n" lines (or NULL); Content-Length and Connection are
+ * added. After this the conn belongs to the server again. Returns 0 or a negative error. */
+int http_respond(struct http_conn *c, int status, const char *content_type, const char *headers,
+                 const char *body, size_t body_len);
+/* Streaming: chunked transfer encoding (SSE when content_type is "text/event-stream"). */
+int http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *headers);
+int http_stream_write(struct http_conn *c, const char *data, size_t len);
+int http_stream_end(struct http_conn *c);
+/* Bytes queued for this conn and not yet written (backpressure: stop producing above max_output_buffer). */
+size_t http_conn_pending(const struct http_conn *c);
+
+/* Reason phrase of a status ("Not Found"). */
+const char *http_status_text(int status);
+
+#endif
