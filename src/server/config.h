@@ -1,0 +1,89 @@
+/*
+ * config: the settings of `wafer serve`, from a YAML file (libfyaml) and then command-line flags that
+ * override it. Every value is range-checked here, once, so the rest of the server trusts its config. A bad
+ * file is reported as "path:line: key: what is wrong", naming the key and what it accepts.
+ *
+ * YAML layout (docs/config.md has the full example):
+ *   model:      {name, path, aliases: [..], chat_template}
+ *   server:     {host, port, threads, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
+ *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout}
+ *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
+ *   auth:       {api_keys: [..], api_key_file}
+ *   cors:       {origins: [..]}
+ */
+#ifndef WAFER_SERVER_CONFIG_H
+#define WAFER_SERVER_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_MAX_LIST 16
+
+struct server_config {
+    /* model */
+    char *model_path;
+    char *model_path_origin; /* "file.yaml:3" or "--model" (for error messages) */
+    char *model_name;        /* served name; NULL: the file's base name without .gguf */
+    char *aliases[CONFIG_MAX_LIST];
+    int n_aliases;
+    char *chat_template; /* family name override, or NULL (detect from the GGUF) */
+
+    /* server */
+    char *host;
+    int port;
+    int threads;        /* compute threads; 0: one per CPU */
+    int ctx_size;       /* 0: the model's training context */
+    int max_batch_size; /* sequences decoded together (engine slots) */
+    int64_t kv_memory;  /* bytes; 0: enough for max_batch_size full contexts */
+    int max_queue;      /* waiting requests before 429 */
+    double request_timeout; /* seconds from arrival to the end of the response; 0: none */
+    double drain_timeout;   /* seconds in-flight requests get after SIGTERM */
+    int prefill_chunk;      /* prompt tokens per engine step (chunked prefill budget) */
+    int64_t max_body;       /* request body bytes -> 413 */
+    int max_connections;
+    double header_timeout; /* seconds */
+    double body_timeout;   /* seconds */
+
+    /* generation defaults (requests override) */
+    int max_new_tokens;
+    float temperature;
+    float top_p;
+    int top_k;
+    float min_p;
+    float repeat_penalty;
+
+    /* auth: keys accepted in "Authorization: Bearer <key>" (none: no auth) */
+    char *api_keys[CONFIG_MAX_LIST];
+    int n_api_keys;
+
+    /* cors: allowed origins ("*" allows any); none: no CORS headers */
+    char *cors_origins[CONFIG_MAX_LIST];
+    int n_cors_origins;
+
+    bool log_requests; /* one line per request (default true) */
+};
+
+/* Fills defaults (host 127.0.0.1, port 8080, max_batch_size 16, ...). Release with server_config_deinit. */
+void server_config_init(struct server_config *c);
+void server_config_deinit(struct server_config *c);
+
+/* Applies a YAML file over c. 0, or ERR_IO / ERR_FORMAT / ERR_INVALID_ARG with "path:line: ..." in err.
+ * A relative model.path or auth.api_key_file is resolved against the file's directory. */
+int server_config_load_file(struct server_config *c, const char *path, char *err);
+/* Same for YAML text (tests, fuzzing); name is used in messages. */
+int server_config_load_string(struct server_config *c, const char *yaml, size_t len, const char *name,
+                              char *err);
+
+/* Parses `wafer serve` flags (argv[0] is "serve"): --config is applied first, then every other flag over
+ * it. Returns 0, 1 when --help was printed (to out), or a negative code with a message in err. */
+int server_config_from_args(struct server_config *c, int argc, char **argv, char *err);
+void server_config_usage(void *file);
+
+/* Cross-field checks after everything was applied (a model path is set, ...). 0 or ERR_INVALID_ARG. */
+int server_config_check(const struct server_config *c, char *err);
+
+/* Parses "512MiB", "2G", "1048576" into bytes. 0 or ERR_INVALID_ARG. */
+int config_parse_bytes(const char *s, int64_t *out);
+
+#endif

@@ -1,0 +1,249 @@
+/*
+ * metrics: fixed-bucket histograms (cumulative at render time, as Prometheus wants) and a small table of
+ * request counts by (endpoint, status). Buckets are chosen for LLM serving: TTFT and end-to-end latency
+ * range from milliseconds to minutes, inter-token latency from sub-millisecond to seconds.
+ */
+#include "server/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define METRICS_MAX_BUCKETS 20
+#define METRICS_MAX_ROUTES 24
+#define METRICS_MAX_STATUSES 16
+
+struct metrics_histogram {
+    const char *name;
+    const char *help;
+    const double *bounds; /* upper bounds, ascending; +Inf implied */
+    int n_bounds;
+    uint64_t counts[METRICS_MAX_BUCKETS + 1]; /* per bucket (not cumulative); last is +Inf */
+    double sum;
+    uint64_t count;
+};
+
+struct metrics_route {
+    int status[METRICS_MAX_STATUSES];
+    uint64_t count[METRICS_MAX_STATUSES];
+    int n;
+};
+
+static const char *const metrics_routes[] = {
+    "/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/generate", "/v1/batch_generate",
+    "/v1/generate_stream", "/tokenize", "/detokenize", "/health", "/ready", "/metrics", "other",
+};
+#define METRICS_N_ROUTES ((int)(sizeof metrics_routes / sizeof metrics_routes[0]))
+
+struct metrics {
+    pthread_mutex_t mu;
+    struct metrics_histogram hist[MH_COUNT_];
+    struct metrics_route routes[METRICS_N_ROUTES];
+    _Atomic int64_t counters[MC_COUNT_];
+};
+
+static const double metrics_latency_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320};
+static const double metrics_itl_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5};
+
+static const struct {
+    const char *name;
+    const char *help;
+    const char *type;
+} metrics_counter_info[MC_COUNT_] = {
+    [MC_PROMPT_TOKENS] = {"wafer_prompt_tokens_total", "Prompt tokens of admitted requests.", "counter"},
+    [MC_GENERATED_TOKENS] = {"wafer_generation_tokens_total", "Generated tokens.", "counter"},
+    [MC_PREFIX_HITS] = {"wafer_prefix_cache_hits_total", "Admissions that reused cached KV blocks.", "counter"},
+    [MC_PREFIX_HIT_TOKENS] = {"wafer_prefix_cache_hit_tokens_total",
+                              "Prompt tokens served from the prefix cache instead of being recomputed.", "counter"},
+    [MC_PREFIX_QUERIES] = {"wafer_prefix_cache_queries_total", "Admissions that looked up the prefix cache.",
+                           "counter"},
+    [MC_PREEMPTIONS] = {"wafer_preemptions_total", "Sequences preempted (recomputed later) for lack of KV blocks.",
+                        "counter"},
+    [MC_CANCELLED] = {"wafer_requests_cancelled_total", "Requests cancelled because the client went away.",
+                      "counter"},
+    [MC_TIMEOUTS] = {"wafer_requests_timed_out_total", "Requests cancelled by their deadline.", "counter"},
+    [MC_REJECTED_QUEUE_FULL] = {"wafer_requests_rejected_total", "Requests refused with 429 (queue full).",
+                                "counter"},
+    [MC_ENGINE_STEPS] = {"wafer_engine_steps_total", "Forward passes run by the scheduler.", "counter"},
+};
+
+struct metrics *metrics_create(void)
+{
+    struct metrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    static const struct {
+        const char *name, *help;
+        const double *b;
+        int n;
+    } defs[MH_COUNT_] = {
+        [MH_TTFT] = {"wafer_time_to_first_token_seconds", "Time from arrival to the first generated token.",
+                     metrics_latency_bounds, (int)(sizeof metrics_latency_bounds / sizeof(double))},
+        [MH_ITL] = {"wafer_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.",
+                    metrics_itl_bounds, (int)(sizeof metrics_itl_bounds / sizeof(double))},
+        [MH_E2E] = {"wafer_request_duration_seconds", "Time from arrival to the end of generation.",
+                    metrics_latency_bounds, (int)(sizeof metrics_latency_bounds / sizeof(double))},
+        [MH_QUEUE] = {"wafer_queue_time_seconds", "Time from arrival to admission into the running batch.",
+                      metrics_latency_bounds, (int)(sizeof metrics_latency_bounds / sizeof(double))},
+    };
+    for (int i = 0; i < MH_COUNT_; i++) {
+        m->hist[i].name = defs[i].name;
+        m->hist[i].help = defs[i].help;
+        m->hist[i].bounds = defs[i].b;
+        m->hist[i].n_bounds = defs[i].n;
+    }
+    return m;
+}
+
+void metrics_destroy(struct metrics *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void metrics_request(struct metrics *m, const char *endpoint, int status)
+{
+    int r = METRICS_N_ROUTES - 1;
+    for (int i = 0; i < METRICS_N_ROUTES - 1; i++)
+        if (endpoint && !strcmp(endpoint, metrics_routes[i]))
+            r = i;
+    pthread_mutex_lock(&m->mu);
+    struct metrics_route *rt = &m->routes[r];
+    int k = 0;
+    while (k < rt->n && rt->status[k] != status)
+        k++;
+    if (k == rt->n) {
+        if (rt->n < METRICS_MAX_STATUSES) {
+            rt->status[k] = status;
+            rt->count[k] = 0;
+            rt->n++;
+        } else {
+            k = -1; /* more distinct statuses than slots: drop (never happens with our status set) */
+        }
+    }
+    if (k >= 0)
+        rt->count[k]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void metrics_add(struct metrics *m, enum metrics_counter c, int64_t v) { atomic_fetch_add(&m->counters[c], v); }
+
+int64_t metrics_get(const struct metrics *m, enum metrics_counter c)
+{
+    return atomic_load(&((struct metrics *)m)->counters[c]);
+}
+
+void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds)
+{
+    if (!(seconds >= 0)) /* NaN or negative (clock oddities): clamp */
+        seconds = 0;
+    struct metrics_histogram *hg = &m->hist[h];
+    int b = 0;
+    while (b < hg->n_bounds && seconds > hg->bounds[b])
+        b++;
+    pthread_mutex_lock(&m->mu);
+    hg->counts[b]++;
+    hg->sum += seconds;
+    hg->count++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* A growable output string. */
+struct metrics_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void mb_printf(struct metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void mb_printf(struct metrics_buf *b, const char *fmt, ...)
+{
+    if (b->oom)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t nc = b->cap * 2 + (size_t)n + 1;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = 1;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+}
+
+static void mb_gauge(struct metrics_buf *b, const char *name, const char *help, int64_t v)
+{
+    mb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, (long long)v);
+}
+
+char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *len)
+{
+    struct metrics_buf b = {.p = malloc(8192), .len = 0, .cap = 8192, .oom = 0};
+    if (!b.p)
+        return NULL;
+    b.p[0] = 0;
+
+    mb_printf(&b, "# HELP wafer_requests_total HTTP requests answered, by endpoint and status.\n"
+                  "# TYPE wafer_requests_total counter\n");
+    pthread_mutex_lock(&m->mu);
+    for (int r = 0; r < METRICS_N_ROUTES; r++)
+        for (int k = 0; k < m->routes[r].n; k++)
+            mb_printf(&b, "wafer_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", metrics_routes[r],
+                      m->routes[r].status[k], (unsigned long long)m->routes[r].count[k]);
+    pthread_mutex_unlock(&m->mu);
+
+    mb_gauge(&b, "wafer_requests_running", "Requests in the running batch.", g->running);
+    mb_gauge(&b, "wafer_requests_waiting", "Requests waiting for a slot.", g->waiting);
+    mb_gauge(&b, "wafer_kv_blocks_used", "KV cache blocks in use (sequences and prefix cache).", g->kv_blocks_used);
+    mb_gauge(&b, "wafer_kv_blocks_total", "KV cache blocks in the pool.", g->kv_blocks_total);
+    mb_gauge(&b, "wafer_prefix_cache_blocks", "KV blocks held by the prefix cache.", g->prefix_cache_blocks);
+    mb_gauge(&b, "wafer_http_connections", "Open HTTP connections.", g->connections);
+    mb_gauge(&b, "wafer_ready", "1 when the server accepts generation requests.", g->ready);
+
+    for (int c = 0; c < MC_COUNT_; c++)
+        mb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", metrics_counter_info[c].name,
+                  metrics_counter_info[c].help, metrics_counter_info[c].name, metrics_counter_info[c].type,
+                  metrics_counter_info[c].name, (long long)metrics_get(m, (enum metrics_counter)c));
+
+    pthread_mutex_lock(&m->mu);
+    for (int h = 0; h < MH_COUNT_; h++) {
+        struct metrics_histogram *hg = &m->hist[h];
+        mb_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hg->name, hg->help, hg->name);
+        uint64_t cum = 0;
+        for (int i = 0; i < hg->n_bounds; i++) {
+            cum += hg->counts[i];
+            mb_printf(&b, "%s_bucket{le=\"%g\"} %llu\n", hg->name, hg->bounds[i], (unsigned long long)cum);
+        }
+        cum += hg->counts[hg->n_bounds];
+        mb_printf(&b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", hg->name,
+                  (unsigned long long)cum, hg->name, hg->sum, hg->name, (unsigned long long)hg->count);
+    }
+    pthread_mutex_unlock(&m->mu);
+
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    if (len)
+        *len = b.len;
+    return b.p;
+}

@@ -1,0 +1,63 @@
+/*
+ * metrics: the server's counters, gauges and histograms, rendered in the Prometheus text exposition format
+ * (version 0.0.4) at GET /metrics. Every name starts with wafer_. Updated from the I/O thread and the engine
+ * thread: counters are atomics, histograms and the per-endpoint table take one short mutex.
+ *
+ * Gauges that belong to other parts (running and waiting requests, KV blocks, connections) are not stored
+ * here: the caller passes a snapshot to metrics_render.
+ */
+#ifndef WAFER_SERVER_METRICS_H
+#define WAFER_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum metrics_hist {
+    MH_TTFT,        /* wafer_time_to_first_token_seconds: arrival -> first generated token */
+    MH_ITL,         /* wafer_inter_token_latency_seconds: between consecutive tokens of one sequence */
+    MH_E2E,         /* wafer_request_duration_seconds: arrival -> last token */
+    MH_QUEUE,       /* wafer_queue_time_seconds: arrival -> admitted to the running batch */
+    MH_COUNT_
+};
+
+enum metrics_counter {
+    MC_PROMPT_TOKENS,       /* wafer_prompt_tokens_total */
+    MC_GENERATED_TOKENS,    /* wafer_generation_tokens_total */
+    MC_PREFIX_HITS,         /* wafer_prefix_cache_hits_total: admissions that reused cached blocks */
+    MC_PREFIX_HIT_TOKENS,   /* wafer_prefix_cache_hit_tokens_total: prompt tokens not recomputed */
+    MC_PREFIX_QUERIES,      /* wafer_prefix_cache_queries_total: admissions that looked the cache up */
+    MC_PREEMPTIONS,         /* wafer_preemptions_total */
+    MC_CANCELLED,           /* wafer_requests_cancelled_total: client went away */
+    MC_TIMEOUTS,            /* wafer_requests_timed_out_total: deadline passed */
+    MC_REJECTED_QUEUE_FULL, /* wafer_requests_rejected_total (429) */
+    MC_ENGINE_STEPS,        /* wafer_engine_steps_total */
+    MC_COUNT_
+};
+
+/* Snapshot of the gauges owned elsewhere. */
+struct metrics_gauges {
+    int64_t running;       /* requests in the running batch */
+    int64_t waiting;       /* requests in the wait queue */
+    int64_t kv_blocks_used;
+    int64_t kv_blocks_total;
+    int64_t prefix_cache_blocks; /* blocks held by the prefix cache */
+    int64_t connections;
+    int ready; /* 1 ready, 0 loading or draining */
+};
+
+struct metrics;
+
+/* NULL on OOM. Caller frees with metrics_destroy. */
+struct metrics *metrics_create(void);
+void metrics_destroy(struct metrics *m);
+
+/* Counts one finished HTTP request. endpoint is a route ("/v1/completions"); unknown ones count as "other". */
+void metrics_request(struct metrics *m, const char *endpoint, int status);
+void metrics_add(struct metrics *m, enum metrics_counter c, int64_t v);
+int64_t metrics_get(const struct metrics *m, enum metrics_counter c);
+void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds);
+
+/* Renders everything into a malloc'd NUL-terminated string (caller frees); NULL on OOM. */
+char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *len);
+
+#endif

@@ -1,0 +1,179 @@
+/* Tests for the serve configuration: YAML layout, flag overrides, and errors that name file:line and key. */
+#include "testutil.h"
+
+#include "core/err.h"
+#include "server/config.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char full_yaml[] = "# example\n"
+                                "model:\n"
+                                "  name: stories\n"
+                                "  path: models/s.gguf\n"
+                                "  aliases: [gpt-3.5-turbo, tiny]\n"
+                                "  chat_template: chatml\n"
+                                "server:\n"
+                                "  host: 0.0.0.0\n"
+                                "  port: 9090\n"
+                                "  max_batch_size: 8\n"
+                                "  max_queue: 5\n"
+                                "  request_timeout: 500ms\n"
+                                "  kv_memory: 64MiB\n"
+                                "generation:\n"
+                                "  max_new_tokens: 77\n"
+                                "  temperature: 0.5\n"
+                                "  top_p: 0.9\n"
+                                "auth:\n"
+                                "  api_keys:\n"
+                                "    - sk-one\n"
+                                "cors:\n"
+                                "  origins: '*'\n";
+
+static void test_yaml_full(void **state)
+{
+    (void)state;
+    struct server_config c;
+    server_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    assert_int_equal(server_config_load_string(&c, full_yaml, strlen(full_yaml), "w.yaml", err), 0);
+    assert_string_equal(c.model_name, "stories");
+    assert_string_equal(c.model_path, "models/s.gguf");
+    assert_int_equal(c.n_aliases, 2);
+    assert_string_equal(c.aliases[1], "tiny");
+    assert_string_equal(c.chat_template, "chatml");
+    assert_string_equal(c.host, "0.0.0.0");
+    assert_int_equal(c.port, 9090);
+    assert_int_equal(c.max_batch_size, 8);
+    assert_int_equal(c.max_queue, 5);
+    assert_true(c.request_timeout > 0.499 && c.request_timeout < 0.501);
+    assert_int_equal(c.kv_memory, 64 << 20);
+    assert_int_equal(c.max_new_tokens, 77);
+    assert_true(c.temperature == 0.5f);
+    assert_int_equal(c.n_api_keys, 1);
+    assert_string_equal(c.api_keys[0], "sk-one");
+    assert_int_equal(c.n_cors_origins, 1);
+    assert_string_equal(c.cors_origins[0], "*");
+    assert_string_equal(c.model_path_origin, "w.yaml:4: model.path");
+    server_config_deinit(&c);
+}
+
+static void expect_yaml_error(const char *yaml, int code, const char *needle)
+{
+    struct server_config c;
+    server_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    int rc = server_config_load_string(&c, yaml, strlen(yaml), "bad.yaml", err);
+    if (rc != code || !strstr(err, needle))
+        print_error("yaml %s -> rc %d, err '%s' (wanted %d, '%s')\n", yaml, rc, err, code, needle);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err, needle));
+    server_config_deinit(&c);
+}
+
+static void test_yaml_errors(void **state)
+{
+    (void)state;
+    expect_yaml_error("server:\n  port: 99999\n", ERR_INVALID_ARG, "bad.yaml:2: server.port: '99999'");
+    expect_yaml_error("server:\n  port: eighty\n", ERR_INVALID_ARG, "bad.yaml:2: server.port");
+    expect_yaml_error("server:\n  host: a\n  sever_port: 1\n", ERR_INVALID_ARG,
+                      "bad.yaml:3: unknown key 'sever_port' in section 'server'");
+    expect_yaml_error("model:\n  path: a\nmodle:\n  x: 1\n", ERR_INVALID_ARG, "bad.yaml:3: unknown section 'modle'");
+    expect_yaml_error("generation:\n  temperature: -1\n", ERR_INVALID_ARG, "bad.yaml:2: generation.temperature");
+    expect_yaml_error("server:\n  port: [1, 2]\n", ERR_INVALID_ARG, "server.port: must be a single value");
+    expect_yaml_error("server: 3\n", ERR_INVALID_ARG, "bad.yaml:1: server: must be a mapping");
+    expect_yaml_error("server:\n  port: 1\n   host: [\n", ERR_FORMAT, "bad.yaml:");
+    expect_yaml_error("server:\n  kv_memory: lots\n", ERR_INVALID_ARG, "server.kv_memory: 'lots' is not a size");
+    expect_yaml_error("- a\n- b\n", ERR_INVALID_ARG, "top level must be a mapping");
+}
+
+static void test_flags_override(void **state)
+{
+    (void)state;
+    const char *path = test_tmp_path("w.yaml");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(full_yaml, f);
+    fclose(f);
+    const char *keyfile = test_tmp_path("keys.txt");
+    f = fopen(keyfile, "w");
+    assert_non_null(f);
+    fputs("# keys\nsk-file-a\n\n  sk-file-b  \n", f);
+    fclose(f);
+
+    struct server_config c;
+    server_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    char *argv[] = {"serve", "--port", "1234", "--config", (char *)path, "--model-alias", "x", "--model-alias=y",
+                    "--api-key-file", (char *)keyfile, "--max-batch-size", "3"};
+    int argc = (int)(sizeof argv / sizeof argv[0]);
+    int rc = server_config_from_args(&c, argc, argv, err);
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(c.port, 1234);         /* flag beats file even before --config */
+    assert_int_equal(c.max_batch_size, 3);
+    assert_int_equal(c.max_queue, 5);       /* from file */
+    assert_int_equal(c.n_aliases, 2);       /* flags replaced the file's list */
+    assert_string_equal(c.aliases[0], "x");
+    assert_string_equal(c.aliases[1], "y");
+    assert_int_equal(c.n_api_keys, 3);      /* file's key + two from the key file */
+    assert_string_equal(c.api_keys[2], "sk-file-b");
+    /* relative model path resolved against the config's directory */
+    char want[1024];
+    snprintf(want, sizeof want, "%.*s/models/s.gguf", (int)(strrchr(path, '/') - path), path);
+    assert_string_equal(c.model_path, want);
+    server_config_deinit(&c);
+
+    server_config_init(&c);
+    char *argv2[] = {"serve", "--port", "-3", "--model", "m.gguf"};
+    assert_int_equal(server_config_from_args(&c, 5, argv2, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "--port: '-3'"));
+    server_config_deinit(&c);
+
+    server_config_init(&c);
+    char *argv3[] = {"serve", "--bogus", "1"};
+    assert_int_equal(server_config_from_args(&c, 3, argv3, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "unknown option '--bogus'"));
+    server_config_deinit(&c);
+
+    server_config_init(&c);
+    char *argv4[] = {"serve", "--port", "8081"};
+    assert_int_equal(server_config_from_args(&c, 3, argv4, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "no model"));
+    server_config_deinit(&c);
+
+    server_config_init(&c);
+    char *argv5[] = {"serve", "--config", "/nonexistent/w.yaml"};
+    assert_int_equal(server_config_from_args(&c, 3, argv5, err), ERR_IO);
+    assert_non_null(strstr(err, "/nonexistent/w.yaml"));
+    server_config_deinit(&c);
+}
+
+static void test_bytes(void **state)
+{
+    (void)state;
+    int64_t b;
+    assert_int_equal(config_parse_bytes("512MiB", &b), 0);
+    assert_int_equal(b, 512LL << 20);
+    assert_int_equal(config_parse_bytes("2G", &b), 0);
+    assert_int_equal(b, 2LL << 30);
+    assert_int_equal(config_parse_bytes("1.5KB", &b), 0);
+    assert_int_equal(b, 1500);
+    assert_int_equal(config_parse_bytes("12", &b), 0);
+    assert_int_equal(b, 12);
+    assert_int_equal(config_parse_bytes("-1", &b), ERR_INVALID_ARG);
+    assert_int_equal(config_parse_bytes("3 parsecs", &b), ERR_INVALID_ARG);
+    assert_int_equal(config_parse_bytes("", &b), ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_yaml_full),
+        cmocka_unit_test(test_yaml_errors),
+        cmocka_unit_test(test_flags_override),
+        cmocka_unit_test(test_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
