@@ -120,6 +120,8 @@ const struct gguf_tensor *gguf_tensor_at(const struct gguf *g, int64_t i);
 const struct gguf_tensor *gguf_tensor_find(const struct gguf *g, const char *name); /* NULL when absent */
 
 const char *gguf_vtype_name(enum gguf_vtype t);
+/* Bytes of one scalar of type t (bool: 1); 0 for strings, arrays and unknown types. */
+size_t gguf_vtype_size(enum gguf_vtype t);
 
 /* ---- writer ---- */
 
