@@ -302,9 +302,10 @@ static int gguf_read_kvs(struct gguf *g, struct gguf_cursor *c)
             return err_set(c->err, ERR_FORMAT, "%s: kv %" PRId64 ": empty key at offset %zu", c->label, i,
                            c->off - 8);
         gguf_show(show, sizeof show, kv->key);
-        if (gguf_index_lookup(&g->kv_index, kv->key.ptr, kv->key.len, i, gguf_kv_key_at, g) >= 0)
-            return err_set(c->err, ERR_FORMAT, "%s: kv %" PRId64 ": duplicate key '%s' at offset %zu", c->label, i,
-                           show, c->off - (size_t)kv->key.len - 8);
+        int64_t dup = gguf_index_lookup(&g->kv_index, kv->key.ptr, kv->key.len, i, gguf_kv_key_at, g);
+        if (dup >= 0)
+            return err_set(c->err, ERR_FORMAT, "%s: kv %" PRId64 ": duplicate key '%s' (also kv %" PRId64 ") at offset %zu",
+                           c->label, i, show, dup, c->off - (size_t)kv->key.len - 8);
         snprintf(what, sizeof what, "kv %" PRId64 " ('%s') type", i, show);
         size_t at = c->off;
         uint32_t t;
@@ -436,14 +437,17 @@ static int gguf_check_extents(struct gguf *g, const char *label, char *err)
     for (int64_t i = 0; i < g->n_tensors; i++) {
         struct gguf_tensor *t = &g->tensors[i];
         uint64_t start = t->offset + g->data_offset; /* offset <= 2^64 - 1: check the sum */
-        if (t->offset > g->size || start > g->size || t->nbytes > g->size - start) {
-            struct gguf_str s = {strlen(t->name), t->name};
+        struct gguf_str s = {strlen(t->name), t->name};
+        if (t->offset > g->size || start > g->size)
+            return err_set(err, ERR_FORMAT,
+                           "%s: tensor %" PRId64 " ('%s'): data offset %" PRIu64 " (data section at %zu) is past the "
+                           "end of file (%zu bytes)",
+                           label, i, gguf_show(show, sizeof show, s), t->offset, g->data_offset, g->size);
+        if (t->nbytes > g->size - start)
             return err_set(err, ERR_FORMAT,
                            "%s: tensor %" PRId64 " ('%s'): data [offset %" PRIu64 ", %zu bytes] extends past end of "
                            "file (%zu bytes)",
-                           label, i, gguf_show(show, sizeof show, s), t->offset > g->size ? t->offset : start,
-                           t->nbytes, g->size);
-        }
+                           label, i, gguf_show(show, sizeof show, s), start, t->nbytes, g->size);
         t->data = g->base + start;
     }
     if (g->n_tensors < 2)
