@@ -6,12 +6,13 @@
  * token's count in O(w log w) without touching n_vocab entries; the penalties are written into the caller's
  * logits, which therefore describe the distribution that logprobs report.
  *
- * Truncation never fully sorts the vocabulary unless the filter needs it: top-k is a quickselect of the k
- * best followed by a sort of those k; top-p without top-k selects and sorts growing prefixes (64, 128, ...)
- * until the cumulative probability (normalized over all candidates) reaches p; min-p is a threshold on the
- * logits (p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p)). Candidates that were never sorted stay in id
- * order, so the draw does not depend on whether logprobs were asked for. One total order ranks candidates
- * everywhere: higher logit first, lower id first among equals.
+ * Truncation never sorts the vocabulary: top-k selects the k best (a threshold pass for small k, quickselect
+ * otherwise) and sorts only those; top-p without top-k first tries the sorted 64 best and otherwise runs a
+ * quickselect weighted by probability to find the smallest rank-ordered prefix reaching p (O(n) expected);
+ * min-p is a threshold on the logits (p_i >= min_p * p_max  <=>  l_i >= l_max + log(min_p)). The order the
+ * candidates end in depends only on the logits and the params, so the draw does not depend on whether
+ * logprobs were asked for. One total order ranks candidates everywhere: higher logit first, lower id first
+ * among equals.
  *
  * All buffers are allocated in sampler_create (O(n_vocab), reused every step); only the -1 window grows, on
  * accept. Softmax sums are in double so that 150k-token sums stay exact enough for the tests' 2% bounds.
@@ -288,45 +289,90 @@ static void cand_insertion_sort(struct sampler_cand *a, size_t n)
     }
 }
 
-/* Rearranges a[0..n) so that a[0..k) holds the k best candidates, sorted. Quickselect with a median-of-three
- * pivot; after 2*log2(n)+8 rounds without converging (adversarial input) the rest is sorted outright, so the
- * worst case is O(n log n). */
+/* Lomuto partition of a[lo..hi) (hi - lo >= 3) around the median of its first, middle and last entries.
+ * Returns the pivot's final index p: a[lo..p) rank before it, a[p+1..hi) after. */
+static size_t cand_partition(struct sampler_cand *a, size_t lo, size_t hi)
+{
+    size_t mid = lo + (hi - lo) / 2, last = hi - 1;
+    if (cand_before(&a[mid], &a[lo]))
+        cand_swap(&a[mid], &a[lo]);
+    if (cand_before(&a[last], &a[lo]))
+        cand_swap(&a[last], &a[lo]);
+    if (cand_before(&a[mid], &a[last]))
+        cand_swap(&a[mid], &a[last]);
+    struct sampler_cand pivot = a[last];
+    size_t store = lo;
+    for (size_t i = lo; i < last; i++)
+        if (cand_before(&a[i], &pivot))
+            cand_swap(&a[i], &a[store++]);
+    cand_swap(&a[store], &a[last]);
+    return store;
+}
+
+/* Rounds of partitioning allowed before falling back to a sort: keeps adversarial inputs O(n log n). */
+static int cand_round_budget(size_t n)
+{
+    int budget = 8;
+    for (size_t m = n; m > 1; m >>= 1)
+        budget += 2;
+    return budget;
+}
+
+/* Small k: one pass keeping the k best seen so far in a sorted buffer (after the first few thousand entries
+ * almost every candidate fails the single comparison with the current k-th, a well-predicted branch), then
+ * one pass moving everything that ranks at or before that k-th to the front. Two cheap passes beat
+ * quickselect's mispredicted partitions by several times at 150k candidates. */
+#define CAND_SMALL_K 128
+static void cand_select_top_small(struct sampler_cand *a, size_t n, size_t k)
+{
+    struct sampler_cand best[CAND_SMALL_K];
+    memcpy(best, a, k * sizeof(*a));
+    cand_insertion_sort(best, k);
+    for (size_t i = k; i < n; i++) {
+        if (!cand_before(&a[i], &best[k - 1]))
+            continue;
+        size_t j = k - 1;
+        while (j > 0 && cand_before(&a[i], &best[j - 1])) {
+            best[j] = best[j - 1];
+            j--;
+        }
+        best[j] = a[i];
+    }
+    struct sampler_cand kth = best[k - 1];
+    size_t store = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!cand_before(&kth, &a[i]))
+            cand_swap(&a[i], &a[store++]);
+    memcpy(a, best, k * sizeof(*a)); /* the same k entries, already sorted */
+}
+
+/* Rearranges a[0..n) so that a[0..k) holds the k best candidates, sorted. Small k: see above; otherwise
+ * quickselect, falling back to sorting the undecided range after too many rounds. */
 static void cand_select_top(struct sampler_cand *a, size_t n, size_t k)
 {
     if (k > n)
         k = n;
     if (k == 0)
         return;
+    if (k <= CAND_SMALL_K && n > 4 * k) {
+        cand_select_top_small(a, n, k);
+        return;
+    }
     size_t lo = 0, hi = n; /* the k-th boundary lies in [lo, hi): everything before lo ranks before it */
-    int budget = 8;
-    for (size_t m = n; m > 1; m >>= 1)
-        budget += 2;
+    int budget = cand_round_budget(n);
     while (k < n && hi - lo > 16) {
         if (budget-- == 0) {
             qsort(a + lo, hi - lo, sizeof(*a), cand_cmp);
             lo = hi;
             break;
         }
-        size_t mid = lo + (hi - lo) / 2, last = hi - 1;
-        /* order a[lo], a[mid], a[last]; the median goes to last as pivot */
-        if (cand_before(&a[mid], &a[lo]))
-            cand_swap(&a[mid], &a[lo]);
-        if (cand_before(&a[last], &a[lo]))
-            cand_swap(&a[last], &a[lo]);
-        if (cand_before(&a[mid], &a[last]))
-            cand_swap(&a[mid], &a[last]);
-        struct sampler_cand pivot = a[last];
-        size_t store = lo;
-        for (size_t i = lo; i < last; i++)
-            if (cand_before(&a[i], &pivot))
-                cand_swap(&a[i], &a[store++]);
-        cand_swap(&a[store], &a[last]);
-        if (store == k)
+        size_t p = cand_partition(a, lo, hi);
+        if (p == k)
             break;
-        if (store > k)
-            hi = store;
+        if (p > k)
+            hi = p;
         else
-            lo = store + 1;
+            lo = p + 1;
     }
     if (k < n && hi - lo <= 16 && lo < hi)
         cand_insertion_sort(a + lo, hi - lo);
@@ -356,29 +402,63 @@ static void sampler_fill_candidates(struct sampler *s, const float *logits)
     }
 }
 
-/* Keeps the smallest sorted prefix whose probability reaches top_p (at least one). Returns the new count;
- * a[0..result) is sorted afterwards. */
-static size_t sampler_top_p(struct sampler_cand *a, size_t n, bool sorted, float top_p)
+/* Mass of a[lo..hi) relative to exp(max). */
+static double cand_mass(const struct sampler_cand *a, size_t lo, size_t hi, float max)
 {
-    float max = cand_max_logit(a, n, sorted);
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++)
-        sum += expf(a[i].logit - max);
+    double m = 0.0;
+    for (size_t i = lo; i < hi; i++)
+        m += expf(a[i].logit - max);
+    return m;
+}
+
+/* Keeps the smallest prefix (in rank order) whose probability reaches top_p, at least one candidate; returns
+ * its length, the kept candidates at the front. *sorted says whether they are in rank order afterwards.
+ * Peaked distributions end inside the first sorted chunk; flat ones go on with a quickselect weighted by
+ * probability (partition, then descend into the side where the target mass is crossed): O(n) expected. */
+static size_t sampler_top_p(struct sampler_cand *a, size_t n, bool *sorted, float top_p)
+{
+    float max = cand_max_logit(a, n, *sorted);
+    double sum = cand_mass(a, 0, n, max);
     double target = (double)top_p * sum * (1.0 - SAMPLER_TOP_P_EPS);
-    size_t done = sorted ? n : 0; /* a[0..done) is sorted */
-    double cum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (i == done) {
-            size_t chunk = done ? done : SAMPLER_TOP_P_FIRST_CHUNK; /* doubles the sorted prefix */
-            size_t want = chunk < n - done ? chunk : n - done;
-            cand_select_top(a + done, n - done, want);
-            done += want;
-        }
-        cum += expf(a[i].logit - max);
-        if (cum >= target)
-            return i + 1;
+    size_t done = n;
+    if (!*sorted) {
+        done = n < SAMPLER_TOP_P_FIRST_CHUNK ? n : SAMPLER_TOP_P_FIRST_CHUNK;
+        cand_select_top(a, n, done);
     }
-    return n;
+    double cum = 0.0;
+    for (size_t i = 0; i < done; i++) {
+        cum += expf(a[i].logit - max);
+        if (cum >= target) {
+            *sorted = true;
+            return i + 1;
+        }
+    }
+    /* a[0..lo) is kept (mass cum); the answer's end lies in (lo, hi] */
+    size_t lo = done, hi = n;
+    int budget = cand_round_budget(n);
+    *sorted = false;
+    while (hi - lo > 16 && budget-- > 0) {
+        size_t p = cand_partition(a, lo, hi);
+        double before = cand_mass(a, lo, p, max);
+        double pivot = expf(a[p].logit - max);
+        if (cum + before >= target) {
+            hi = p;
+        } else if (cum + before + pivot >= target) {
+            return p + 1;
+        } else {
+            cum += before + pivot;
+            lo = p + 1;
+        }
+    }
+    if (lo < hi) {
+        qsort(a + lo, hi - lo, sizeof(*a), cand_cmp);
+        for (size_t i = lo; i < hi; i++) {
+            cum += expf(a[i].logit - max);
+            if (cum >= target)
+                return i + 1;
+        }
+    }
+    return hi; /* rounding kept the sum just short of the target: keep everything undecided */
 }
 
 /* Keeps (in their current order) the candidates with p >= min_p * p_max. */
@@ -467,8 +547,7 @@ int32_t sampler_sample(struct sampler *s, float *logits, float *chosen_logprob, 
         sorted = true;
     }
     if (s->p.top_p < 1.0f && s->p.top_p > 0.0f && m > 1) {
-        m = sampler_top_p(s->cand, m, sorted, s->p.top_p);
-        sorted = true;
+        m = sampler_top_p(s->cand, m, &sorted, s->p.top_p);
     }
     if (s->p.min_p > 0.0f && m > 1)
         m = sampler_min_p(s->cand, m, sorted, s->p.min_p);
