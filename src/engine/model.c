@@ -239,9 +239,9 @@ struct model *model_load(const char *path, char *err)
     for (int l = 0; l < hp->n_layers; l++) {
         struct model_layer *L = &m->layers[l];
         char name[96];
-#define BIND_W(field, suffix, cols, rows)                                                                  \
+#define BIND_W(field, suffix, ncols, nrows)                                                                \
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", l);                                            \
-    if (model_bind_weight(g, name, cols, rows, &L->field, false, sub))                                     \
+    if (model_bind_weight(g, name, ncols, nrows, &L->field, false, sub))                                  \
         goto fail_sub;                                                                                     \
     counts[L->field.type]++;                                                                               \
     m->weight_bytes += L->field.row_bytes * (size_t)L->field.rows;
@@ -293,7 +293,8 @@ struct model *model_load(const char *path, char *err)
     return m;
 
 fail_sub:
-    snprintf(err, ERR_MSG_MAX, "%s: %s", path, sub);
+    /* the path may be long: keep the reason whole and the path short */
+    err_set(err, ERR_FORMAT, "%.200s: %.300s", path, sub);
 fail:
     model_destroy(m);
     return NULL;
