@@ -14,6 +14,7 @@ struct cli_command {
 };
 
 static const struct cli_command cli_commands[] = {
+    {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {NULL, NULL, NULL},
 };
 
