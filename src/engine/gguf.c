@@ -271,9 +271,20 @@ static int gguf_read_value(struct gguf_cursor *c, struct gguf_kv *kv, const char
                            kv->arr_len);
         kv->strs = strs; /* owned by the kv from here on, freed by gguf_close */
         for (uint64_t i = 0; i < kv->arr_len; i++) {
+            /* fast path for 150k-token vocabularies: the message is only formatted when a check fails */
+            size_t rest = c->size - c->off;
+            if (rest >= 8) {
+                memcpy(&strs[i].len, c->base + c->off, 8);
+                if (strs[i].len <= rest - 8) {
+                    strs[i].ptr = (const char *)c->base + c->off + 8;
+                    c->off += 8 + (size_t)strs[i].len;
+                    continue;
+                }
+            }
             snprintf(w, sizeof w, "%s element %" PRIu64, what, i);
-            if ((rc = gguf_read_str(c, &strs[i], w)))
-                return rc;
+            rc = gguf_read_str(c, &strs[i], w);
+            ASSERT(rc != 0); /* the same checks failed above */
+            return rc;
         }
         return 0;
     }
@@ -369,6 +380,7 @@ static int gguf_read_tensor_infos(struct gguf *g, struct gguf_cursor *c, struct 
                            "%s: tensor %" PRId64 " ('%s'): n_dims %" PRIu32 " at offset %zu is not in 1..%d", c->label,
                            i, show, t->n_dims, at, GGUF_MAX_DIMS);
         int64_t nelem = 1;
+        size_t dims_at = c->off;
         for (int d = 0; d < GGUF_MAX_DIMS; d++) {
             t->ne[d] = 1;
             if ((uint32_t)d >= t->n_dims)
@@ -402,13 +414,14 @@ static int gguf_read_tensor_infos(struct gguf *g, struct gguf_cursor *c, struct 
         size_t be = dtype_block_elems(t->type), bb = dtype_block_bytes(t->type);
         if (t->ne[0] % (int64_t)be != 0)
             return err_set(c->err, ERR_FORMAT,
-                           "%s: tensor %" PRId64 " ('%s'): ne[0] = %" PRId64 " is not a multiple of the %s block size %zu",
-                           c->label, i, show, t->ne[0], dtype_name(t->type), be);
+                           "%s: tensor %" PRId64 " ('%s'): ne[0] = %" PRId64 " (offset %zu) is not a multiple of the %s "
+                           "block size %zu",
+                           c->label, i, show, t->ne[0], dims_at, dtype_name(t->type), be);
         /* bytes = blocks * block bytes; blocks <= nelem fits, the multiply may not */
         uint64_t blocks = (uint64_t)nelem / be, nbytes;
         if (__builtin_mul_overflow(blocks, (uint64_t)bb, &nbytes) || nbytes > SIZE_MAX)
             return err_set(c->err, ERR_FORMAT, "%s: tensor %" PRId64 " ('%s'): byte size overflows (%" PRId64
-                           " elements of %s)", c->label, i, show, nelem, dtype_name(t->type));
+                           " elements of %s, dims at offset %zu)", c->label, i, show, nelem, dtype_name(t->type), dims_at);
         t->nbytes = (size_t)nbytes;
         snprintf(what, sizeof what, "tensor %" PRId64 " ('%s') offset", i, show);
         at = c->off;

@@ -157,6 +157,9 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum dtype t
 int gguf_writer_begin(struct gguf_writer *w, const char *path, char *err);
 /* Writes tensor i's data (exactly its nbytes) and padding; tensors must come in declaration order. */
 int gguf_writer_write_tensor(struct gguf_writer *w, int i, const void *data, size_t nbytes, char *err);
+/* Addition: streams part of tensor i's data (for tensors too big to convert in one buffer); chunks of tensor i
+ * are appended until its nbytes are complete, then the padding is written and tensor i+1 becomes next. */
+int gguf_writer_write_data(struct gguf_writer *w, int i, const void *data, size_t n, char *err);
 /* Checks every tensor was written, flushes and closes the file. */
 int gguf_writer_finish(struct gguf_writer *w, char *err);
 

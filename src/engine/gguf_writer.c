@@ -44,6 +44,7 @@ struct gguf_writer {
     size_t alignment;
     uint64_t pos; /* bytes written so far, for padding */
     size_t next;  /* index of the next tensor whose data is expected */
+    size_t done;  /* bytes of tensor `next` already written by gguf_writer_write_data */
     bool failed;
 };
 
@@ -344,22 +345,38 @@ int gguf_writer_begin(struct gguf_writer *w, const char *path, char *err)
     return gguf_writer_pad(w, err);
 }
 
-int gguf_writer_write_tensor(struct gguf_writer *w, int i, const void *data, size_t nbytes, char *err)
+int gguf_writer_write_data(struct gguf_writer *w, int i, const void *data, size_t n, char *err)
 {
     if (!w->f || w->failed)
-        return err_set(err, ERR_INVALID_ARG, "gguf writer: write_tensor(%d) without a successful begin", i);
+        return err_set(err, ERR_INVALID_ARG, "gguf writer: tensor %d data written without a successful begin", i);
     if (i < 0 || (size_t)i != w->next || (size_t)i >= w->n_tensors)
         return err_set(err, ERR_INVALID_ARG, "%s: tensor %d written out of order (expected tensor %zu of %zu)",
                        w->path, i, w->next, w->n_tensors);
     const struct gguf_writer_tensor *t = &w->tensors[i];
-    if (nbytes != t->nbytes)
-        return err_set(err, ERR_INVALID_ARG, "%s: tensor %d ('%s'): got %zu bytes of data, its shape needs %zu",
-                       w->path, i, t->name, nbytes, t->nbytes);
-    int rc = gguf_writer_out(w, data, nbytes, err);
-    if (rc || (rc = gguf_writer_pad(w, err)))
+    if (n > t->nbytes - w->done)
+        return err_set(err, ERR_INVALID_ARG,
+                       "%s: tensor %d ('%s'): %zu more bytes of data would exceed the %zu its shape needs (%zu written)",
+                       w->path, i, t->name, n, t->nbytes, w->done);
+    int rc = gguf_writer_out(w, data, n, err);
+    if (rc)
         return rc;
-    w->next++;
+    w->done += n;
+    if (w->done == t->nbytes) {
+        if ((rc = gguf_writer_pad(w, err)))
+            return rc;
+        w->next++;
+        w->done = 0;
+    }
     return 0;
+}
+
+int gguf_writer_write_tensor(struct gguf_writer *w, int i, const void *data, size_t nbytes, char *err)
+{
+    if (w->f && i >= 0 && (size_t)i < w->n_tensors && (size_t)i == w->next &&
+        (w->done != 0 || nbytes != w->tensors[i].nbytes))
+        return err_set(err, ERR_INVALID_ARG, "%s: tensor %d ('%s'): got %zu bytes of data, its shape needs %zu",
+                       w->path, i, w->tensors[i].name, nbytes, w->tensors[i].nbytes);
+    return gguf_writer_write_data(w, i, data, nbytes, err);
 }
 
 int gguf_writer_finish(struct gguf_writer *w, char *err)
@@ -370,8 +387,8 @@ int gguf_writer_finish(struct gguf_writer *w, char *err)
     w->f = NULL;
     if (w->next != w->n_tensors) {
         fclose(f);
-        return err_set(err, ERR_INVALID_ARG, "%s: only %zu of %zu tensors were written (next: '%s')", w->path, w->next,
-                       w->n_tensors, w->tensors[w->next].name);
+        return err_set(err, ERR_INVALID_ARG, "%s: only %zu of %zu tensors were written (next: '%s', %zu of %zu bytes)",
+                       w->path, w->next, w->n_tensors, w->tensors[w->next].name, w->done, w->tensors[w->next].nbytes);
     }
     bool bad = w->failed || fflush(f) != 0 || ferror(f);
     int e = errno;

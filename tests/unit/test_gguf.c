@@ -397,9 +397,33 @@ static void test_writer_errors(void **state)
     assert_int_equal(gguf_writer_begin(w, test_tmp_path("short.gguf"), err), 0);
     float v[4] = {1, 2, 3, 4};
     assert_int_equal(gguf_writer_write_tensor(w, 0, v, sizeof v, err), 0);
+    assert_int_equal(gguf_writer_write_data(w, 1, v, 8, err), 0); /* half of y */
+    assert_int_equal(gguf_writer_write_tensor(w, 1, v, sizeof v, err), ERR_INVALID_ARG); /* y already started */
+    assert_int_equal(gguf_writer_write_data(w, 1, v, 12, err), ERR_INVALID_ARG);        /* 8 + 12 > 16 */
+    assert_non_null(strstr(err, "would exceed the 16"));
     assert_int_equal(gguf_writer_finish(w, err), ERR_INVALID_ARG);
-    assert_non_null(strstr(err, "only 1 of 2 tensors were written (next: 'y')"));
+    assert_non_null(strstr(err, "only 1 of 2 tensors were written (next: 'y', 8 of 16 bytes)"));
     gguf_writer_destroy(w);
+
+    /* chunked writes give the same file as whole-tensor writes */
+    w = gguf_writer_create();
+    int64_t ne3[1] = {3};
+    assert_int_equal(gguf_writer_add_tensor(w, "x", DTYPE_F32, 1, ne), 0);
+    assert_int_equal(gguf_writer_add_tensor(w, "z", DTYPE_F32, 1, ne3), 1);
+    const char *chunked = test_tmp_path("chunked.gguf");
+    assert_int_equal(gguf_writer_begin(w, chunked, err), 0);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(gguf_writer_write_data(w, 0, &v[k], 4, err), 0);
+    assert_int_equal(gguf_writer_write_data(w, 1, v, 0, err), 0);
+    assert_int_equal(gguf_writer_write_data(w, 1, v + 1, 12, err), 0);
+    assert_int_equal(gguf_writer_finish(w, err), 0);
+    gguf_writer_destroy(w);
+    struct gguf *c = open_or_fail(chunked);
+    assert_memory_equal(gguf_tensor_at(c, 0)->data, v, 16);
+    assert_memory_equal(gguf_tensor_at(c, 1)->data, v + 1, 12);
+    assert_int_equal(gguf_tensor_at(c, 1)->offset, 32);
+    assert_int_equal(gguf_file_size(c), gguf_data_offset(c) + 64);
+    gguf_close(c);
 
     /* copy_kv: a reader's pairs re-written give the same pairs */
     const char *src = "tests/fuzz/corpus/gguf/valid_all_types.gguf";
@@ -512,9 +536,9 @@ static const struct broken_case broken_cases[] = {
     {"zero_dims.gguf", "tensor 1 ('blk.0.attn_q.weight'): n_dims 0 at offset 449"},
     {"dims_overflow.gguf", "tensor 1 ('blk.0.attn_q.weight'): element count overflows at ne[1]"},
     {"ne_negative.gguf", "ne[1] = 9223372036854775808 at offset 461 is not in 1..2^63-1"},
-    {"bytes_overflow.gguf", "tensor 1 ('blk.0.attn_q.weight'): byte size overflows"},
+    {"bytes_overflow.gguf", "tensor 1 ('blk.0.attn_q.weight'): byte size overflows (4611686018427387904 elements of f32, dims at offset 453)"},
     {"unknown_tensor_type.gguf", "tensor 1 ('blk.0.attn_q.weight'): unknown type 4 at offset 469"},
-    {"bad_block_multiple.gguf", "ne[0] = 33 is not a multiple of the q8_0 block size 32"},
+    {"bad_block_multiple.gguf", "ne[0] = 33 (offset 453) is not a multiple of the q8_0 block size 32"},
     {"misaligned_offset.gguf", "data offset 36 at offset 473 is not a multiple of the alignment 32"},
     {"tensor_offset_huge.gguf", "data offset 9223372036854775808 (data section at 544) is past the end of file"},
     {"tensor_past_eof.gguf",
