@@ -14,6 +14,7 @@ struct cli_command {
 };
 
 static const struct cli_command cli_commands[] = {
+    {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
     {NULL, NULL, NULL},
 };
 
