@@ -14,6 +14,13 @@ struct cli_command {
 };
 
 static const struct cli_command cli_commands[] = {
+    {"run", cmd_run_main, "generate text from a prompt"},
+    {"info", cmd_info_main, "describe a GGUF model"},
+    {"perplexity", cmd_perplexity_main, "perplexity of a model over a text file (as llama-perplexity)"},
+    {"convert", cmd_convert_main, "convert a llama2.c checkpoint to GGUF"},
+    {"model", cmd_model_main, "make a model with random weights (model new)"},
+    {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
+    {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
     {NULL, NULL, NULL},
 };
 

@@ -33,9 +33,9 @@ struct model_hparams {
     float norm_eps;
     float rope_base;
     enum rope_layout rope_layout;
-    /* Llama 3.1 style frequency scaling (rope.scaling.type "llama3"); factor 0 = none. */
-    float rope_scale_factor, rope_low_freq_factor, rope_high_freq_factor;
-    int rope_orig_ctx;
+    /* Linear position scaling (rope.scaling.type "linear"): positions divided by this; 0 = none. Llama 3
+     * scaling comes as per-dimension factors, see model_rope_freqs(). */
+    float rope_scale_factor;
     bool tied_output;
     bool qkv_bias;
 };
@@ -81,6 +81,9 @@ struct model {
  * what is supported. NULL and a message on failure; caller frees with model_destroy. */
 struct model *model_load(const char *path, char *err);
 void model_destroy(struct model *m);
+
+/* Llama 3 per-dimension RoPE frequency divisors [head_dim / 2] (tensor rope_freqs.weight), or NULL. */
+const float *model_rope_freqs(const struct model *m);
 
 /* One-paragraph human description (architecture, dims, types, size, tokenizer, chat template), for
  * `wafer info`. Writes at most cap bytes; returns the length. */

@@ -26,6 +26,8 @@ struct sampler_params {
     uint64_t seed;
 };
 
+/* OpenAI's defaults: temperature 1, top_p 1, top_k 0, min_p 0, no penalties (repeat_last_n 64), seed 0. The
+ * server substitutes a random seed when a request has none. */
 void sampler_params_default(struct sampler_params *p);
 
 /* Checks ranges; 0 or ERR_INVALID_ARG with the parameter's name in err ("top_p must be in (0, 1]"). */
@@ -33,9 +35,14 @@ int sampler_params_validate(const struct sampler_params *p, char *err);
 
 struct sampler;
 
-/* NULL on OOM. Caller frees with sampler_destroy. */
+/* NULL on OOM (or n_vocab <= 0). Caller frees with sampler_destroy. Allocates its per-step buffers here,
+ * once (O(n_vocab)); sampling allocates nothing. The RNG is xoshiro256** seeded through splitmix64 from
+ * p->seed: the same seed and the same logits give the same tokens, on every platform. Each non-greedy
+ * sampler_sample call takes exactly one 64-bit draw; greedy calls take none. */
 struct sampler *sampler_create(const struct sampler_params *p, int n_vocab);
 void sampler_destroy(struct sampler *s);
+/* Forgets the penalty history and reseeds the RNG from the params' seed (as if freshly created). */
+void sampler_reset(struct sampler *s);
 
 /* Adds a token to the penalty history (prompt tokens and generated ones). */
 void sampler_accept(struct sampler *s, int32_t token);
@@ -48,7 +55,10 @@ struct sampler_logprob {
 
 /* Picks the next token from logits[n_vocab] (modified in place). When top is not NULL, fills the n_top most
  * likely tokens with their logprobs (descending) and *chosen_logprob (may be NULL) with the chosen token's.
- * Does not call sampler_accept. */
+ * Does not call sampler_accept.
+ * On return logits[] holds the penalized logits (NaN replaced by -inf): the distribution logprobs describe.
+ * Ties (equal logits) rank the lower id first everywhere: greedy, top-k, top-p, logprobs. n_top beyond
+ * n_vocab leaves the extra entries {-1, -INFINITY}. */
 int32_t sampler_sample(struct sampler *s, float *logits, float *chosen_logprob, struct sampler_logprob *top,
                        int n_top);
 
@@ -59,6 +69,7 @@ struct stop_matcher {
     size_t max_len;
     char *held; /* text held back because it may begin a stop string */
     size_t held_len, held_cap;
+    bool stopped; /* a stop string completed: later feeds emit nothing */
 };
 
 /* Copies the stop strings (empty strings ignored). 0 or ERR_NOMEM. */
@@ -66,10 +77,14 @@ int stop_matcher_init(struct stop_matcher *m, const char *const *stops, int n_st
 void stop_matcher_deinit(struct stop_matcher *m);
 /* Feeds newly generated text. Appends to out (cap bytes; returns bytes written, always <= len + held) the
  * text that can be emitted now. Sets *stopped when a stop string completed: the text before it is emitted,
- * the stop string and anything after it is dropped. */
+ * the stop string and anything after it is dropped. The earliest match wins when several stops occur.
+ * Held text is the longest suffix that is a prefix of some stop string, so it is cut only where a stop
+ * string could begin. With cap >= len + held_len nothing else is held; a smaller cap emits what fits (cut
+ * before a UTF-8 continuation byte) and keeps the rest held, never dropped. stopped may be NULL. */
 size_t stop_matcher_feed(struct stop_matcher *m, const char *text, size_t len, char *out, size_t cap,
                          bool *stopped);
-/* At the end of generation: emits what is held back. */
+/* At the end of generation: emits what is held back (nothing after a stop); as feed, a cap smaller than
+ * held_len emits what fits and keeps the rest. */
 size_t stop_matcher_flush(struct stop_matcher *m, char *out, size_t cap);
 
 #endif
