@@ -43,10 +43,16 @@ struct http_request {
     bool keep_alive;
 };
 
+/* *content_length from http_parse_request when the request has a Transfer-Encoding header: the body is not
+ * delimited by Content-Length and the server answers 501 (bodies with transfer codings are not supported). */
+#define HTTP_BODY_TRANSFER_ENCODED (-2)
+
 /* Parser (pure function, fuzzed): parses the request line and headers from buf[0..len).
  * Returns the header block length (> 0) when complete, 0 when more bytes are needed, or a negative ERR_*
  * code (ERR_FORMAT malformed, ERR_TOO_LARGE too many headers) with a message in err (may be NULL).
- * *content_length gets the declared body length (-1 when absent); header pointers point into buf. */
+ * *content_length gets the declared body length (-1 when absent, HTTP_BODY_TRANSFER_ENCODED when a
+ * Transfer-Encoding header is present); header pointers point into buf. Sets keep_alive from the version
+ * (1.1: on, 1.0: off) and the Connection header; body is left NULL (the server fills it in). */
 int http_parse_request(const char *buf, size_t len, struct http_request *req, int64_t *content_length,
                        char *err);
 
