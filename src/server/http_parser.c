@@ -25,6 +25,8 @@
 
 #include <string.h>
 
+#define HTTP_MAX_EMPTY_LINES 8
+
 /* RFC 9110 tchar: the characters of a method or a header name. */
 static bool http_is_tchar(unsigned char c)
 {
@@ -177,13 +179,17 @@ int http_parse_request(const char *buf, size_t len, struct http_request *req, in
     if (len > (size_t)INT32_MAX)
         return err_set(err, ERR_TOO_LARGE, "header block too large");
 
-    /* Empty lines before the request line are ignored (RFC 9112 2.2). */
-    for (;;) {
+    /* Empty lines before the request line are ignored (RFC 9112 2.2), a few of them: the server parses
+     * again at each new line, so an endless run of them would cost quadratic time. */
+    for (int n_empty = 0;; n_empty++) {
         int le = http_line_end(p, end);
         if (le == 0)
             return 0;
         if (le < 0)
             break;
+        if (n_empty == HTTP_MAX_EMPTY_LINES)
+            return err_set(err, ERR_FORMAT, "more than %d empty lines before the request line",
+                           HTTP_MAX_EMPTY_LINES);
         p += le;
     }
 

@@ -146,6 +146,8 @@ struct http_server {
     int64_t next_timer;    /* no connection deadline falls before this */
     int64_t accept_resume; /* accepting paused (EMFILE) until then; 0 when not paused */
     char listen_tag, event_tag; /* addresses used as epoll tags */
+    time_t date_t;              /* second for which date[] was formatted */
+    char date[40];              /* IMF-fixdate for the Date header */
 };
 
 static int64_t http_now_ms(void)
@@ -156,6 +158,23 @@ static int64_t http_now_ms(void)
 }
 
 static size_t conn_pending(const struct http_conn *c) { return c->wlen - c->woff; }
+
+/* The Date header value (RFC 9110 IMF-fixdate), formatted once per second, without the locale. */
+static const char *server_date(struct http_server *s)
+{
+    static const char days[7][4] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+    static const char months[12][4] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+    time_t t = time(NULL);
+    if (t != s->date_t || !s->date[0]) {
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        snprintf(s->date, sizeof s->date, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday % 7],
+                 tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        s->date_t = t;
+    }
+    return s->date;
+}
 
 /* ---- lists ---------------------------------------------------------------------------------------- */
 
@@ -450,9 +469,9 @@ static void conn_error(struct http_conn *c, int status, int code, const char *fm
     c->close_after = true;
     c->state = CONN_FLUSH;
     if (conn_outf(c,
-                  "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                  "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                   "Connection: close\r\n\r\n",
-                  status, http_status_text(status), n) < 0 ||
+                  status, http_status_text(status), server_date(c->s), n) < 0 ||
         conn_out(c, body, (size_t)n) < 0) {
         conn_close(c);
         return;
@@ -477,13 +496,17 @@ static int conn_out_head(struct http_conn *c, int status, const char *content_ty
 {
     if (c->s->stopping)
         c->close_after = true;
-    int rc = conn_outf(c, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
+    int rc = conn_outf(c, "HTTP/1.1 %d %s\r\nDate: %s\r\n", status, http_status_text(status), server_date(c->s));
     if (rc == 0 && content_type && *content_type)
         rc = conn_outf(c, "Content-Type: %s\r\n", content_type);
     if (rc == 0)
         rc = conn_outf(c, "Connection: %s\r\n", c->close_after ? "close" : "keep-alive");
-    if (rc == 0 && headers && *headers)
-        rc = conn_out(c, headers, strlen(headers));
+    if (rc == 0 && headers && *headers) {
+        size_t n = strlen(headers);
+        rc = conn_out(c, headers, n);
+        if (rc == 0 && (n < 2 || headers[n - 2] != '\r' || headers[n - 1] != '\n'))
+            rc = conn_out(c, "\r\n", 2); /* a missing final CRLF would swallow the next header line */
+    }
     return rc;
 }
 
@@ -558,6 +581,18 @@ int http_stream_end(struct http_conn *c)
     c->state = CONN_FLUSH;
     conn_mark_dirty(c);
     return rc;
+}
+
+int http_stream_abort(struct http_conn *c)
+{
+    int rc = conn_check_owned(c, true, "http_stream_abort");
+    if (rc < 0)
+        return rc;
+    /* No terminating chunk: the client sees a truncated body, not a complete one. */
+    c->close_after = true;
+    c->state = CONN_FLUSH;
+    conn_mark_dirty(c);
+    return 0;
 }
 
 size_t http_conn_pending(const struct http_conn *c) { return conn_pending(c); }
@@ -1064,21 +1099,26 @@ int http_server_run(struct http_server *s)
     return rc;
 }
 
+/* Both may run in a signal handler: only lock-free atomics and write(2), and errno is preserved. */
 void http_server_stop(struct http_server *s, int drain_ms)
 {
+    int saved = errno;
     atomic_store(&s->stop_drain_ms, drain_ms);
     atomic_store(&s->stop_requested, 1);
     uint64_t one = 1;
     ssize_t w = write(s->event_fd, &one, sizeof one);
-    (void)w; /* a full eventfd counter still wakes the loop */
+    (void)w; /* EAGAIN means the counter is already non-zero: the loop wakes anyway */
+    errno = saved;
 }
 
 void http_server_wake(struct http_server *s)
 {
+    int saved = errno;
     atomic_store(&s->wake_pending, 1);
     uint64_t one = 1;
     ssize_t w = write(s->event_fd, &one, sizeof one);
     (void)w;
+    errno = saved;
 }
 
 int http_server_connections(const struct http_server *s) { return atomic_load(&s->n_conns); }

@@ -62,6 +62,8 @@ static const struct parse_case parse_cases[] = {
      true},
     {"tchar method", "M-SEARCH_1 /x HTTP/1.1\r\n\r\n", NULL, 1, "M-SEARCH_1", "/x", NO_QUERY, 1, 0, -1, true},
 
+    {"too many leading empty lines", "\r\n\r\n\r\n\r\n\n\n\n\n\nGET / HTTP/1.1\r\n\r\n", NULL, ERR_FORMAT, NULL, NULL,
+     NULL, 0, 0, 0, false},
     {"header folding refused", "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", NULL, ERR_FORMAT, NULL, NULL, NULL, 0, 0, 0, false},
     {"folding with a tab", "GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", NULL, ERR_FORMAT, NULL, NULL, NULL, 0, 0, 0, false},
     {"space before colon", "GET / HTTP/1.1\r\nHost : a\r\n\r\n", NULL, ERR_FORMAT, NULL, NULL, NULL, 0, 0, 0, false},

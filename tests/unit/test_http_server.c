@@ -117,7 +117,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         int n = snprintf(out, sizeof out, "%.*s %.*s%s%.*s body=%.*s", (int)req->method_len, req->method,
                          (int)req->path_len, req->path, req->query ? "?" : "", (int)req->query_len,
                          req->query ? req->query : "", (int)req->body_len, req->body);
-        http_respond(c, 200, "text/plain", "X-Test: 1\r\n", out, (size_t)n);
+        http_respond(c, 200, "text/plain", "X-Test: 1", out, (size_t)n);
     } else if (req->path_len == 5 && memcmp(req->path, "/hold", 5) == 0) {
         for (int i = 0; i < MAX_SLOTS; i++)
             if (!t->held[i]) {
@@ -141,6 +141,19 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         http_stream_begin(c, 200, st->bulk ? "application/octet-stream" : "text/event-stream", NULL);
         if (st->bulk)
             bulk_pump(t, st);
+    } else if (req->path_len == 6 && memcmp(req->path, "/abort", 6) == 0) {
+        http_stream_begin(c, 200, "text/event-stream", NULL);
+        http_stream_write(c, "data: partial\n\n", 15);
+        if (http_stream_abort(c) != 0)
+            atomic_fetch_add(&t->violations, 1);
+    } else if (req->path_len == 7 && memcmp(req->path, "/misuse", 7) == 0) {
+        /* Response functions in the wrong order are refused, not crashes. */
+        if (http_stream_write(c, "x", 1) != ERR_INVALID_ARG || http_stream_end(c) != ERR_INVALID_ARG)
+            atomic_fetch_add(&t->violations, 1);
+        http_respond(c, 200, "text/plain", NULL, "ok", 2);
+        if (http_respond(c, 200, "text/plain", NULL, "again", 5) != ERR_INVALID_ARG ||
+            http_stream_begin(c, 200, "text/plain", NULL) != ERR_INVALID_ARG)
+            atomic_fetch_add(&t->violations, 1);
     } else {
         http_respond(c, 404, "text/plain", NULL, "no such path", 12);
     }
@@ -509,6 +522,10 @@ static void test_keep_alive_two_requests(void **state)
     assert_string_equal(resp_header(&r, "Connection"), "keep-alive");
     assert_string_equal(resp_header(&r, "X-Test"), "1");
     assert_string_equal(resp_header(&r, "Content-Type"), "text/plain");
+    const char *date = resp_header(&r, "Date");
+    assert_non_null(date);
+    assert_int_equal(strlen(date), 29); /* "Sun, 06 Nov 1994 08:49:37 GMT" */
+    assert_string_equal(date + 25, " GMT");
     free(r.body);
     cli_sends(k, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world");
     cli_response(k, &r, 2000);
@@ -882,6 +899,80 @@ static void test_stop_cuts_off_after_drain(void **state)
     free(v);
 }
 
+static void test_head_and_misuse(void **state)
+{
+    struct srv *v = *state;
+    struct cli *k = cli_open(v->port, 0);
+    cli_sends(k, "HEAD /echo HTTP/1.1\r\n\r\n");
+    char *hend;
+    while (!(hend = memmem(k->buf, k->len, "\r\n\r\n", 4)))
+        assert_true(cli_fill(k, 2000) > 0);
+    struct resp r;
+    size_t hl = (size_t)(hend - k->buf) + 4;
+    memcpy(r.head, k->buf, hl);
+    r.head[hl] = 0;
+    cli_consume(k, hl);
+    assert_string_equal(resp_header(&r, "Content-Length"), "16"); /* length of the GET body ... */
+    assert_int_equal(cli_fill(k, 100), -1);                        /* ... which is not sent */
+    get_ok(k, "GET /misuse HTTP/1.1\r\n\r\n", "ok");
+    get_ok(k, "GET /echo HTTP/1.1\r\n\r\n", "GET /echo body=");
+    cli_close(k);
+}
+
+static void test_stream_abort(void **state)
+{
+    struct srv *v = *state;
+    struct cli *k = cli_open(v->port, 0);
+    cli_sends(k, "GET /abort HTTP/1.1\r\n\r\n");
+    int64_t end = now_ms() + 2000;
+    while (cli_fill(k, (int)(end - now_ms())) > 0) {
+    }
+    const char *chunk = "f\r\ndata: partial\n\n\r\n", *last = "\r\n0\r\n\r\n";
+    assert_non_null(memmem(k->buf, k->len, chunk, strlen(chunk)));
+    assert_null(memmem(k->buf, k->len, last, strlen(last))); /* no terminating chunk */
+    assert_true(now_ms() < end);                                   /* closed by the server, not timed out */
+    cli_close(k);
+}
+
+/* Body, idle and write-stall timeouts, with short limits. */
+static void test_timeouts(void **state)
+{
+    (void)state;
+    struct http_server_params p;
+    srv_params(&p);
+    p.body_timeout_ms = 400;
+    p.idle_timeout_ms = 300;
+    struct srv *v = srv_start_with(&p);
+
+    struct cli *k = cli_open(v->port, 0);
+    int64_t t0 = now_ms();
+    cli_sends(k, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
+    expect_json_error(k, 408, "timeout_error", "timeout");
+    int64_t dt = now_ms() - t0;
+    if (dt < 350 || dt > 1000)
+        fail_msg("body timeout after %lld ms, want about 400", (long long)dt);
+    cli_close(k);
+
+    /* An idle keep-alive connection is closed quietly. */
+    k = cli_open(v->port, 0);
+    get_ok(k, "GET /echo HTTP/1.1\r\n\r\n", NULL);
+    t0 = now_ms();
+    assert_true(cli_eof(k, 2000));
+    dt = now_ms() - t0;
+    if (dt < 250 || dt > 1000)
+        fail_msg("idle close after %lld ms, want about 300", (long long)dt);
+    cli_close(k);
+
+    /* A reader that stops reading a stream for idle_timeout_ms is dropped, and the handler told. */
+    k = cli_open(v->port, 4096);
+    cli_sends(k, "GET /big?bytes=33554432 HTTP/1.1\r\n\r\n");
+    assert_int_equal(wait_for(&v->t.blocked, 1, 5000), 1);
+    assert_int_equal(wait_for(&v->t.n_close, 1, 3000), 1);
+    assert_int_equal(atomic_load(&v->t.n_streams_done), 0);
+    cli_close(k);
+    srv_stop(v);
+}
+
 static void test_create_errors(void **state)
 {
     struct srv *v = *state;
@@ -920,6 +1011,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_slow_reader_backpressure, setup, teardown),
         cmocka_unit_test(test_stop_drains_in_flight),
         cmocka_unit_test(test_stop_cuts_off_after_drain),
+        cmocka_unit_test_setup_teardown(test_head_and_misuse, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_abort, setup, teardown),
+        cmocka_unit_test(test_timeouts),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
