@@ -1,0 +1,1071 @@
+/*
+ * scheduler: one loop on the engine thread:
+ *
+ *   1. move submitted requests from the inbox (mutex + condvar) to the wait queue;
+ *   2. finish requests that were cancelled or passed their deadline (queued or running), freeing their slots
+ *      and KV blocks before anything else is planned;
+ *   3. admit from the head of the wait queue (first come, first served: never skipping the head) while
+ *      slots and KV blocks allow, attaching cached prefix blocks;
+ *   4. plan the step: one token for every decoding sequence, then prompt chunks up to prefill_chunk tokens
+ *      in admission order; when the step's KV blocks do not fit, evict unreferenced prefix-cache blocks,
+ *      then preempt the most recently admitted request and plan again;
+ *   5. engine_forward, register newly filled blocks in the prefix cache, sample every sequence that
+ *      reached the end of its tokens, detokenize, match stop strings, append to the outbox, notify.
+ *
+ * A sequence is "tokens (prompt + generated) and how many of them are in the KV cache": prefill, decode and
+ * recomputation after preemption are the same code (feed tokens[n_kv..] and sample once n_kv reaches the
+ * end), so a preempted sequence resumes exactly where it was. Sampling order per sequence never depends on
+ * the batch: each sequence has its own sampler and RNG and the engine's logits are batch-invariant, so a
+ * greedy request gives the same tokens alone or under load.
+ *
+ * n > 1: choice 0 (the leader) prefills the prompt but its last token; the other choices then share those
+ * blocks (kv_seq_share) and all of them evaluate the last prompt token in the same step, each sampling
+ * its own continuation.
+ */
+#include "engine/scheduler.h"
+
+#include "core/err.h"
+#include "core/log.h"
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
+#define SCHED_MAX_SLOTS 256
+
+struct sched_seq {
+    int slot; /* engine sequence, -1 when not holding one */
+    int32_t *toks;
+    int n_toks, cap_toks;
+    int n_kv;  /* positions in the KV cache */
+    int n_gen; /* generated tokens (not counting an end-of-generation token) */
+    bool follower_waiting; /* n > 1: waiting for the leader's prompt blocks */
+    bool done;
+    struct sampler *smp;
+    struct detok_stream ds;
+    struct stop_matcher stop;
+    struct prefix_cursor pcur;
+    int64_t t_last; /* last token time (inter-token latency) */
+    int step_take;   /* tokens fed this step */
+    bool step_logits;
+};
+
+struct scheduler {
+    struct engine *e;
+    const struct tokenizer *tok;
+    struct sched_params p;
+    struct metrics *metrics;
+    void (*notify)(void *);
+    void *notify_ctx;
+    int n_vocab, n_ctx, max_seqs;
+
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu; /* inbox, stop flag */
+    pthread_cond_t cv;
+    struct sched_req **inbox, **inbox_spare;
+    int n_inbox, cap_inbox, cap_spare;
+    bool stop;
+    atomic_bool draining;
+    atomic_int n_queued; /* submitted and not yet admitted (inbox + wait queue) */
+    atomic_int cancel_all;
+
+    /* engine thread */
+    struct sched_req **waiting;
+    int n_waiting, cap_waiting;
+    struct sched_req **running; /* admission order */
+    int n_running;
+    int *free_slots;
+    int n_free_slots;
+    uint64_t admit_counter;
+    bool dirty; /* something to ship since the last notify */
+    struct prefix_cache *pc;
+    struct batch batch;
+    float *logits;          /* [max_seqs][n_vocab] */
+    struct sched_req **slot_req; /* [max_seqs]: who holds each engine slot */
+    int *slot_choice;
+    struct sampler_logprob *top_buf;
+    char *piece, *textbuf;
+    int piece_cap, textbuf_cap;
+
+    /* stats (any thread) */
+    atomic_int st_running, st_waiting;
+    atomic_llong st_kv_used, st_cache_blocks;
+    atomic_ullong st_steps;
+    int64_t kv_total;
+};
+
+int64_t sched_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- requests */
+
+struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_choices)
+{
+    if (n_prompt < 1 || n_choices < 1)
+        return NULL;
+    struct sched_req *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
+    r->choices = calloc((size_t)n_choices, sizeof *r->choices);
+    if (!r->prompt || !r->choices) {
+        free(r->prompt);
+        free(r->choices);
+        free(r);
+        return NULL;
+    }
+    memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
+    r->n_prompt = n_prompt;
+    r->n_choices = n_choices;
+    r->max_tokens = 16;
+    r->n_logprobs = -1;
+    sampler_params_default(&r->sp);
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->cancel, 0);
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop)
+{
+    if (n_stop <= 0)
+        return 0;
+    r->stop = calloc((size_t)n_stop, sizeof *r->stop);
+    if (!r->stop)
+        return ERR_NOMEM;
+    for (int i = 0; i < n_stop; i++) {
+        if (!(r->stop[i] = strdup(stop[i])))
+            return ERR_NOMEM;
+        r->n_stop = i + 1;
+    }
+    return 0;
+}
+
+void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->refs, 1); }
+
+static void sched_seq_free(struct sched_seq *q)
+{
+    free(q->toks);
+    sampler_destroy(q->smp);
+    stop_matcher_deinit(&q->stop);
+}
+
+void sched_req_unref(struct sched_req *r)
+{
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+        return;
+    if (r->seqs) {
+        for (int i = 0; i < r->n_choices; i++)
+            sched_seq_free(&r->seqs[i]);
+        free(r->seqs);
+    }
+    for (int i = 0; i < r->n_choices; i++) {
+        free(r->choices[i].text);
+        free(r->choices[i].toks);
+        free(r->choices[i].top);
+    }
+    free(r->choices);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->prompt);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* ---------------------------------------------------------------- outbox (engine side) */
+
+static int choice_append(struct sched_req *r, int c, int32_t id, const char *text, size_t len, float lp,
+                         const struct sampler_logprob *top, int n_top)
+{
+    struct sched_choice *ch = &r->choices[c];
+    pthread_mutex_lock(&r->mu);
+    int rc = 0;
+    if (ch->text_len + len + 1 > ch->text_cap) {
+        size_t cap = ch->text_cap ? ch->text_cap : 256;
+        while (cap < ch->text_len + len + 1)
+            cap *= 2;
+        char *nt = realloc(ch->text, cap);
+        if (!nt) {
+            rc = ERR_NOMEM;
+            goto out;
+        }
+        ch->text = nt;
+        ch->text_cap = cap;
+    }
+    if (ch->n_toks == ch->cap_toks) {
+        int cap = ch->cap_toks ? ch->cap_toks * 2 : 64;
+        struct sched_token *nt = realloc(ch->toks, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            rc = ERR_NOMEM;
+            goto out;
+        }
+        ch->toks = nt;
+        ch->cap_toks = cap;
+    }
+    int32_t top_off = -1;
+    if (top && n_top > 0) {
+        if (ch->n_top_used + n_top > ch->cap_top) {
+            int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
+            while (cap < ch->n_top_used + n_top)
+                cap *= 2;
+            struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            ch->top = nt;
+            ch->cap_top = cap;
+        }
+        top_off = ch->n_top_used;
+        memcpy(ch->top + ch->n_top_used, top, (size_t)n_top * sizeof *top);
+        ch->n_top_used += n_top;
+    }
+    if (len)
+        memcpy(ch->text + ch->text_len, text, len);
+    ch->toks[ch->n_toks++] = (struct sched_token){.id = id, .text_off = (uint32_t)ch->text_len,
+                                                  .text_len = (uint32_t)len, .logprob = lp, .top_off = top_off};
+    ch->text_len += len;
+    r->version++;
+out:
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+/* Text released at the end (held-back bytes), attached to the last token or as a token-less record. */
+static void choice_append_tail(struct sched_req *r, int c, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    struct sched_choice *ch = &r->choices[c];
+    pthread_mutex_lock(&r->mu);
+    bool ok = true;
+    if (ch->text_len + len + 1 > ch->text_cap) {
+        size_t cap = ch->text_cap ? ch->text_cap : 256;
+        while (cap < ch->text_len + len + 1)
+            cap *= 2;
+        char *nt = realloc(ch->text, cap);
+        ok = nt != NULL;
+        if (ok) {
+            ch->text = nt;
+            ch->text_cap = cap;
+        }
+    }
+    if (ok) {
+        memcpy(ch->text + ch->text_len, text, len);
+        if (ch->n_toks > 0 && ch->toks[ch->n_toks - 1].text_off + ch->toks[ch->n_toks - 1].text_len == ch->text_len)
+            ch->toks[ch->n_toks - 1].text_len += (uint32_t)len;
+        ch->text_len += len;
+        r->version++;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---------------------------------------------------------------- engine-side helpers */
+
+static void sched_stats_update(struct scheduler *s)
+{
+    atomic_store(&s->st_running, s->n_running);
+    atomic_store(&s->st_waiting, atomic_load(&s->n_queued));
+    int64_t cache = s->pc ? prefix_cache_blocks(s->pc) : 0;
+    int64_t evictable = s->pc ? prefix_cache_evictable(s->pc) : 0;
+    int64_t used = s->kv_total - kv_pool_free_blocks(engine_kv(s->e)) - evictable;
+    atomic_store(&s->st_kv_used, used);
+    atomic_store(&s->st_cache_blocks, cache);
+}
+
+static int seq_push_token(struct sched_seq *q, int32_t t)
+{
+    if (q->n_toks == q->cap_toks) {
+        int cap = q->cap_toks * 2;
+        int32_t *nt = realloc(q->toks, (size_t)cap * sizeof *nt);
+        if (!nt)
+            return ERR_NOMEM;
+        q->toks = nt;
+        q->cap_toks = cap;
+    }
+    q->toks[q->n_toks++] = t;
+    return 0;
+}
+
+/* Gives the sequence's slot back (its KV blocks go to the prefix cache or the pool). */
+static void seq_release_slot(struct scheduler *s, struct sched_seq *q)
+{
+    if (q->slot < 0)
+        return;
+    if (s->pc)
+        prefix_cache_insert(s->pc, q->toks, q->n_kv, engine_seq(s->e, q->slot), &q->pcur);
+    engine_seq_truncate(s->e, q->slot, 0);
+    s->slot_req[q->slot] = NULL;
+    s->free_slots[s->n_free_slots++] = q->slot;
+    q->slot = -1;
+    q->n_kv = 0;
+    q->pcur = (struct prefix_cursor){0};
+}
+
+static void running_remove(struct scheduler *s, struct sched_req *r)
+{
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] == r) {
+            memmove(&s->running[i], &s->running[i + 1], (size_t)(s->n_running - i - 1) * sizeof *s->running);
+            s->n_running--;
+            return;
+        }
+}
+
+static void waiting_remove(struct scheduler *s, struct sched_req *r)
+{
+    for (int i = 0; i < s->n_waiting; i++)
+        if (s->waiting[i] == r) {
+            memmove(&s->waiting[i], &s->waiting[i + 1], (size_t)(s->n_waiting - i - 1) * sizeof *s->waiting);
+            s->n_waiting--;
+            return;
+        }
+}
+
+/* Ends the whole request (every choice not yet done gets finish; error != 0 marks it failed), frees its
+ * slots and drops the scheduler's reference. */
+static void req_finish(struct scheduler *s, struct sched_req *r, int error, const char *msg)
+{
+    int64_t now = sched_now_ns();
+    s->dirty = true;
+    for (int i = 0; r->seqs && i < r->n_choices; i++)
+        seq_release_slot(s, &r->seqs[i]);
+    if (r->state == RS_RUNNING)
+        running_remove(s, r);
+    else if (r->state == RS_QUEUED) {
+        waiting_remove(s, r);
+        atomic_fetch_sub(&s->n_queued, 1);
+    }
+    r->state = RS_DONE;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->n_choices; i++)
+        if (r->choices[i].finish == SCHED_RUNNING)
+            r->choices[i].finish = error ? SCHED_ERROR : SCHED_LENGTH;
+    if (error) {
+        r->error = error;
+        snprintf(r->errmsg, sizeof r->errmsg, "%s", msg ? msg : err_name(error));
+    }
+    r->finished = true;
+    r->t_finished = now;
+    r->version++;
+    pthread_mutex_unlock(&r->mu);
+    if (s->metrics) {
+        if (!error)
+            metrics_observe(s->metrics, MH_E2E, (double)(now - r->t_arrival) / 1e9);
+        else if (error == ERR_CANCELLED)
+            metrics_add(s->metrics, MC_CANCELLED, 1);
+        else if (error == ERR_TIMEOUT)
+            metrics_add(s->metrics, MC_TIMEOUTS, 1);
+    }
+    sched_req_unref(r);
+}
+
+/* One choice finished (stop or length): flush held-back text; the request ends when all choices have. */
+static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sched_finish why)
+{
+    struct sched_seq *q = &r->seqs[c];
+    if (q->done)
+        return;
+    q->done = true;
+    char tail[16];
+    int n = tokenizer_stream_flush(&q->ds, tail, sizeof tail);
+    bool stopped = false;
+    size_t m = 0, cap = q->stop.max_len + q->stop.held_len + sizeof tail + 8;
+    char *out = malloc(cap);
+    if (out && why != SCHED_STOP) {
+        if (n > 0)
+            m = stop_matcher_feed(&q->stop, tail, (size_t)n, out, cap, &stopped);
+        if (!stopped)
+            m += stop_matcher_flush(&q->stop, out + m, cap - m);
+        choice_append_tail(r, c, out, m);
+    }
+    free(out);
+    pthread_mutex_lock(&r->mu);
+    r->choices[c].finish = why;
+    r->version++;
+    pthread_mutex_unlock(&r->mu);
+    seq_release_slot(s, q);
+    if (++r->n_done == r->n_choices)
+        req_finish(s, r, 0, NULL);
+}
+
+/* Builds the engine-side state of a request when it is first seen. */
+static int req_prepare(struct scheduler *s, struct sched_req *r)
+{
+    r->seqs = calloc((size_t)r->n_choices, sizeof *r->seqs);
+    if (!r->seqs)
+        return ERR_NOMEM;
+    for (int i = 0; i < r->n_choices; i++)
+        r->seqs[i].slot = -1;
+    for (int i = 0; i < r->n_choices; i++) {
+        struct sched_seq *q = &r->seqs[i];
+        q->cap_toks = r->n_prompt + (r->max_tokens < 4096 ? r->max_tokens : 4096) + 1;
+        q->toks = malloc((size_t)q->cap_toks * sizeof *q->toks);
+        struct sampler_params sp = r->sp;
+        sp.seed = r->sp.seed + (uint64_t)i * 0x9e3779b97f4a7c15ULL; /* distinct choices, reproducible */
+        q->smp = sampler_create(&sp, s->n_vocab);
+        if (!q->toks || !q->smp || stop_matcher_init(&q->stop, (const char *const *)r->stop, r->n_stop))
+            return ERR_NOMEM;
+        memcpy(q->toks, r->prompt, (size_t)r->n_prompt * sizeof *q->toks);
+        q->n_toks = r->n_prompt;
+        for (int k = 0; k < r->n_prompt; k++)
+            sampler_accept(q->smp, r->prompt[k]);
+        q->follower_waiting = i > 0;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- admission */
+
+static int64_t kv_available(struct scheduler *s)
+{
+    return kv_pool_free_blocks(engine_kv(s->e)) + (s->pc ? prefix_cache_evictable(s->pc) : 0);
+}
+
+static int blocks_for(struct scheduler *s, int n_pos)
+{
+    int bs = engine_params_get(s->e)->block_size;
+    return (n_pos + bs - 1) / bs;
+}
+
+/* Tries to admit the head of the wait queue. Returns true when admitted. */
+static bool try_admit(struct scheduler *s, struct sched_req *r)
+{
+    int active = 0;
+    for (int i = 0; i < r->n_choices; i++)
+        active += !r->seqs[i].done;
+    if (s->n_free_slots < active)
+        return false;
+    /* attach cached prefixes, then check the blocks the prompts still need (+1 per sequence for its
+     * first decode) fit in what is free or reclaimable */
+    int slots[64];
+    int k = 0;
+    int64_t need = 0;
+    int cached_leader = 0;
+    for (int i = 0; i < r->n_choices; i++) {
+        struct sched_seq *q = &r->seqs[i];
+        if (q->done)
+            continue;
+        q->slot = s->free_slots[s->n_free_slots - 1 - k];
+        slots[k++] = q->slot;
+        q->n_kv = 0;
+        q->pcur = (struct prefix_cursor){0};
+        if (q->follower_waiting) {
+            need += 1; /* its own copy of the leader's last prompt block */
+            continue;
+        }
+        if (s->pc) {
+            int got = prefix_cache_attach(s->pc, q->toks, q->n_toks, q->n_toks - 1, engine_seq(s->e, q->slot), &q->pcur);
+            if (got > 0)
+                q->n_kv = got;
+            if (i == 0)
+                cached_leader = got > 0 ? got : 0;
+        }
+        need += kv_seq_blocks_needed(engine_kv(s->e), engine_seq(s->e, q->slot), q->n_toks + 1);
+    }
+    if (need > kv_available(s)) {
+        for (int i = 0; i < r->n_choices; i++) {
+            struct sched_seq *q = &r->seqs[i];
+            if (q->slot >= 0) {
+                engine_seq_truncate(s->e, q->slot, 0);
+                q->slot = -1;
+                q->n_kv = 0;
+                q->pcur = (struct prefix_cursor){0};
+            }
+        }
+        return false;
+    }
+    s->n_free_slots -= k;
+    for (int i = 0; i < r->n_choices; i++)
+        if (r->seqs[i].slot >= 0) {
+            s->slot_req[r->seqs[i].slot] = r;
+            s->slot_choice[r->seqs[i].slot] = i;
+        }
+    (void)slots;
+    r->state = RS_RUNNING;
+    r->admit_order = ++s->admit_counter;
+    s->running[s->n_running++] = r;
+    int64_t now = sched_now_ns();
+    if (!r->counted) {
+        r->counted = true;
+        pthread_mutex_lock(&r->mu);
+        r->t_admitted = now;
+        r->cached_tokens = cached_leader;
+        pthread_mutex_unlock(&r->mu);
+        if (s->metrics) {
+            metrics_observe(s->metrics, MH_QUEUE, (double)(now - r->t_arrival) / 1e9);
+            metrics_add(s->metrics, MC_PROMPT_TOKENS, r->n_prompt);
+            if (s->pc) {
+                metrics_add(s->metrics, MC_PREFIX_QUERIES, 1);
+                if (cached_leader > 0) {
+                    metrics_add(s->metrics, MC_PREFIX_HITS, 1);
+                    metrics_add(s->metrics, MC_PREFIX_HIT_TOKENS, cached_leader);
+                }
+            }
+        }
+    }
+    return true;
+}
+
+static void admit(struct scheduler *s)
+{
+    while (s->n_waiting > 0) {
+        struct sched_req *r = s->waiting[0];
+        int active = 0;
+        for (int i = 0; i < r->n_choices; i++)
+            active += !r->seqs[i].done;
+        /* A request that can never fit is refused instead of blocking the queue forever. */
+        int64_t need_alone = 0;
+        for (int i = 0; i < r->n_choices; i++)
+            if (!r->seqs[i].done)
+                need_alone += blocks_for(s, r->seqs[i].n_toks + 1);
+        if (active > s->max_seqs) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "n = %d choices exceed the server's max batch size %d", active, s->max_seqs);
+            req_finish(s, r, ERR_INVALID_ARG, msg);
+            continue;
+        }
+        if (s->n_running == 0 && need_alone > s->kv_total) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "the KV cache (%lld blocks) cannot hold this request (%lld blocks); raise --kv-memory or "
+                     "lower the prompt length, max_tokens or n", (long long)s->kv_total, (long long)need_alone);
+            req_finish(s, r, ERR_NO_SPACE, msg);
+            continue;
+        }
+        if (!try_admit(s, r))
+            return;
+        memmove(&s->waiting[0], &s->waiting[1], (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
+        s->n_waiting--;
+        atomic_fetch_sub(&s->n_queued, 1);
+    }
+}
+
+/* Frees the slots of the most recently admitted running request and puts it back at the head of the wait
+ * queue (ahead of everything that arrived after it). */
+static void preempt_last(struct scheduler *s)
+{
+    struct sched_req *v = s->running[s->n_running - 1];
+    for (int i = 0; i < v->n_choices; i++)
+        seq_release_slot(s, &v->seqs[i]);
+    s->n_running--;
+    v->state = RS_QUEUED;
+    memmove(&s->waiting[1], &s->waiting[0], (size_t)s->n_waiting * sizeof *s->waiting);
+    s->waiting[0] = v;
+    s->n_waiting++;
+    atomic_fetch_add(&s->n_queued, 1);
+    if (s->metrics)
+        metrics_add(s->metrics, MC_PREEMPTIONS, 1);
+    log_debug("scheduler: preempted request %llu (KV cache full)", (unsigned long long)v->id);
+}
+
+/* ---------------------------------------------------------------- one step */
+
+/* Followers join once their leader holds the prompt but its last token. */
+static int join_followers(struct scheduler *s, struct sched_req *r)
+{
+    struct sched_seq *lead = &r->seqs[0];
+    if (lead->slot < 0 || lead->n_kv < r->n_prompt - 1)
+        return 0;
+    for (int i = 1; i < r->n_choices; i++) {
+        struct sched_seq *q = &r->seqs[i];
+        if (!q->follower_waiting || q->slot < 0)
+            continue;
+        int rc = kv_seq_share(engine_kv(s->e), engine_seq(s->e, q->slot), engine_seq(s->e, lead->slot),
+                              r->n_prompt - 1);
+        if (rc)
+            return rc;
+        q->n_kv = r->n_prompt - 1;
+        q->follower_waiting = false;
+    }
+    return 0;
+}
+
+/* Plans the step into s->batch. Returns the KV blocks it needs. */
+static int64_t plan_step(struct scheduler *s)
+{
+    batch_clear(&s->batch);
+    int64_t need = 0;
+    struct kv_pool *pool = engine_kv(s->e);
+    /* decodes first: every sequence with exactly one token to feed */
+    for (int i = 0; i < s->n_running; i++) {
+        struct sched_req *r = s->running[i];
+        for (int c = 0; c < r->n_choices; c++) {
+            struct sched_seq *q = &r->seqs[c];
+            q->step_take = 0;
+            q->step_logits = false;
+            if (q->done || q->slot < 0 || q->follower_waiting || q->n_toks - q->n_kv != 1)
+                continue;
+            batch_add(&s->batch, q->toks[q->n_kv], q->n_kv, q->slot, true);
+            q->step_take = 1;
+            q->step_logits = true;
+            need += kv_seq_blocks_needed(pool, engine_seq(s->e, q->slot), q->n_kv + 1);
+        }
+    }
+    /* then prompt chunks in admission order */
+    int budget = s->p.prefill_chunk;
+    for (int i = 0; i < s->n_running && budget > 0; i++) {
+        struct sched_req *r = s->running[i];
+        bool has_waiting_followers = false;
+        for (int c = 1; c < r->n_choices; c++)
+            has_waiting_followers |= r->seqs[c].follower_waiting && !r->seqs[c].done;
+        for (int c = 0; c < r->n_choices && budget > 0; c++) {
+            struct sched_seq *q = &r->seqs[c];
+            int remaining = q->n_toks - q->n_kv;
+            if (q->done || q->slot < 0 || q->follower_waiting || remaining <= 1)
+                continue;
+            int limit = remaining;
+            if (c == 0 && has_waiting_followers)
+                limit = r->n_prompt - 1 - q->n_kv; /* stop before the last prompt token */
+            if (limit <= 0)
+                continue;
+            int take = limit < budget ? limit : budget;
+            for (int k = 0; k < take; k++) {
+                int pos = q->n_kv + k;
+                batch_add(&s->batch, q->toks[pos], pos, q->slot, pos == q->n_toks - 1);
+            }
+            q->step_take = take;
+            q->step_logits = q->n_kv + take == q->n_toks;
+            budget -= take;
+            need += kv_seq_blocks_needed(pool, engine_seq(s->e, q->slot), q->n_kv + take);
+        }
+    }
+    return need;
+}
+
+static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits)
+{
+    struct sched_seq *q = &r->seqs[c];
+    int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
+    float lp = 0;
+    int32_t t = sampler_sample(q->smp, logits, r->n_logprobs >= 0 ? &lp : NULL, n_top ? s->top_buf : NULL, n_top);
+    int64_t now = sched_now_ns();
+    bool first_of_req;
+    pthread_mutex_lock(&r->mu);
+    first_of_req = r->t_first_token == 0;
+    if (first_of_req)
+        r->t_first_token = now;
+    pthread_mutex_unlock(&r->mu);
+    if (s->metrics) {
+        if (first_of_req)
+            metrics_observe(s->metrics, MH_TTFT, (double)(now - r->t_arrival) / 1e9);
+        else if (q->t_last)
+            metrics_observe(s->metrics, MH_ITL, (double)(now - q->t_last) / 1e9);
+    }
+    q->t_last = now;
+    if (!r->ignore_eos && tokenizer_is_eog(s->tok, t)) {
+        seq_finish(s, r, c, SCHED_STOP);
+        return 0;
+    }
+    sampler_accept(q->smp, t);
+    int rc = seq_push_token(q, t);
+    if (rc)
+        return rc;
+    q->n_gen++;
+    if (s->metrics)
+        metrics_add(s->metrics, MC_GENERATED_TOKENS, 1);
+    int n = tokenizer_stream_push(s->tok, &q->ds, t, false, s->piece, s->piece_cap);
+    if (n > s->piece_cap) {
+        char *np = realloc(s->piece, (size_t)n);
+        if (!np)
+            return ERR_NOMEM;
+        s->piece = np;
+        s->piece_cap = n;
+        n = tokenizer_stream_push(s->tok, &q->ds, t, false, s->piece, s->piece_cap);
+    }
+    if (n < 0)
+        n = 0;
+    size_t need = (size_t)n + q->stop.max_len + 8;
+    if (need > (size_t)s->textbuf_cap) {
+        char *nb = realloc(s->textbuf, need);
+        if (!nb)
+            return ERR_NOMEM;
+        s->textbuf = nb;
+        s->textbuf_cap = (int)need;
+    }
+    bool stopped = false;
+    size_t m = stop_matcher_feed(&q->stop, s->piece, (size_t)n, s->textbuf, (size_t)s->textbuf_cap, &stopped);
+    rc = choice_append(r, c, t, s->textbuf, m, lp, n_top ? s->top_buf : NULL, n_top);
+    s->dirty = true;
+    if (rc)
+        return rc;
+    if (stopped)
+        seq_finish(s, r, c, SCHED_STOP);
+    else if (q->n_gen >= r->max_tokens || q->n_toks >= s->n_ctx) /* prompt + completion <= context */
+        seq_finish(s, r, c, SCHED_LENGTH);
+    return 0;
+}
+
+/* Runs one step; returns true when work was done. */
+static bool step(struct scheduler *s)
+{
+    struct kv_pool *pool = engine_kv(s->e);
+    for (int i = 0; i < s->n_running; i++)
+        if (join_followers(s, s->running[i]))
+            req_finish(s, s->running[i--], ERR_NOMEM, "out of memory sharing the prompt");
+    int64_t need;
+    for (;;) {
+        need = plan_step(s);
+        int64_t free_b = kv_pool_free_blocks(pool);
+        if (need <= free_b)
+            break;
+        if (s->pc && prefix_cache_evict(s->pc, need - free_b) >= need - free_b)
+            continue;
+        if (s->n_running > 1) {
+            preempt_last(s);
+            continue;
+        }
+        if (s->n_running == 1) {
+            req_finish(s, s->running[0], ERR_NO_SPACE,
+                       "the KV cache is too small for this request; raise --kv-memory or lower max_tokens");
+            continue;
+        }
+        break;
+    }
+    if (s->batch.n == 0)
+        return false;
+    char err[ERR_MSG_MAX];
+    int rc = engine_forward(s->e, &s->batch, s->logits, err);
+    atomic_fetch_add(&s->st_steps, 1);
+    if (s->metrics)
+        metrics_add(s->metrics, MC_ENGINE_STEPS, 1);
+    if (rc) {
+        /* Should not happen (the plan respects every engine rule): fail the requests of this step. */
+        log_error("scheduler: engine_forward failed: %s", err);
+        for (int i = 0; i < s->n_running; i++) {
+            struct sched_req *r = s->running[i];
+            bool in_step = false;
+            for (int c = 0; c < r->n_choices; c++)
+                in_step |= r->seqs[c].step_take > 0;
+            if (in_step)
+                req_finish(s, r, ERR_INTERNAL, err), i--;
+        }
+        return true;
+    }
+    /* Account the step, then sample in batch order (rows follow the batch's logits tokens). The list of
+     * rows is taken before sampling, since finishing a request reshuffles s->running. */
+    int n_rows = 0;
+    struct sched_req *row_req[SCHED_MAX_SLOTS];
+    int row_choice[SCHED_MAX_SLOTS];
+    for (int i = 0; i < s->n_running; i++) {
+        struct sched_req *r = s->running[i];
+        for (int c = 0; c < r->n_choices; c++) {
+            struct sched_seq *q = &r->seqs[c];
+            if (!q->step_take)
+                continue;
+            q->n_kv += q->step_take;
+            if (s->pc)
+                prefix_cache_insert(s->pc, q->toks, q->n_kv, engine_seq(s->e, q->slot), &q->pcur);
+        }
+    }
+    /* logits rows follow the batch's logits tokens; each row's request is pinned, since finishing one
+     * choice may end its request and drop the scheduler's reference while later rows still name it */
+    for (int b = 0; b < s->batch.n; b++) {
+        if (!s->batch.tok[b].logits)
+            continue;
+        int slot = s->batch.tok[b].seq;
+        row_req[n_rows] = s->slot_req[slot];
+        row_choice[n_rows] = s->slot_choice[slot];
+        sched_req_ref(row_req[n_rows]);
+        n_rows++;
+    }
+    for (int k = 0; k < n_rows; k++) {
+        struct sched_req *r = row_req[k];
+        if (r->state == RS_RUNNING && !r->seqs[row_choice[k]].done) {
+            int err2 = sample_seq(s, r, row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab);
+            if (err2 && r->state != RS_DONE)
+                req_finish(s, r, err2, "out of memory while sampling");
+        }
+    }
+    for (int k = 0; k < n_rows; k++)
+        sched_req_unref(row_req[k]);
+    return true;
+}
+
+/* Applies cancellations and deadlines to every queued and running request. */
+static bool sweep_cancelled(struct scheduler *s)
+{
+    int64_t now = sched_now_ns();
+    bool any = false;
+    int all = atomic_load(&s->cancel_all);
+    for (int pass = 0; pass < 2; pass++) {
+        struct sched_req **list = pass ? s->running : s->waiting;
+        int *n = pass ? &s->n_running : &s->n_waiting;
+        for (int i = 0; i < *n; i++) {
+            struct sched_req *r = list[i];
+            int why = atomic_load(&r->cancel);
+            if (!why && r->deadline && now >= r->deadline)
+                why = ERR_TIMEOUT;
+            if (!why && all)
+                why = all;
+            if (!why)
+                continue;
+            char msg[160];
+            if (why == ERR_TIMEOUT)
+                snprintf(msg, sizeof msg, "the request did not finish within its deadline (%.1f s, %s)",
+                         (double)(r->deadline - r->t_arrival) / 1e9, pass ? "while running" : "while queued");
+            else if (why == ERR_CANCELLED)
+                snprintf(msg, sizeof msg, "the client went away; the request was cancelled");
+            else
+                snprintf(msg, sizeof msg, "the server is shutting down");
+            req_finish(s, r, why, msg);
+            i--;
+            any = true;
+        }
+    }
+    return any;
+}
+
+static void *engine_thread(void *arg)
+{
+    struct scheduler *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop && s->n_inbox == 0 && s->n_running == 0 && s->n_waiting == 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        bool stop = s->stop;
+        /* take the inbox (swap buffers, so the lock is held for no work) */
+        struct sched_req **in = s->inbox;
+        int n_in = s->n_inbox;
+        s->inbox = s->inbox_spare;
+        s->inbox_spare = in;
+        int cap_in = s->cap_inbox;
+        s->cap_inbox = s->cap_spare;
+        s->cap_spare = cap_in;
+        s->n_inbox = 0;
+        pthread_mutex_unlock(&s->mu);
+        for (int i = 0; i < n_in; i++) {
+            struct sched_req *r = in[i];
+            if (s->n_waiting == s->cap_waiting) {
+                struct sched_req **nw = realloc(s->waiting, (size_t)s->cap_waiting * 2 * sizeof *nw);
+                if (!nw) {
+                    req_finish(s, r, ERR_NOMEM, "out of memory queueing the request");
+                    continue;
+                }
+                s->waiting = nw;
+                s->cap_waiting *= 2;
+            }
+            s->waiting[s->n_waiting++] = r;
+        }
+
+        /* engine-side setup of new requests */
+        for (int i = 0; i < s->n_waiting; i++) {
+            struct sched_req *r = s->waiting[i];
+            if (!r->seqs && req_prepare(s, r)) {
+                req_finish(s, r, ERR_NOMEM, "out of memory preparing the request");
+                i--;
+            }
+        }
+        if (stop) {
+            while (s->n_running)
+                req_finish(s, s->running[0], ERR_UNAVAILABLE, "the server is shutting down");
+            while (s->n_waiting)
+                req_finish(s, s->waiting[0], ERR_UNAVAILABLE, "the server is shutting down");
+            sched_stats_update(s);
+            if (s->notify)
+                s->notify(s->notify_ctx);
+            break;
+        }
+        sweep_cancelled(s);
+        admit(s);
+        step(s);
+        sched_stats_update(s);
+        if (s->dirty && s->notify)
+            s->notify(s->notify_ctx);
+        s->dirty = false;
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- public */
+
+void sched_params_default(struct sched_params *p)
+{
+    p->max_batch_size = 16;
+    p->max_queue = 64;
+    p->prefill_chunk = 256;
+    p->prefix_cache = true;
+}
+
+struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
+                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err)
+{
+    const struct engine_params *ep = engine_params_get(e);
+    if (p->max_batch_size < 1 || p->max_batch_size > ep->max_seqs || p->max_batch_size > SCHED_MAX_SLOTS) {
+        err_set(err, ERR_INVALID_ARG, "max_batch_size %d must be in [1, min(%d, engine slots %d)]", p->max_batch_size, SCHED_MAX_SLOTS,
+                ep->max_seqs);
+        return NULL;
+    }
+    if (p->prefill_chunk < 1 || p->prefill_chunk + p->max_batch_size > ep->max_batch_tokens) {
+        err_set(err, ERR_INVALID_ARG, "prefill_chunk %d + max_batch_size %d exceeds the engine's batch of %d tokens",
+                p->prefill_chunk, p->max_batch_size, ep->max_batch_tokens);
+        return NULL;
+    }
+    struct scheduler *s = calloc(1, sizeof *s);
+    if (!s) {
+        err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    s->e = e;
+    s->tok = tok;
+    s->p = *p;
+    s->metrics = metrics;
+    s->notify = notify;
+    s->notify_ctx = notify_ctx;
+    s->n_vocab = engine_model(e)->hp.n_vocab;
+    s->n_ctx = ep->n_ctx;
+    s->max_seqs = p->max_batch_size;
+    s->kv_total = kv_pool_params(engine_kv(e))->n_blocks;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->cap_inbox = 64;
+    s->cap_waiting = 64;
+    s->cap_spare = 64;
+    s->inbox = malloc((size_t)s->cap_inbox * sizeof *s->inbox);
+    s->inbox_spare = malloc((size_t)s->cap_spare * sizeof *s->inbox_spare);
+    s->waiting = malloc((size_t)s->cap_waiting * sizeof *s->waiting);
+    s->running = malloc((size_t)s->max_seqs * sizeof *s->running);
+    s->free_slots = malloc((size_t)s->max_seqs * sizeof *s->free_slots);
+    s->slot_req = calloc((size_t)s->max_seqs, sizeof *s->slot_req);
+    s->slot_choice = calloc((size_t)s->max_seqs, sizeof *s->slot_choice);
+    s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof *s->logits);
+    s->top_buf = malloc(64 * sizeof *s->top_buf);
+    s->piece_cap = 256;
+    s->piece = malloc((size_t)s->piece_cap);
+    s->textbuf_cap = 1024;
+    s->textbuf = malloc((size_t)s->textbuf_cap);
+    if (!s->inbox || !s->inbox_spare || !s->waiting || !s->running || !s->free_slots || !s->slot_req || !s->slot_choice || !s->logits || !s->top_buf || !s->piece ||
+        !s->textbuf || batch_init(&s->batch, p->prefill_chunk + p->max_batch_size))
+        goto oom;
+    if (p->prefix_cache && !(s->pc = prefix_cache_create(engine_kv(e))))
+        goto oom;
+    for (int i = 0; i < s->max_seqs; i++)
+        s->free_slots[i] = s->max_seqs - 1 - i; /* slot 0 handed out first */
+    s->n_free_slots = s->max_seqs;
+    sched_stats_update(s);
+    return s;
+oom:
+    err_set(err, ERR_NOMEM, "out of memory creating the scheduler");
+    scheduler_destroy(s);
+    return NULL;
+}
+
+int scheduler_start(struct scheduler *s)
+{
+    if (pthread_create(&s->thread, NULL, engine_thread, s))
+        return ERR_INTERNAL;
+    s->started = true;
+    return 0;
+}
+
+void scheduler_destroy(struct scheduler *s)
+{
+    if (!s)
+        return;
+    if (s->started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    for (int i = 0; i < s->n_inbox; i++) /* submitted after the thread ended */
+        sched_req_unref(s->inbox[i]);
+    prefix_cache_destroy(s->pc);
+    batch_deinit(&s->batch);
+    free(s->inbox);
+    free(s->inbox_spare);
+    free(s->waiting);
+    free(s->running);
+    free(s->free_slots);
+    free(s->logits);
+    free(s->top_buf);
+    free(s->piece);
+    free(s->textbuf);
+    free(s->slot_req);
+    free(s->slot_choice);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+int scheduler_submit(struct scheduler *s, struct sched_req *r)
+{
+    if (atomic_load(&s->draining))
+        return ERR_UNAVAILABLE;
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        return ERR_UNAVAILABLE;
+    }
+    if (atomic_load(&s->n_queued) >= s->p.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        if (s->metrics)
+            metrics_add(s->metrics, MC_REJECTED_QUEUE_FULL, 1);
+        return ERR_QUEUE_FULL;
+    }
+    if (s->n_inbox == s->cap_inbox) {
+        struct sched_req **ni = realloc(s->inbox, (size_t)s->cap_inbox * 2 * sizeof *ni);
+        if (!ni) {
+            pthread_mutex_unlock(&s->mu);
+            return ERR_NOMEM;
+        }
+        s->inbox = ni;
+        s->cap_inbox *= 2;
+    }
+    sched_req_ref(r);
+    r->state = RS_QUEUED;
+    s->inbox[s->n_inbox++] = r;
+    atomic_fetch_add(&s->n_queued, 1);
+    atomic_store(&s->st_waiting, atomic_load(&s->n_queued));
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void scheduler_cancel(struct scheduler *s, struct sched_req *r, int reason)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&r->cancel, &zero, reason);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void scheduler_drain(struct scheduler *s) { atomic_store(&s->draining, true); }
+
+void scheduler_cancel_all(struct scheduler *s, int reason)
+{
+    atomic_store(&s->cancel_all, reason);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void scheduler_stats(const struct scheduler *s, struct sched_stats *out)
+{
+    struct scheduler *m = (struct scheduler *)s;
+    out->running = atomic_load(&m->st_running);
+    out->waiting = atomic_load(&m->st_waiting);
+    out->kv_blocks_used = atomic_load(&m->st_kv_used);
+    out->kv_blocks_total = s->kv_total;
+    out->prefix_cache_blocks = atomic_load(&m->st_cache_blocks);
+    out->steps = atomic_load(&m->st_steps);
+}

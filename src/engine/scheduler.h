@@ -1,0 +1,154 @@
+/*
+ * scheduler: the engine thread. It owns the engine and runs continuous batching: requests join the running
+ * batch as sequence slots and KV blocks allow and leave it the step they finish; each step evaluates every
+ * running decode plus a budget of prompt tokens (chunked prefill, so a long prompt never stalls the decodes
+ * of others), samples each sequence with its own sampler, detokenizes, applies stop strings and appends the
+ * result to the request's outbox, then calls notify() so the I/O thread can ship it.
+ *
+ * Policies: first-come first-served admission from a bounded wait queue; prefix reuse across requests
+ * through the prefix cache (prompt blocks already computed are shared, not recomputed); when KV blocks run
+ * out, the most recently admitted request is preempted (its blocks freed, its tokens recomputed when it
+ * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
+ *
+ * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; everything else
+ * in a request marked "engine" is touched only by the engine thread. A request is reference-counted: the
+ * submitter holds one reference, the scheduler another until the request is finished.
+ */
+#ifndef WAFER_ENGINE_SCHEDULER_H
+#define WAFER_ENGINE_SCHEDULER_H
+
+#include "engine/engine.h"
+#include "engine/prefix_cache.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+enum sched_finish {
+    SCHED_RUNNING = 0,
+    SCHED_STOP,      /* end-of-generation token or a stop string */
+    SCHED_LENGTH,    /* max_tokens or the context is full */
+    SCHED_ERROR,     /* see sched_req.error / errmsg (cancelled, timeout, no space, internal) */
+};
+
+/* One generated token of one choice, as the I/O thread reads it. */
+struct sched_token {
+    int32_t id;
+    uint32_t text_off, text_len; /* the text this token released (0 when held back: partial UTF-8 or a
+                                    possible stop string; released later with another token) */
+    float logprob;               /* chosen token's log-probability (when logprobs were asked) */
+    int32_t top_off;             /* first of n_top entries in the choice's top[] (-1: none) */
+};
+
+/* Output of one choice. Appended by the engine thread under the request's mutex. */
+struct sched_choice {
+    char *text; /* all text so far (not NUL-terminated) */
+    size_t text_len, text_cap;
+    struct sched_token *toks;
+    int n_toks, cap_toks;
+    struct sampler_logprob *top; /* [n_toks * n_top] when logprobs were asked */
+    int n_top_used, cap_top;
+    enum sched_finish finish;
+};
+
+struct sched_seq; /* engine-private per-choice state */
+
+struct sched_req {
+    /* ---- input: set by the submitter before scheduler_submit, then read-only ---- */
+    uint64_t id;
+    int32_t *prompt; /* [n_prompt], owned (freed with the request) */
+    int n_prompt;
+    int n_choices;  /* >= 1 */
+    int max_tokens; /* >= 1 */
+    struct sampler_params sp;
+    char **stop; /* [n_stop], owned */
+    int n_stop;
+    int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
+    bool ignore_eos;
+    int64_t t_arrival; /* ns, CLOCK_MONOTONIC */
+    int64_t deadline;  /* ns, CLOCK_MONOTONIC; 0: none */
+    void *user;        /* the submitter's pointer, untouched by the scheduler */
+
+    /* ---- shared ---- */
+    atomic_int refs;
+    atomic_int cancel; /* 0, or the ERR_* reason (ERR_CANCELLED, ERR_TIMEOUT, ERR_UNAVAILABLE) */
+    pthread_mutex_t mu;
+    /* guarded by mu: */
+    struct sched_choice *choices; /* [n_choices] */
+    bool finished;                /* every choice is done; nothing more will be appended */
+    int error;                    /* ERR_* when finished with SCHED_ERROR */
+    char errmsg[256];
+    int cached_tokens;            /* prompt tokens reused from the prefix cache at first admission */
+    int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
+    uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
+
+    /* ---- engine thread only ---- */
+    struct sched_seq *seqs; /* [n_choices] */
+    int state;              /* queued / waiting / running / done */
+    uint64_t admit_order;
+    int n_done;
+    bool counted;           /* prompt tokens / queue time recorded */
+};
+
+/* A new request with refcount 1 (the caller's). prompt is copied. NULL on OOM. The caller fills the input
+ * fields (stop strings are copied with sched_req_set_stop), then submits. */
+struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_choices);
+int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop);
+void sched_req_ref(struct sched_req *r);
+/* Drops a reference; the last one frees the request. */
+void sched_req_unref(struct sched_req *r);
+
+struct sched_params {
+    int max_batch_size; /* running sequences = engine slots (engine max_seqs must be at least this) */
+    int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
+    int prefill_chunk;  /* prompt tokens per step */
+    bool prefix_cache;  /* reuse KV blocks across requests (default true) */
+};
+
+void sched_params_default(struct sched_params *p);
+
+struct metrics;
+
+/* Snapshot for /metrics and /ready (any thread). */
+struct sched_stats {
+    int running;  /* requests with slots */
+    int waiting;  /* requests queued or waiting for admission */
+    int64_t kv_blocks_used;  /* referenced by sequences */
+    int64_t kv_blocks_total;
+    int64_t prefix_cache_blocks;
+    uint64_t steps;
+};
+
+struct scheduler;
+
+/* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
+ * max_batch_size) and the model's tokenizer. metrics may be NULL. notify(ctx) is called from the engine
+ * thread whenever requests have new output or finished. NULL and a message on failure. */
+struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
+                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err);
+/* Stops the engine thread (requests still in flight are finished with ERR_UNAVAILABLE) and frees. */
+void scheduler_destroy(struct scheduler *s);
+
+/* Starts the engine thread. 0 or ERR_NOMEM/ERR_INTERNAL. */
+int scheduler_start(struct scheduler *s);
+
+/* Queues r (takes a reference). ERR_QUEUE_FULL when max_queue requests wait, ERR_UNAVAILABLE once
+ * draining; on error no reference is taken. Any thread. */
+int scheduler_submit(struct scheduler *s, struct sched_req *r);
+/* Marks r cancelled with reason (ERR_CANCELLED, ERR_TIMEOUT, ...): the engine drops it at its next step,
+ * frees its KV blocks and finishes it with that error. Any thread; idempotent. */
+void scheduler_cancel(struct scheduler *s, struct sched_req *r, int reason);
+/* Refuses new submissions from now on (draining). */
+void scheduler_drain(struct scheduler *s);
+/* Cancels every request in flight with reason. */
+void scheduler_cancel_all(struct scheduler *s, int reason);
+
+void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
+
+/* CLOCK_MONOTONIC in ns. */
+int64_t sched_now_ns(void);
+
+#endif

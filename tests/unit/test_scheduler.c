@@ -1,0 +1,382 @@
+/* Tests for the scheduler on the real stories260K model: greedy output equals a plain engine loop, equal
+ * alone and in a batch, n > 1 choices, stop strings, cancellation and deadlines (queued and running), queue
+ * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). */
+#include "testutil.h"
+
+#include "core/err.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer.h"
+#include "server/metrics.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MODEL "models/stories260K/stories260K.gguf"
+#define MODEL_SLOW "models/llama-19M/llama-19M-Q8_0.gguf" /* 512 context, ~10x slower per token */
+
+static pthread_mutex_t notify_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t notify_cv = PTHREAD_COND_INITIALIZER;
+static int notify_count;
+
+static void on_notify(void *ctx)
+{
+    (void)ctx;
+    pthread_mutex_lock(&notify_mu);
+    notify_count++;
+    pthread_cond_broadcast(&notify_cv);
+    pthread_mutex_unlock(&notify_mu);
+}
+
+static bool req_finished(struct sched_req *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool f = r->finished;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
+static void wait_finished(struct sched_req *r)
+{
+    for (int i = 0; i < 30000 && !req_finished(r); i++)
+        usleep(1000);
+    assert_true(req_finished(r));
+}
+
+struct fixture {
+    struct model *m;
+    struct engine *e;
+    struct scheduler *s;
+    struct metrics *metrics;
+};
+
+static void fixture_up_model(struct fixture *f, const char *model, int max_batch, int max_queue, int64_t kv_blocks,
+                             int chunk)
+{
+    const char *path = TEST_SHARED_OR_SKIP(model);
+    char err[ERR_MSG_MAX];
+    f->m = model_load(path, err);
+    assert_non_null(f->m);
+    struct engine_params ep;
+    engine_params_default(&ep);
+    ep.n_threads = 1;
+    ep.max_seqs = max_batch;
+    ep.max_batch_tokens = chunk + max_batch;
+    ep.kv_blocks = kv_blocks;
+    f->e = engine_create(f->m, &ep, err);
+    assert_non_null(f->e);
+    f->metrics = metrics_create();
+    struct sched_params sp;
+    sched_params_default(&sp);
+    sp.max_batch_size = max_batch;
+    sp.max_queue = max_queue;
+    sp.prefill_chunk = chunk;
+    f->s = scheduler_create(f->e, f->m->tok, &sp, f->metrics, on_notify, NULL, err);
+    if (!f->s)
+        print_error("%s\n", err);
+    assert_non_null(f->s);
+    assert_int_equal(scheduler_start(f->s), 0);
+}
+
+static void fixture_up(struct fixture *f, int max_batch, int max_queue, int64_t kv_blocks, int chunk)
+{
+    fixture_up_model(f, MODEL, max_batch, max_queue, kv_blocks, chunk);
+}
+
+static void fixture_down(struct fixture *f)
+{
+    scheduler_destroy(f->s);
+    engine_destroy(f->e);
+    metrics_destroy(f->metrics);
+    model_destroy(f->m);
+}
+
+static int tokenize(const struct model *m, const char *text, int32_t *out, int cap)
+{
+    int n = tokenizer_encode(m->tok, text, strlen(text), true, false, out, cap);
+    assert_true(n > 0 && n <= cap);
+    return n;
+}
+
+static struct sched_req *make_req(const struct model *m, const char *prompt, int max_tokens, int n)
+{
+    int32_t toks[128];
+    int nt = tokenize(m, prompt, toks, 128);
+    struct sched_req *r = sched_req_create(toks, nt, n);
+    assert_non_null(r);
+    r->max_tokens = max_tokens;
+    r->sp.temperature = 0;
+    r->t_arrival = sched_now_ns();
+    return r;
+}
+
+/* Generated token ids of choice c (copy). */
+static int req_tokens(struct sched_req *r, int c, int32_t *out, int cap)
+{
+    pthread_mutex_lock(&r->mu);
+    int n = r->choices[c].n_toks < cap ? r->choices[c].n_toks : cap;
+    for (int i = 0; i < n; i++)
+        out[i] = r->choices[c].toks[i].id;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Plain greedy loop on a private engine: the reference. */
+static int reference_greedy(const struct model *m, const char *prompt, int max_tokens, int32_t *out)
+{
+    char err[ERR_MSG_MAX];
+    struct engine_params ep;
+    engine_params_default(&ep);
+    ep.n_threads = 1;
+    struct engine *e = engine_create(m, &ep, err);
+    assert_non_null(e);
+    int32_t toks[128];
+    int nt = tokenize(m, prompt, toks, 128);
+    struct batch b;
+    assert_int_equal(batch_init(&b, 256), 0);
+    float *logits = malloc((size_t)m->hp.n_vocab * sizeof *logits);
+    for (int i = 0; i < nt; i++)
+        batch_add(&b, toks[i], i, 0, i == nt - 1);
+    assert_int_equal(engine_forward(e, &b, logits, err), 0);
+    int n = 0;
+    while (n < max_tokens) {
+        int best = 0;
+        for (int v = 1; v < m->hp.n_vocab; v++)
+            if (logits[v] > logits[best])
+                best = v;
+        if (tokenizer_is_eog(m->tok, best))
+            break;
+        out[n++] = best;
+        if (n == max_tokens || nt + n >= engine_params_get(e)->n_ctx)
+            break;
+        batch_clear(&b);
+        batch_add(&b, best, nt + n - 1, 0, true);
+        assert_int_equal(engine_forward(e, &b, logits, err), 0);
+    }
+    free(logits);
+    batch_deinit(&b);
+    engine_destroy(e);
+    return n;
+}
+
+static const char *prompts[] = {"Once upon a time", "The cat sat", "Lily went to the park and", "One day, a big dog",
+                                "Tom had a red ball", "There was a little bird", "Sue liked to", "The sun was"};
+
+static void test_matches_reference_and_batch(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, 8, 64, 0, 16); /* small chunks: prompts span several steps */
+    int32_t ref[8][64], got[64];
+    int nref[8];
+    for (int i = 0; i < 8; i++)
+        nref[i] = reference_greedy(f.m, prompts[i], 40, ref[i]);
+    /* alone */
+    struct sched_req *r = make_req(f.m, prompts[0], 40, 1);
+    assert_int_equal(scheduler_submit(f.s, r), 0);
+    wait_finished(r);
+    assert_int_equal(r->error, 0);
+    int n = req_tokens(r, 0, got, 64);
+    assert_int_equal(n, nref[0]);
+    assert_memory_equal(got, ref[0], (size_t)n * sizeof *got);
+    assert_true(r->choices[0].finish == SCHED_STOP || r->choices[0].finish == SCHED_LENGTH);
+    assert_true(r->choices[0].text_len > 0);
+    sched_req_unref(r);
+    /* eight at once */
+    struct sched_req *rs[8];
+    for (int i = 0; i < 8; i++) {
+        rs[i] = make_req(f.m, prompts[i], 40, 1);
+        assert_int_equal(scheduler_submit(f.s, rs[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        wait_finished(rs[i]);
+        assert_int_equal(rs[i]->error, 0);
+        n = req_tokens(rs[i], 0, got, 64);
+        if (n != nref[i] || memcmp(got, ref[i], (size_t)n * sizeof *got))
+            print_error("request %d differs from its reference in a batch\n", i);
+        assert_int_equal(n, nref[i]);
+        assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
+        sched_req_unref(rs[i]);
+    }
+    struct sched_stats st;
+    scheduler_stats(f.s, &st);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    /* the first request's prompt was cached: usage reports it */
+    assert_true(metrics_get(f.metrics, MC_PREFIX_QUERIES) == 9);
+    fixture_down(&f);
+}
+
+static void test_n_choices_and_stop(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, 4, 64, 0, 32);
+    int32_t ref[64], got[64];
+    int nref = reference_greedy(f.m, prompts[2], 30, ref);
+    struct sched_req *r = make_req(f.m, prompts[2], 30, 3);
+    assert_int_equal(scheduler_submit(f.s, r), 0);
+    wait_finished(r);
+    assert_int_equal(r->error, 0);
+    for (int c = 0; c < 3; c++) {
+        int n = req_tokens(r, c, got, 64);
+        assert_int_equal(n, nref);
+        assert_memory_equal(got, ref, (size_t)n * sizeof *got);
+    }
+    /* stop string: the text ends before it and the finish reason is stop */
+    char full[1024];
+    size_t fl = r->choices[0].text_len < sizeof full - 1 ? r->choices[0].text_len : sizeof full - 1;
+    memcpy(full, r->choices[0].text, fl);
+    full[fl] = 0;
+    sched_req_unref(r);
+    assert_true(fl > 12);
+    char stop[8];
+    memcpy(stop, full + 8, 4); /* a piece from the middle of the greedy text */
+    stop[4] = 0;
+    char *first = strstr(full, stop);
+    struct sched_req *r2 = make_req(f.m, prompts[2], 30, 1);
+    char *stops[] = {stop};
+    assert_int_equal(sched_req_set_stop(r2, stops, 1), 0);
+    assert_int_equal(scheduler_submit(f.s, r2), 0);
+    wait_finished(r2);
+    assert_int_equal(r2->choices[0].finish, SCHED_STOP);
+    assert_int_equal(r2->choices[0].text_len, (size_t)(first - full));
+    assert_memory_equal(r2->choices[0].text, full, (size_t)(first - full));
+    sched_req_unref(r2);
+    /* sampled choices with a seed: reproducible */
+    struct sched_req *a = make_req(f.m, prompts[0], 20, 2), *b = make_req(f.m, prompts[0], 20, 2);
+    a->sp.temperature = b->sp.temperature = 1.0f;
+    a->sp.seed = b->sp.seed = 42;
+    assert_int_equal(scheduler_submit(f.s, a), 0);
+    assert_int_equal(scheduler_submit(f.s, b), 0);
+    wait_finished(a);
+    wait_finished(b);
+    for (int c = 0; c < 2; c++) {
+        int32_t ta[64], tb[64];
+        int na = req_tokens(a, c, ta, 64), nb = req_tokens(b, c, tb, 64);
+        assert_int_equal(na, nb);
+        assert_memory_equal(ta, tb, (size_t)na * sizeof *ta);
+    }
+    sched_req_unref(a);
+    sched_req_unref(b);
+    fixture_down(&f);
+}
+
+static void test_cancel_deadline_queue(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up_model(&f, MODEL_SLOW, 1, 2, 0, 16);
+    /* a long running request (up to the 512-token context) holds the only slot */
+    struct sched_req *run = make_req(f.m, prompts[0], 100000, 1);
+    run->ignore_eos = true;
+    assert_int_equal(scheduler_submit(f.s, run), 0);
+    for (int i = 0; i < 5000; i++) {
+        struct sched_stats st;
+        scheduler_stats(f.s, &st);
+        if (st.running == 1)
+            break;
+        usleep(1000);
+    }
+    /* queued with a short deadline: times out while queued */
+    struct sched_req *q = make_req(f.m, prompts[1], 10, 1);
+    q->deadline = sched_now_ns() + 50 * 1000000LL;
+    assert_int_equal(scheduler_submit(f.s, q), 0);
+    struct sched_req *q2 = make_req(f.m, prompts[2], 10, 1);
+    assert_int_equal(scheduler_submit(f.s, q2), 0);
+    /* queue bound: 2 waiting */
+    struct sched_req *q3 = make_req(f.m, prompts[3], 10, 1);
+    assert_int_equal(scheduler_submit(f.s, q3), ERR_QUEUE_FULL);
+    sched_req_unref(q3);
+    wait_finished(q);
+    assert_int_equal(q->error, ERR_TIMEOUT);
+    assert_non_null(strstr(q->errmsg, "while queued"));
+    assert_int_equal(q->choices[0].n_toks, 0);
+    /* cancel the running one (as a client going away): q2 then runs to completion */
+    scheduler_cancel(f.s, run, ERR_CANCELLED);
+    wait_finished(run);
+    assert_int_equal(run->error, ERR_CANCELLED);
+    assert_true(run->choices[0].n_toks > 0);
+    wait_finished(q2);
+    assert_int_equal(q2->error, 0);
+    struct sched_stats st;
+    scheduler_stats(f.s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(metrics_get(f.metrics, MC_CANCELLED), 1);
+    assert_int_equal(metrics_get(f.metrics, MC_TIMEOUTS), 1);
+    sched_req_unref(run);
+    sched_req_unref(q);
+    sched_req_unref(q2);
+    fixture_down(&f);
+}
+
+static void test_preemption(void **state)
+{
+    (void)state;
+    struct fixture f;
+    /* 12 blocks of 16 positions: two sequences of ~100 positions cannot both finish without preemption */
+    fixture_up(&f, 4, 64, 12, 32);
+    int32_t ref[4][128], got[128];
+    int nref[4];
+    for (int i = 0; i < 4; i++)
+        nref[i] = reference_greedy(f.m, prompts[i], 90, ref[i]);
+    struct sched_req *rs[4];
+    for (int i = 0; i < 4; i++) {
+        rs[i] = make_req(f.m, prompts[i], 90, 1);
+        rs[i]->ignore_eos = false;
+        assert_int_equal(scheduler_submit(f.s, rs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        wait_finished(rs[i]);
+        assert_int_equal(rs[i]->error, 0);
+        int n = req_tokens(rs[i], 0, got, 128);
+        assert_int_equal(n, nref[i]);
+        assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
+        sched_req_unref(rs[i]);
+    }
+    print_message("preemptions: %lld\n", (long long)metrics_get(f.metrics, MC_PREEMPTIONS));
+    assert_true(metrics_get(f.metrics, MC_PREEMPTIONS) > 0);
+    struct sched_stats st;
+    scheduler_stats(f.s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    fixture_down(&f);
+}
+
+static void test_prefix_reuse(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, 2, 8, 0, 64);
+    const char *p = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park";
+    struct sched_req *a = make_req(f.m, p, 8, 1);
+    assert_int_equal(scheduler_submit(f.s, a), 0);
+    wait_finished(a);
+    assert_int_equal(a->cached_tokens, 0);
+    struct sched_req *b = make_req(f.m, p, 8, 1);
+    assert_int_equal(scheduler_submit(f.s, b), 0);
+    wait_finished(b);
+    assert_true(b->cached_tokens >= 16);
+    assert_true(b->cached_tokens < b->n_prompt);
+    int32_t ta[16], tb[16];
+    int na = req_tokens(a, 0, ta, 16), nb = req_tokens(b, 0, tb, 16);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ta, tb, (size_t)na * sizeof *ta);
+    assert_int_equal(metrics_get(f.metrics, MC_PREFIX_HITS), 1);
+    sched_req_unref(a);
+    sched_req_unref(b);
+    fixture_down(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matches_reference_and_batch), cmocka_unit_test(test_n_choices_and_stop),
+        cmocka_unit_test(test_cancel_deadline_queue),       cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_prefix_reuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
