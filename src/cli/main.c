@@ -19,6 +19,7 @@ static const struct cli_command cli_commands[] = {
     {"perplexity", cmd_perplexity_main, "perplexity of a model over a text file (as llama-perplexity)"},
     {"convert", cmd_convert_main, "convert a llama2.c checkpoint to GGUF"},
     {"model", cmd_model_main, "make a model with random weights (model new)"},
+    {"serve", cmd_serve_main, "run the OpenAI-compatible HTTP server"},
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
     {NULL, NULL, NULL},

@@ -1,0 +1,158 @@
+/*
+ * api: what the endpoint handlers (api_*.c) and the wiring (server.c) share. Everything here runs on the
+ * I/O thread except where a comment says otherwise.
+ *
+ * One HTTP request that generates is an api_call: it owns one scheduler request per prompt (several for a
+ * multi-prompt completion or a batch_generate), lives in the server's list of active calls, and is pumped
+ * from on_wake: new tokens become SSE chunks, or, once every request finished, one JSON response. A call
+ * whose client went away is cancelled and freed at once; the engine keeps its own reference to each
+ * scheduler request until it has dropped it.
+ */
+#ifndef WAFER_SERVER_API_H
+#define WAFER_SERVER_API_H
+
+#include "engine/scheduler.h"
+#include "server/chat_template.h"
+#include "server/config.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/request_validate.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A stream stops producing while this much output is queued for its client (backpressure). */
+#define API_BACKPRESSURE_BYTES (512 * 1024)
+
+enum api_route {
+    ROUTE_HEALTH,
+    ROUTE_READY,
+    ROUTE_METRICS,
+    ROUTE_MODELS,
+    ROUTE_MODEL_ONE, /* GET /v1/models/{id} */
+    ROUTE_COMPLETIONS,
+    ROUTE_CHAT,
+    ROUTE_GENERATE,
+    ROUTE_BATCH,
+    ROUTE_GENERATE_STREAM,
+    ROUTE_TOKENIZE,
+    ROUTE_DETOKENIZE,
+    ROUTE_COUNT_
+};
+
+enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
+
+struct api_call;
+
+struct server {
+    struct server_config *cfg;
+    struct metrics *metrics;
+    struct http_server *http;
+    struct model *model;         /* NULL while loading */
+    struct engine *engine;
+    struct scheduler *sched;
+    atomic_int state;            /* enum server_state */
+    atomic_int n_inflight;       /* calls not yet answered (drain waits for 0) */
+    enum chat_family chat;       /* CHAT_NONE: chat requests are refused with chat_err */
+    char chat_err[512];
+    char *bos_text, *eos_text;
+    int n_ctx;
+    struct gen_defaults defaults;
+    struct api_call *calls; /* active calls (I/O thread) */
+    uint64_t next_id;
+    int64_t created; /* unix time the model was loaded, for /v1/models */
+};
+
+struct api_call {
+    struct server *srv;
+    struct http_conn *conn; /* NULL once the client went away */
+    enum api_route route;
+    enum api_kind kind;
+    char id[48];
+    int64_t t_start; /* ns, monotonic */
+    int64_t created; /* unix seconds */
+    bool stream, include_usage, echo;
+    int logprobs; /* -1 none */
+    int n;        /* choices per prompt */
+    int n_reqs;
+    struct sched_req **reqs;     /* [n_reqs]; NULL for a batch item that failed before submission */
+    struct api_error *item_errs; /* [n_reqs] (batch_generate) */
+    char **echo_text;            /* [n_reqs] prompt text for echo, or NULL */
+    int *sent;                   /* [n_reqs * n] tokens already streamed per choice */
+    size_t *sent_text;           /* [n_reqs * n] bytes of text already streamed per choice */
+    uint64_t *seen;              /* [n_reqs] request version at the last pump */
+    bool *fin_sent;              /* [n_reqs * n] final chunk sent */
+    bool began;                  /* stream headers sent */
+    char cors[384];  /* CORS header lines for the deferred response */
+    bool answered; /* a response was sent (and counted) */
+    bool logged;   /* its log line was written */
+    int status;
+    struct api_call *prev, *next;
+};
+
+/* ---- server.c ---- */
+const char *api_route_name(enum api_route r);
+/* Sends an OpenAI-style error {"error":{"message","type","param","code"}} and counts/logs it. code is the
+ * ERR_* code (status and type come from the err table unless status is given, > 0); oa_code overrides the
+ * "code" string. extra_headers may be NULL. */
+void api_respond_error(struct server *srv, struct http_conn *c, enum api_route route, int status, int code,
+                       const char *param, const char *oa_code, const char *extra_headers, const char *fmt, ...)
+    __attribute__((format(printf, 9, 10)));
+void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e);
+/* Answers a call (not yet answered) with an error; the call's own log line follows at api_call_finish. */
+void api_call_respond_error(struct api_call *call, int code, const char *message);
+/* Serializes j (stolen) and sends it with status; counts it. */
+void api_respond_json(struct server *srv, struct http_conn *c, enum api_route route, int status, json_t *j);
+/* The CORS header lines for this request (empty string when none), valid until the next call. */
+const char *api_cors_headers(void);
+
+/* Creates a call for a request that will be answered later; it is linked into srv->calls. */
+struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum api_route route, enum api_kind kind,
+                                 int n_reqs);
+/* Ends the call: unlinks, cancels and drops its scheduler requests, logs, frees. */
+void api_call_finish(struct api_call *call);
+/* Submits every prepared request (reqs[i] != NULL). On failure cancels those already submitted and answers
+ * the error itself (429 with Retry-After, 503): returns false, the call is finished. */
+bool api_call_submit(struct api_call *call);
+/* Pushes what is new to the client; finishes the call when everything was sent. */
+void api_call_pump(struct api_call *call);
+
+/* Tokenizes a prompt (text with BOS as the model says and special tokens parsed, or token ids checked
+ * against the vocabulary). Returns a malloc'd array and its length, or NULL with e filled. */
+int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, const char *param, int *n_out,
+                             struct api_error *e);
+/* Decides max_tokens (request, default, context room) and refuses prompts that do not fit the context with
+ * context_length_exceeded naming both counts. 0 or the error. */
+int api_check_context(struct server *srv, int n_prompt, int max_tokens_req, int *max_tokens, struct api_error *e);
+/* Builds a scheduler request from validated parameters. NULL with e filled. */
+struct sched_req *api_make_sched_req(struct server *srv, const struct gen_request *g, const int32_t *toks,
+                                     int n_toks, int max_tokens, struct api_error *e);
+/* Whether model names a served model (NULL or empty: yes); fills e with 404 model_not_found otherwise. */
+bool api_model_ok(struct server *srv, const char *model, struct api_error *e);
+/* Valid UTF-8 copy of s[0..len) (invalid bytes become U+FFFD) as a JSON string. */
+json_t *api_json_text(const char *s, size_t len);
+/* Finish reason of a choice: "stop", "length", or NULL while running. */
+const char *api_finish_name(enum sched_finish f);
+
+/* ---- api_openai.c ---- */
+void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat);
+void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len);
+/* Chunk/response builders used by the pump for the OpenAI routes. */
+void api_openai_pump(struct api_call *call);
+
+/* ---- api_simple.c ---- */
+void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_generate_stream(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_batch_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_simple_pump(struct api_call *call);
+
+/* ---- api_misc.c ---- */
+void api_tokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_detokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_health(struct server *srv, struct http_conn *c);
+void api_ready(struct server *srv, struct http_conn *c);
+void api_metrics(struct server *srv, struct http_conn *c);
+
+#endif

@@ -1,0 +1,468 @@
+/*
+ * api_openai: POST /v1/completions, POST /v1/chat/completions and GET /v1/models, in the shapes of the
+ * OpenAI API so that its clients work unchanged.
+ *
+ * Streaming sends one SSE chunk per generated token that released text (tokens whose bytes are held back,
+ * an incomplete UTF-8 sequence or a possible stop string, ride with a later chunk), a last chunk per choice
+ * with its finish_reason, the usage chunk when stream_options.include_usage asks, then "data: [DONE]".
+ * Text is streamed by byte offset, so bytes released only when a choice ends still reach the client.
+ */
+#include "core/err.h"
+#include "core/log.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "server/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int token_piece(struct server *srv, int32_t id, char *buf, int cap)
+{
+    int n = tokenizer_token_to_piece(srv->model->tok, id, false, buf, cap);
+    return n < 0 || n > cap ? 0 : n;
+}
+
+static json_t *token_bytes(const char *p, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* Appends the logprobs of token record t to the accumulating object lp (created on first use). */
+static void logprobs_add(struct server *srv, struct api_call *call, const struct sched_choice *ch,
+                         const struct sched_token *t, size_t text_offset, json_t **lp)
+{
+    char piece[256];
+    int n = token_piece(srv, t->id, piece, sizeof piece);
+    int n_top = call->logprobs > 0 ? call->logprobs : 0;
+    if (call->route == ROUTE_CHAT) {
+        if (!*lp) {
+            *lp = json_object();
+            json_object_set_new(*lp, "content", json_array());
+        }
+        json_t *e = json_object();
+        json_object_set_new(e, "token", api_json_text(piece, (size_t)n));
+        json_object_set_new(e, "logprob", json_real(t->logprob));
+        json_object_set_new(e, "bytes", token_bytes(piece, n));
+        json_t *tops = json_array();
+        for (int k = 0; k < n_top && t->top_off >= 0; k++) {
+            const struct sampler_logprob *s = &ch->top[t->top_off + k];
+            char p2[256];
+            int n2 = token_piece(srv, s->token, p2, sizeof p2);
+            json_t *o = json_object();
+            json_object_set_new(o, "token", api_json_text(p2, (size_t)n2));
+            json_object_set_new(o, "logprob", json_real(s->logprob));
+            json_object_set_new(o, "bytes", token_bytes(p2, n2));
+            json_array_append_new(tops, o);
+        }
+        json_object_set_new(e, "top_logprobs", tops);
+        json_array_append_new(json_object_get(*lp, "content"), e);
+        return;
+    }
+    if (!*lp) {
+        *lp = json_object();
+        json_object_set_new(*lp, "tokens", json_array());
+        json_object_set_new(*lp, "token_logprobs", json_array());
+        json_object_set_new(*lp, "top_logprobs", n_top ? json_array() : json_null());
+        json_object_set_new(*lp, "text_offset", json_array());
+    }
+    json_array_append_new(json_object_get(*lp, "tokens"), api_json_text(piece, (size_t)n));
+    json_array_append_new(json_object_get(*lp, "token_logprobs"), json_real(t->logprob));
+    json_array_append_new(json_object_get(*lp, "text_offset"), json_integer((json_int_t)text_offset));
+    if (n_top) {
+        json_t *tops = json_object();
+        for (int k = 0; k < n_top && t->top_off >= 0; k++) {
+            const struct sampler_logprob *s = &ch->top[t->top_off + k];
+            char p2[256];
+            int n2 = token_piece(srv, s->token, p2, sizeof p2);
+            json_t *key = api_json_text(p2, (size_t)n2);
+            json_object_set_new(tops, json_string_value(key), json_real(s->logprob));
+            json_decref(key);
+        }
+        json_array_append_new(json_object_get(*lp, "top_logprobs"), tops);
+    }
+}
+
+static json_t *usage_json(struct api_call *call)
+{
+    int prompt = 0, gen = 0, cached = 0;
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        if (!r)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        prompt += r->n_prompt;
+        cached += r->cached_tokens;
+        for (int c = 0; c < r->n_choices; c++)
+            gen += r->choices[c].n_toks;
+        pthread_mutex_unlock(&r->mu);
+    }
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(gen));
+    json_object_set_new(u, "total_tokens", json_integer(prompt + gen));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *envelope(struct api_call *call, bool chunk)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(call->id));
+    json_object_set_new(o, "object",
+                        json_string(call->route == ROUTE_CHAT ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                                              : "text_completion"));
+    json_object_set_new(o, "created", json_integer(call->created));
+    json_object_set_new(o, "model", json_string(call->srv->cfg->model_name));
+    json_object_set_new(o, "system_fingerprint", json_null());
+    return o;
+}
+
+/* One streamed chunk for choice index k. text may be NULL (role-only or finish chunk). */
+static int send_chunk(struct api_call *call, int k, const char *text, size_t len, bool role, const char *finish,
+                      json_t *lp)
+{
+    json_t *o = envelope(call, true);
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(k));
+    if (call->route == ROUTE_CHAT) {
+        json_t *delta = json_object();
+        if (role)
+            json_object_set_new(delta, "role", json_string("assistant"));
+        if (text || role)
+            json_object_set_new(delta, "content", api_json_text(text ? text : "", text ? len : 0));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", api_json_text(text ? text : "", text ? len : 0));
+    }
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    if (call->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return ERR_NOMEM;
+    http_stream_write(call->conn, "data: ", 6);
+    http_stream_write(call->conn, s, strlen(s));
+    int rc = http_stream_write(call->conn, "\n\n", 2);
+    free(s);
+    return rc;
+}
+
+static void send_event_json(struct api_call *call, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return;
+    http_stream_write(call->conn, "data: ", 6);
+    http_stream_write(call->conn, s, strlen(s));
+    http_stream_write(call->conn, "\n\n", 2);
+    free(s);
+}
+
+static json_t *error_object(int code, const char *msg)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(msg) ? json_string(msg) : json_string("error"));
+    json_object_set_new(e, "type", json_string(err_openai_type(code)));
+    json_object_set_new(e, "param", json_null());
+    json_object_set_new(e, "code", json_string(err_name(code)));
+    json_t *o = json_object();
+    json_object_set_new(o, "error", e);
+    return o;
+}
+
+/* Streams what is new. Returns false when it stopped for backpressure. */
+static bool stream_progress(struct api_call *call)
+{
+    struct server *srv = call->srv;
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        pthread_mutex_lock(&r->mu);
+        if (r->version == call->seen[i]) {
+            pthread_mutex_unlock(&r->mu);
+            continue;
+        }
+        for (int c = 0; c < r->n_choices; c++) {
+            int k = i * call->n + c;
+            struct sched_choice *ch = &r->choices[c];
+            while (call->sent[k] < ch->n_toks) {
+                if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES) {
+                    pthread_mutex_unlock(&r->mu);
+                    return false;
+                }
+                const struct sched_token *t = &ch->toks[call->sent[k]];
+                size_t end = t->text_off + t->text_len;
+                json_t *lp = NULL;
+                if (call->logprobs >= 0)
+                    logprobs_add(srv, call, ch, t, call->sent_text[k], &lp);
+                if (end > call->sent_text[k] || lp)
+                    send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp);
+                if (end > call->sent_text[k])
+                    call->sent_text[k] = end;
+                call->sent[k]++;
+            }
+            if (ch->finish != SCHED_RUNNING && ch->finish != SCHED_ERROR && !call->fin_sent[k]) {
+                size_t rest = ch->text_len - call->sent_text[k];
+                send_chunk(call, k, rest ? ch->text + call->sent_text[k] : NULL, rest, false,
+                           api_finish_name(ch->finish), NULL);
+                call->sent_text[k] = ch->text_len;
+                call->fin_sent[k] = true;
+            }
+        }
+        call->seen[i] = r->version;
+        pthread_mutex_unlock(&r->mu);
+    }
+    return true;
+}
+
+static bool all_finished(struct api_call *call, int *error, char *msg, size_t msg_cap)
+{
+    bool done = true;
+    *error = 0;
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        pthread_mutex_lock(&r->mu);
+        done &= r->finished;
+        if (r->finished && r->error && !*error) {
+            *error = r->error;
+            snprintf(msg, msg_cap, "%s", r->errmsg);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    return done;
+}
+
+static void respond_full(struct api_call *call)
+{
+    struct server *srv = call->srv;
+    json_t *o = envelope(call, false);
+    json_t *choices = json_array();
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        pthread_mutex_lock(&r->mu);
+        for (int c = 0; c < r->n_choices; c++) {
+            struct sched_choice *ch = &r->choices[c];
+            json_t *lp = NULL;
+            size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+            for (int t = 0; call->logprobs >= 0 && t < ch->n_toks; t++)
+                logprobs_add(srv, call, ch, &ch->toks[t], echo_len + ch->toks[t].text_off, &lp);
+            json_t *choice = json_object();
+            json_object_set_new(choice, "index", json_integer(i * call->n + c));
+            if (call->route == ROUTE_CHAT) {
+                json_t *m = json_object();
+                json_object_set_new(m, "role", json_string("assistant"));
+                json_object_set_new(m, "content", api_json_text(ch->text ? ch->text : "", ch->text_len));
+                json_object_set_new(choice, "message", m);
+            } else if (echo_len) {
+                char *full = malloc(echo_len + ch->text_len + 1);
+                if (full) {
+                    memcpy(full, call->echo_text[i], echo_len);
+                    if (ch->text_len)
+                        memcpy(full + echo_len, ch->text, ch->text_len);
+                    json_object_set_new(choice, "text", api_json_text(full, echo_len + ch->text_len));
+                    free(full);
+                }
+            } else {
+                json_object_set_new(choice, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+            }
+            json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+            const char *fin = api_finish_name(ch->finish);
+            json_object_set_new(choice, "finish_reason", json_string(fin ? fin : "length"));
+            json_array_append_new(choices, choice);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(call));
+    call->status = 200;
+    call->answered = true;
+    api_respond_json(srv, call->conn, call->route, 200, o);
+}
+
+void api_openai_pump(struct api_call *call)
+{
+    struct server *srv = call->srv;
+    int error;
+    char msg[256];
+    if (call->stream) {
+        if (!stream_progress(call))
+            return;
+        if (!all_finished(call, &error, msg, sizeof msg))
+            return;
+        if (error)
+            send_event_json(call, error_object(error, msg));
+        else if (call->include_usage) {
+            json_t *o = envelope(call, true);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage_json(call));
+            send_event_json(call, o);
+        }
+        http_stream_write(call->conn, "data: [DONE]\n\n", 14);
+        http_stream_end(call->conn);
+        call->status = error ? err_http_status(error) : 200;
+        call->answered = true;
+        metrics_request(srv->metrics, api_route_name(call->route), call->status);
+        api_call_finish(call);
+        return;
+    }
+    if (!all_finished(call, &error, msg, sizeof msg))
+        return;
+    if (error) {
+        api_call_respond_error(call, error, msg);
+    } else {
+        respond_full(call);
+    }
+    api_call_finish(call);
+}
+
+/* Fails a call before anything was sent. */
+static void call_fail(struct api_call *call, const struct api_error *e)
+{
+    api_respond_api_error(call->srv, call->conn, call->route, e);
+    call->answered = true;
+    call->logged = true;
+    api_call_finish(call);
+}
+
+void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat)
+{
+    enum api_route route = chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
+    struct gen_request g;
+    struct api_error e;
+    if (request_parse(chat ? API_CHAT : API_COMPLETIONS, req->body, req->body_len, &srv->defaults, &g, &e)) {
+        api_respond_api_error(srv, c, route, &e);
+        return;
+    }
+    if (!api_model_ok(srv, g.model, &e)) {
+        api_respond_api_error(srv, c, route, &e);
+        gen_request_deinit(&g);
+        return;
+    }
+    if (chat && srv->chat == CHAT_NONE) {
+        api_error_set(&e, ERR_UNSUPPORTED, "messages", "chat_template_unavailable", "%s", srv->chat_err);
+        api_respond_api_error(srv, c, route, &e);
+        gen_request_deinit(&g);
+        return;
+    }
+    int n_prompts = chat ? 1 : g.n_prompts;
+    struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts);
+    if (!call) {
+        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        gen_request_deinit(&g);
+        return;
+    }
+    call->stream = g.stream;
+    call->include_usage = g.include_usage;
+    call->echo = g.echo;
+    call->logprobs = g.logprobs;
+    call->n = g.n;
+    for (int i = 0; i < n_prompts; i++) {
+        struct gen_prompt chat_prompt = {0};
+        const struct gen_prompt *p = &g.prompts[chat ? 0 : i];
+        char err[ERR_MSG_MAX];
+        if (chat) {
+            chat_prompt.text = chat_template_apply(srv->chat, g.messages, g.n_messages, true, srv->bos_text,
+                                                   srv->eos_text, err);
+            if (!chat_prompt.text) {
+                api_error_set(&e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
+                call_fail(call, &e);
+                gen_request_deinit(&g);
+                return;
+            }
+            p = &chat_prompt;
+        }
+        char param[32];
+        snprintf(param, sizeof param, n_prompts > 1 ? "prompt[%d]" : chat ? "messages" : "prompt", i);
+        int n_toks = 0, max_tokens = 0;
+        int32_t *toks = api_tokenize_prompt(srv, p, param, &n_toks, &e);
+        struct sched_req *r = NULL;
+        if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
+            r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
+        if (r && g.echo) {
+            if (p->text) {
+                call->echo_text[i] = strdup(p->text);
+            } else { /* token prompt: detokenize it for the echo */
+                size_t cap = (size_t)n_toks * 64 + 16, len = 0;
+                char *s = malloc(cap);
+                for (int k = 0; s && k < n_toks; k++) {
+                    int m = tokenizer_token_to_piece(srv->model->tok, toks[k], false, s + len, (int)(cap - len - 1));
+                    if (m > 0 && (size_t)m < cap - len)
+                        len += (size_t)m;
+                }
+                if (s)
+                    s[len] = 0;
+                call->echo_text[i] = s;
+            }
+        }
+        free(toks);
+        free(chat_prompt.text);
+        if (!r) {
+            call_fail(call, &e);
+            gen_request_deinit(&g);
+            return;
+        }
+        call->reqs[i] = r;
+    }
+    gen_request_deinit(&g);
+    if (!api_call_submit(call))
+        return;
+    if (call->stream) {
+        http_stream_begin(c, 200, "text/event-stream", call->cors);
+        call->began = true;
+        if (chat)
+            for (int k = 0; k < call->n_reqs * call->n; k++)
+                send_chunk(call, k, NULL, 0, true, NULL, NULL);
+    }
+}
+
+void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len)
+{
+    const struct server_config *cfg = srv->cfg;
+    const char *names[1 + CONFIG_MAX_LIST];
+    int n = 0;
+    names[n++] = cfg->model_name;
+    for (int i = 0; i < cfg->n_aliases; i++)
+        names[n++] = cfg->aliases[i];
+    json_t *data = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *m = json_object();
+        json_object_set_new(m, "id", json_string(names[i]));
+        json_object_set_new(m, "object", json_string("model"));
+        json_object_set_new(m, "created", json_integer(srv->created));
+        json_object_set_new(m, "owned_by", json_string("wafer"));
+        if (srv->model && atomic_load(&srv->state) != SERVER_LOADING) {
+            json_t *meta = json_object();
+            json_object_set_new(meta, "context_length", json_integer(srv->n_ctx));
+            json_object_set_new(meta, "n_vocab", json_integer(srv->model->hp.n_vocab));
+            json_object_set_new(meta, "architecture", json_string(srv->model->hp.arch));
+            json_object_set_new(m, "meta", meta);
+        }
+        if (one && strlen(names[i]) == one_len && !memcmp(names[i], one, one_len)) {
+            json_decref(data);
+            api_respond_json(srv, c, ROUTE_MODEL_ONE, 200, m);
+            return;
+        }
+        json_array_append_new(data, m);
+    }
+    if (one) {
+        json_decref(data);
+        api_respond_error(srv, c, ROUTE_MODEL_ONE, 404, ERR_NOT_FOUND, "model", "model_not_found",
+                          NULL, "The model '%.*s' does not exist", (int)(one_len > 200 ? 200 : one_len), one);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    api_respond_json(srv, c, ROUTE_MODELS, 200, o);
+}

@@ -1,0 +1,291 @@
+/*
+ * api_simple: the simple generation API for scripts that do not want the OpenAI envelope.
+ *
+ *   POST /v1/generate {prompt, max_new_tokens, temperature, top_p, top_k, do_sample, stop_sequences, seed}
+ *        -> {text, tokens (generated ids), finish_reason, usage}; with "stream": true it streams like below.
+ *   POST /v1/batch_generate {requests: [...], common_params: {...}} -> {results: [...]} in request order,
+ *        each result either {text, tokens, finish_reason, usage} or {error: {...}}.
+ *   GET  /v1/generate_stream?prompt=...&max_new_tokens=... -> SSE: one event {"token": {"id", "text"}} per
+ *        token, a last event {"finish_reason", "generated_text", "usage"}, then "data: [DONE]".
+ */
+#include "core/err.h"
+#include "core/log.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "server/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *usage_of(struct sched_req *r)
+{
+    int gen = 0;
+    for (int c = 0; c < r->n_choices; c++)
+        gen += r->choices[c].n_toks;
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(r->n_prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(gen));
+    json_object_set_new(u, "total_tokens", json_integer(r->n_prompt + gen));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(r->cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details", d);
+    return u;
+}
+
+static json_t *error_json(int code, const char *param, const char *oa_code, const char *msg)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "message", json_string(msg) ? json_string(msg) : json_string("error"));
+    json_object_set_new(e, "type", json_string(err_openai_type(code)));
+    json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", json_string(oa_code ? oa_code : err_name(code)));
+    json_t *o = json_object();
+    json_object_set_new(o, "error", e);
+    return o;
+}
+
+/* {text, tokens, finish_reason, usage} of a finished request (lock held by the caller). */
+static json_t *result_json(struct sched_req *r)
+{
+    if (r->error)
+        return error_json(r->error, NULL, NULL, r->errmsg);
+    struct sched_choice *ch = &r->choices[0];
+    json_t *o = json_object();
+    json_object_set_new(o, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+    json_t *ids = json_array();
+    for (int t = 0; t < ch->n_toks; t++)
+        json_array_append_new(ids, json_integer(ch->toks[t].id));
+    json_object_set_new(o, "tokens", ids);
+    const char *fin = api_finish_name(ch->finish);
+    json_object_set_new(o, "finish_reason", json_string(fin ? fin : "length"));
+    json_object_set_new(o, "usage", usage_of(r));
+    return o;
+}
+
+static void send_event(struct api_call *call, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return;
+    http_stream_write(call->conn, "data: ", 6);
+    http_stream_write(call->conn, s, strlen(s));
+    http_stream_write(call->conn, "\n\n", 2);
+    free(s);
+}
+
+static void simple_stream_pump(struct api_call *call)
+{
+    struct sched_req *r = call->reqs[0];
+    pthread_mutex_lock(&r->mu);
+    struct sched_choice *ch = &r->choices[0];
+    while (call->sent[0] < ch->n_toks) {
+        if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES) {
+            pthread_mutex_unlock(&r->mu);
+            return;
+        }
+        const struct sched_token *t = &ch->toks[call->sent[0]];
+        size_t end = t->text_off + t->text_len;
+        json_t *o = json_object(), *tok = json_object();
+        json_object_set_new(tok, "id", json_integer(t->id));
+        json_object_set_new(tok, "text", api_json_text(ch->text + call->sent_text[0], end - call->sent_text[0]));
+        json_object_set_new(o, "token", tok);
+        send_event(call, o);
+        call->sent_text[0] = end > call->sent_text[0] ? end : call->sent_text[0];
+        call->sent[0]++;
+    }
+    if (!r->finished) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    json_t *last;
+    int status = 200;
+    if (r->error) {
+        last = error_json(r->error, NULL, NULL, r->errmsg);
+        status = err_http_status(r->error);
+    } else {
+        last = json_object();
+        size_t rest = ch->text_len - call->sent_text[0];
+        if (rest) { /* bytes released only at the end (held for a possible stop string) */
+            json_t *tok = json_object();
+            json_object_set_new(tok, "id", json_null());
+            json_object_set_new(tok, "text", api_json_text(ch->text + call->sent_text[0], rest));
+            json_object_set_new(last, "token", tok);
+        }
+        const char *fin = api_finish_name(ch->finish);
+        json_object_set_new(last, "finish_reason", json_string(fin ? fin : "length"));
+        json_object_set_new(last, "generated_text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+        json_object_set_new(last, "usage", usage_of(r));
+    }
+    pthread_mutex_unlock(&r->mu);
+    send_event(call, last);
+    http_stream_write(call->conn, "data: [DONE]\n\n", 14);
+    http_stream_end(call->conn);
+    call->status = status;
+    call->answered = true;
+    metrics_request(call->srv->metrics, api_route_name(call->route), status);
+    api_call_finish(call);
+}
+
+void api_simple_pump(struct api_call *call)
+{
+    if (call->stream) {
+        simple_stream_pump(call);
+        return;
+    }
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        if (!r)
+            continue;
+        pthread_mutex_lock(&r->mu);
+        bool f = r->finished;
+        pthread_mutex_unlock(&r->mu);
+        if (!f)
+            return;
+    }
+    if (call->route == ROUTE_GENERATE) {
+        struct sched_req *r = call->reqs[0];
+        pthread_mutex_lock(&r->mu);
+        int error = r->error;
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", r->errmsg);
+        json_t *o = error ? NULL : result_json(r);
+        pthread_mutex_unlock(&r->mu);
+        if (error) {
+            api_call_respond_error(call, error, msg);
+        } else {
+            call->status = 200;
+            call->answered = true;
+            api_respond_json(call->srv, call->conn, call->route, 200, o);
+        }
+        api_call_finish(call);
+        return;
+    }
+    /* batch: every item in request order, each with its own result or error */
+    json_t *results = json_array();
+    for (int i = 0; i < call->n_reqs; i++) {
+        struct sched_req *r = call->reqs[i];
+        if (!r) {
+            const struct api_error *e = &call->item_errs[i];
+            json_array_append_new(results, error_json(e->code, e->param, e->oa_code, e->message));
+            continue;
+        }
+        pthread_mutex_lock(&r->mu);
+        json_array_append_new(results, result_json(r));
+        pthread_mutex_unlock(&r->mu);
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "results", results);
+    call->status = 200;
+    call->answered = true;
+    api_respond_json(call->srv, call->conn, call->route, 200, o);
+    api_call_finish(call);
+}
+
+/* Tokenizes, checks the context and builds the scheduler request of one simple-API item. */
+static struct sched_req *simple_prepare(struct server *srv, const struct gen_request *g, struct api_error *e)
+{
+    if (!api_model_ok(srv, g->model, e))
+        return NULL;
+    int n_toks = 0, max_tokens = 0;
+    int32_t *toks = api_tokenize_prompt(srv, &g->prompts[0], "prompt", &n_toks, e);
+    if (!toks)
+        return NULL;
+    struct sched_req *r = NULL;
+    if (api_check_context(srv, n_toks, g->max_tokens, &max_tokens, e)) {
+        if (!strcmp(e->param, "max_tokens"))
+            snprintf(e->param, sizeof e->param, "max_new_tokens");
+    } else {
+        r = api_make_sched_req(srv, g, toks, n_toks, max_tokens, e);
+    }
+    free(toks);
+    return r;
+}
+
+static void start_single(struct server *srv, struct http_conn *c, enum api_route route, struct gen_request *g)
+{
+    struct api_error e;
+    struct sched_req *r = simple_prepare(srv, g, &e);
+    if (!r) {
+        api_respond_api_error(srv, c, route, &e);
+        return;
+    }
+    struct api_call *call = api_call_create(srv, c, route, API_GENERATE, 1);
+    if (!call) {
+        sched_req_unref(r);
+        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    call->reqs[0] = r;
+    call->stream = g->stream;
+    if (!api_call_submit(call))
+        return;
+    if (call->stream) {
+        http_stream_begin(c, 200, "text/event-stream", call->cors);
+        call->began = true;
+    }
+}
+
+void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req)
+{
+    struct gen_request g;
+    struct api_error e;
+    if (request_parse(API_GENERATE, req->body, req->body_len, &srv->defaults, &g, &e)) {
+        api_respond_api_error(srv, c, ROUTE_GENERATE, &e);
+        return;
+    }
+    start_single(srv, c, ROUTE_GENERATE, &g);
+    gen_request_deinit(&g);
+}
+
+void api_generate_stream(struct server *srv, struct http_conn *c, const struct http_request *req)
+{
+    struct gen_request g;
+    struct api_error e;
+    if (request_parse_query(req->query, req->query ? req->query_len : 0, &srv->defaults, &g, &e)) {
+        api_respond_api_error(srv, c, ROUTE_GENERATE_STREAM, &e);
+        return;
+    }
+    g.stream = true;
+    start_single(srv, c, ROUTE_GENERATE_STREAM, &g);
+    gen_request_deinit(&g);
+}
+
+void api_batch_generate(struct server *srv, struct http_conn *c, const struct http_request *req)
+{
+    struct gen_request *items;
+    struct api_error *errs, e;
+    int n;
+    if (request_parse_batch(req->body, req->body_len, &srv->defaults, &items, &errs, &n, &e)) {
+        api_respond_api_error(srv, c, ROUTE_BATCH, &e);
+        return;
+    }
+    struct api_call *call = api_call_create(srv, c, ROUTE_BATCH, API_GENERATE, n);
+    if (!call) {
+        gen_request_batch_free(items, errs, n);
+        api_respond_error(srv, c, ROUTE_BATCH, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    call->item_errs = errs; /* the call owns the per-item errors now */
+    for (int i = 0; i < n; i++) {
+        if (errs[i].code)
+            continue;
+        if (items[i].stream) {
+            api_error_set(&errs[i], ERR_UNSUPPORTED, "stream", NULL, "items of a batch cannot stream");
+            continue;
+        }
+        call->reqs[i] = simple_prepare(srv, &items[i], &errs[i]);
+        if (!call->reqs[i] && errs[i].param[0] && strncmp(errs[i].param, "requests[", 9)) {
+            char p[2 * sizeof errs[i].param];
+            snprintf(p, sizeof p, "requests[%d].%s", i, errs[i].param);
+            size_t pl = strnlen(p, sizeof errs[i].param - 1);
+            memcpy(errs[i].param, p, pl);
+            errs[i].param[pl] = 0;
+        }
+    }
+    gen_request_batch_free(items, NULL, n);
+    if (!api_call_submit(call))
+        return;
+    api_call_pump(call); /* every item may have failed already */
+}
