@@ -1,0 +1,153 @@
+"""Fixtures for the wafer serve end-to-end tests: start build/wafer serve on a free loopback port with a
+model from the shared folder, wait until /ready says 200, stop it (SIGTERM) afterwards.
+
+Environment: WAFER_BIN (absolute path of build/wafer), WAFER_SHARED (the shared folder with models/).
+Tests skip, with the reason, only when the shared models are absent."""
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+import httpx
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+WAFER_BIN = os.environ.get("WAFER_BIN") or os.path.join(REPO, "build", "wafer")
+SHARED = os.environ.get("WAFER_SHARED") or os.path.abspath(os.path.join(REPO, "..", "shared"))
+STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+LLAMA19M = os.path.join(SHARED, "models", "llama-19M", "llama-19M-Q8_0.gguf")
+
+
+def need(path):
+    if not os.path.exists(path):
+        pytest.skip(f"shared model {path} not found (set WAFER_SHARED)")
+    if not os.path.exists(WAFER_BIN):
+        pytest.skip(f"{WAFER_BIN} not built (run make)")
+    return path
+
+
+class Server:
+    """One wafer serve process. Its stderr goes to a log file that tests may read."""
+
+    def __init__(self, model, *args, wait_ready=True, timeout=30):
+        self.log_file = tempfile.NamedTemporaryFile(prefix="wafer-serve-", suffix=".log", delete=False)
+        self.log_path = self.log_file.name
+        self.args = [WAFER_BIN, "serve", "--port", "0", "--threads", "1"]
+        if model:
+            self.args += ["--model", model]
+        self.args += list(args)
+        self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.base = None
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            m = re.search(r"listening on (http://[\d.]+:\d+)", self.log())
+            if m:
+                self.base = m.group(1)
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"wafer serve exited with {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        if not self.base:
+            self.kill()
+            raise RuntimeError("wafer serve did not start listening:\n" + self.log())
+        if wait_ready:
+            while time.time() < deadline:
+                try:
+                    if httpx.get(self.base + "/ready", timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"wafer serve exited with {self.proc.returncode}:\n{self.log()}")
+                time.sleep(0.02)
+            else:
+                self.kill()
+                raise RuntimeError("wafer serve never became ready:\n" + self.log())
+        self.client = httpx.Client(base_url=self.base, timeout=60)
+
+    def log(self):
+        with open(self.log_path, "r", errors="replace") as f:
+            return f.read()
+
+    def url(self, path):
+        return self.base + path
+
+    def metrics(self):
+        """Samples of /metrics as {name or name{labels}: value}."""
+        text = httpx.get(self.base + "/metrics", timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            key, val = line.rsplit(" ", 1)
+            out[key] = float(val)
+        return out
+
+    def wait_metric(self, key, pred, timeout=10):
+        deadline = time.time() + timeout
+        val = None
+        while time.time() < deadline:
+            val = self.metrics().get(key)
+            if val is not None and pred(val):
+                return val
+            time.sleep(0.02)
+        raise AssertionError(f"metric {key} = {val} never satisfied the condition\n{self.log()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("wafer serve did not stop after the signal:\n" + self.log()[-3000:])
+        try:
+            self.client.close()
+        except Exception:
+            pass
+        return self.proc.returncode
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self):
+        rc = self.stop()
+        self.log_file.close()
+        os.unlink(self.log_path)
+        return rc
+
+
+@pytest.fixture(scope="session")
+def stories_server():
+    """A shared server on stories260K (real tiny story model), chat via the chatml template."""
+    need(STORIES)
+    s = Server(STORIES, "--chat-template", "chatml", "--max-batch-size", "16", "--model-alias", "tiny",
+               "--cors-origin", "https://app.example")
+    yield s
+    rc = s.close()
+    assert rc == 0
+
+
+@pytest.fixture
+def make_server():
+    """Factory for servers with their own flags; every one is stopped at the end of the test."""
+    made = []
+
+    def make(model, *args, **kw):
+        s = Server(need(model) if model else None, *args, **kw)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        try:
+            s.stop()
+        finally:
+            s.kill()
+            s.log_file.close()
+            os.unlink(s.log_path)
