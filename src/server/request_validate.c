@@ -393,6 +393,8 @@ static int parse_sampling(json_t *o, struct gen_request *r, struct api_error *e)
         r->sp.seed = (uint64_t)x;
         r->seed_set = true;
     }
+    if ((rc = jnum(o, "timeout", 0, 1e6, true, &r->timeout, e)))
+        return rc;
     return jbool(o, "ignore_eos", &r->ignore_eos, e);
 }
 
@@ -627,7 +629,7 @@ int request_parse_query(const char *query, size_t len, const struct gen_defaults
     memset(e, 0, sizeof *e);
     static const char *const ints[] = {"max_new_tokens", "top_k", "seed", "repeat_last_n"};
     static const char *const nums[] = {"temperature", "top_p", "min_p", "repetition_penalty", "frequency_penalty",
-                                       "presence_penalty"};
+                                       "presence_penalty", "timeout"};
     json_t *o = json_object();
     json_t *stops = json_array();
     char *q = malloc(len + 1);

@@ -72,6 +72,7 @@ struct gen_request {
     int logprobs;       /* -1: none; else how many top alternatives per token (0..REQ_MAX_LOGPROBS) */
     bool echo;          /* completions: prepend the prompt to the text */
     bool ignore_eos;
+    float timeout;      /* seconds this request may take (0: the server's request_timeout only) */
     bool add_special;   /* tokenize: add BOS (default true) */
     bool with_pieces;   /* tokenize: return {id, piece} objects */
     int32_t *tokens;    /* detokenize input, owned */

@@ -312,8 +312,12 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
     r->n_logprobs = g->logprobs;
     r->ignore_eos = g->ignore_eos;
     r->t_arrival = sched_now_ns();
-    if (srv->cfg->request_timeout > 0)
-        r->deadline = r->t_arrival + (int64_t)(srv->cfg->request_timeout * 1e9);
+    /* the request's own timeout may shorten the server's, never lengthen it */
+    double timeout = srv->cfg->request_timeout;
+    if (g->timeout > 0 && (timeout <= 0 || g->timeout < timeout))
+        timeout = g->timeout;
+    if (timeout > 0)
+        r->deadline = r->t_arrival + (int64_t)(timeout * 1e9);
     return r;
 }
 

@@ -1,0 +1,164 @@
+"""wafer serve under load: 16 concurrent greedy streams equal the same requests run alone; clients that
+disconnect during prefill or while streaming free their slot and KV blocks (seen in /metrics); a full queue
+answers 429; the deadline cancels queued and running work; SIGTERM drains in-flight requests and exits 0."""
+import json
+import signal
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from conftest import LLAMA19M, STORIES
+
+PROMPTS = ["Once upon a time", "The cat sat on the mat", "Lily went to the park", "One day, a big dog",
+           "Tom had a red ball", "There was a little bird", "Sue liked to play", "The sun was hot",
+           "Ben and Mia were friends", "A small fish swam", "The king had a crown", "Max found a box",
+           "It was a rainy day", "The girl saw a cat", "Mom made a cake", "The tree was tall"]
+
+
+def stream_text(base, prompt, max_tokens):
+    """Streams a greedy completion; returns (text, chunk count, finish reason)."""
+    text, n, finish = [], 0, None
+    with httpx.stream("POST", base + "/v1/completions", timeout=120,
+                      json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            line = line.strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ch = json.loads(line[6:])["choices"][0]
+            text.append(ch["text"])
+            n += 1
+            finish = ch["finish_reason"] or finish
+    return "".join(text), n, finish
+
+
+def test_16_concurrent_streams_equal_alone(make_server):
+    s = make_server(STORIES, "--max-batch-size", "16", "--prefill-chunk", "32")
+    alone = [stream_text(s.base, p, 60) for p in PROMPTS]
+    results = [None] * 16
+    errors = []
+
+    def run(i):
+        try:
+            results[i] = stream_text(s.base, PROMPTS[i], 60)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for i in range(16):
+        assert results[i] is not None
+        assert results[i][0] == alone[i][0], f"stream {i} differs when batched"
+        assert results[i][2] in ("stop", "length")
+    m = s.metrics()
+    assert m["wafer_requests_running"] == 0 and m["wafer_kv_blocks_used"] == 0
+    # the batch really ran together: fewer engine steps than tokens generated
+    assert m["wafer_engine_steps_total"] < m["wafer_generation_tokens_total"]
+
+
+def raw_post(base, path, body):
+    host, port = base[len("http://"):].split(":")
+    s = socket.create_connection((host, int(port)))
+    data = json.dumps(body).encode()
+    s.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def test_disconnect_frees_slot_and_kv(make_server):
+    # slow model and small prefill chunks: a 400-token prompt takes many engine steps
+    s = make_server(LLAMA19M, "--max-batch-size", "2", "--prefill-chunk", "8")
+    long_prompt = "the quick brown fox jumps over the lazy dog " * 40
+    # 1. during prefill (not streaming)
+    sock = raw_post(s.base, "/v1/completions", {"prompt": long_prompt, "max_tokens": 50, "temperature": 0})
+    s.wait_metric("wafer_requests_running", lambda v: v == 1)
+    assert s.metrics()["wafer_kv_blocks_used"] > 0
+    sock.close()
+    s.wait_metric("wafer_requests_cancelled_total", lambda v: v == 1)
+    s.wait_metric("wafer_requests_running", lambda v: v == 0)
+    assert s.metrics()["wafer_kv_blocks_used"] == 0
+    assert "generated_tokens=0" in s.log() and "finish=cancelled" in s.log()  # it never reached a first token
+    # 2. while streaming
+    sock = raw_post(s.base, "/v1/completions", {"prompt": "Hello", "max_tokens": 400, "temperature": 0,
+                                                "ignore_eos": True, "stream": True})
+    sock.settimeout(10)
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += sock.recv(4096)
+    sock.close()
+    s.wait_metric("wafer_requests_cancelled_total", lambda v: v == 2)
+    s.wait_metric("wafer_requests_running", lambda v: v == 0)
+    assert s.metrics()["wafer_kv_blocks_used"] == 0
+    # the slots are usable again
+    r = httpx.post(s.url("/v1/completions"), json={"prompt": "Hello", "max_tokens": 3}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_queue_full_429_and_deadline(make_server):
+    s = make_server(LLAMA19M, "--max-batch-size", "1", "--max-queue", "1", "--request-timeout", "2")
+    long_req = {"prompt": "Hello", "max_tokens": 480, "temperature": 0, "ignore_eos": True}
+    out = {}
+
+    def post(key, body):
+        out[key] = httpx.post(s.url("/v1/completions"), json=body, timeout=60)
+
+    a = threading.Thread(target=post, args=("a", long_req))
+    a.start()
+    s.wait_metric("wafer_requests_running", lambda v: v == 1)
+    # b asks for a 0.3 s deadline of its own: it expires while b waits behind a
+    b = threading.Thread(target=post, args=("b", dict(long_req, max_tokens=5, timeout=0.3)))
+    b.start()
+    s.wait_metric("wafer_requests_waiting", lambda v: v == 1)
+    r = httpx.post(s.url("/v1/completions"), json=long_req, timeout=30)
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "1"
+    e = r.json()["error"]
+    assert e["type"] == "rate_limit_error" and e["code"] == "queue_full"
+    b.join(60)
+    assert out["b"].status_code == 408, out["b"].text
+    eb = out["b"].json()["error"]
+    assert eb["type"] == "timeout_error" and "while queued" in eb["message"]
+    # a runs past the server's 2 s deadline (480 tokens take ~3 s here) and is cancelled while running
+    a.join(60)
+    assert out["a"].status_code == 408, out["a"].text
+    assert "while running" in out["a"].json()["error"]["message"]
+    m = s.metrics()
+    assert m["wafer_requests_timed_out_total"] == 2
+    assert m["wafer_requests_running"] == 0 and m["wafer_kv_blocks_used"] == 0
+    assert m['wafer_requests_total{endpoint="/v1/completions",status="429"}'] == 1
+    assert m['wafer_requests_total{endpoint="/v1/completions",status="408"}'] == 2
+
+
+def test_sigterm_drains(make_server):
+    s = make_server(LLAMA19M, "--max-batch-size", "2", "--drain-timeout", "20")
+    result = {}
+
+    def run():
+        result["stream"] = stream_text(s.base, "Hello", 150)
+
+    t = threading.Thread(target=run)
+    t.start()
+    s.wait_metric("wafer_generation_tokens_total", lambda v: v >= 5)
+    s.proc.send_signal(signal.SIGTERM)
+    # draining: not ready, new work refused, in-flight finishes
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        r = httpx.get(s.url("/ready"), timeout=5)
+        if r.status_code == 503:
+            break
+        time.sleep(0.02)
+    assert r.status_code == 503 and r.json() == {"status": "draining"}
+    r = httpx.post(s.url("/v1/completions"), json={"prompt": "Hi", "max_tokens": 2}, timeout=5)
+    assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"]
+    t.join(60)
+    text, n, finish = result["stream"]
+    assert finish in ("stop", "length") and n > 5
+    assert s.proc.wait(30) == 0
+    assert "draining" in s.log()
