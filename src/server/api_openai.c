@@ -173,7 +173,7 @@ static void send_event_json(struct api_call *call, json_t *o)
 static json_t *error_object(int code, const char *msg)
 {
     json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg) ? json_string(msg) : json_string("error"));
+    json_object_set_new(e, "message", api_json_text(msg, strlen(msg)));
     json_object_set_new(e, "type", json_string(err_openai_type(code)));
     json_object_set_new(e, "param", json_null());
     json_object_set_new(e, "code", json_string(err_name(code)));

@@ -36,7 +36,7 @@ static json_t *usage_of(struct sched_req *r)
 static json_t *error_json(int code, const char *param, const char *oa_code, const char *msg)
 {
     json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(msg) ? json_string(msg) : json_string("error"));
+    json_object_set_new(e, "message", api_json_text(msg, strlen(msg)));
     json_object_set_new(e, "type", json_string(err_openai_type(code)));
     json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
     json_object_set_new(e, "code", json_string(oa_code ? oa_code : err_name(code)));

@@ -89,7 +89,7 @@ void api_respond_json(struct server *srv, struct http_conn *c, enum api_route ro
 static json_t *api_error_json(const char *message, const char *type, const char *param, const char *code)
 {
     json_t *e = json_object();
-    json_object_set_new(e, "message", json_string(message) ? json_string(message) : json_string("error"));
+    json_object_set_new(e, "message", api_json_text(message, strlen(message)));
     json_object_set_new(e, "type", json_string(type));
     json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
     json_object_set_new(e, "code", code && *code ? json_string(code) : json_null());

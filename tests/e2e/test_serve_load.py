@@ -29,7 +29,9 @@ def stream_text(base, prompt, max_tokens, **extra):
             line = line.strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            ch = json.loads(line[6:])["choices"][0]
+            ev = json.loads(line[6:])
+            assert "error" not in ev, f"stream failed: {ev}"
+            ch = ev["choices"][0]
             text.append(ch["text"])
             n += 1
             finish = ch["finish_reason"] or finish
