@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -1100,6 +1101,42 @@ static void test_chaos_clients(void **state)
     cli_close(k);
 }
 
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Out of file descriptors: accept fails with EMFILE while the connection waits in the backlog. The loop must
+ * not spin on the ever-readable listening socket, and must pick the connection up once fds are back. */
+static void test_accept_emfile(void **state)
+{
+    struct srv *v = *state;
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* the lowest free fd: everything below is in use */
+    assert_true(fd >= 0);
+    low = old;
+    low.rlim_cur = (rlim_t)fd + 1; /* no fd can be created beyond this one */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)v->port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    double cpu0 = cpu_seconds();
+    sleep_ms(300);
+    double cpu = cpu_seconds() - cpu0;
+    setrlimit(RLIMIT_NOFILE, &old);
+    assert_int_equal(rc, 0);
+    if (cpu > 0.15)
+        fail_msg("%.0f ms of CPU in 300 ms while accept fails: the loop spins", cpu * 1000);
+    assert_int_equal(http_server_connections(v->s), 0);
+    struct cli *k = calloc(1, sizeof *k);
+    k->fd = fd;
+    get_ok(k, "GET /echo?late HTTP/1.1\r\n\r\n", "GET /echo?late body=");
+    cli_close(k);
+}
+
 static void test_create_errors(void **state)
 {
     struct srv *v = *state;
@@ -1145,6 +1182,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_abort, setup, teardown),
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test_setup_teardown(test_chaos_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_accept_emfile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
