@@ -43,10 +43,16 @@ struct http_request {
     bool keep_alive;
 };
 
+/* *content_length from http_parse_request when the request has a Transfer-Encoding header: the body is not
+ * delimited by Content-Length and the server answers 501 (bodies with transfer codings are not supported). */
+#define HTTP_BODY_TRANSFER_ENCODED (-2)
+
 /* Parser (pure function, fuzzed): parses the request line and headers from buf[0..len).
  * Returns the header block length (> 0) when complete, 0 when more bytes are needed, or a negative ERR_*
  * code (ERR_FORMAT malformed, ERR_TOO_LARGE too many headers) with a message in err (may be NULL).
- * *content_length gets the declared body length (-1 when absent); header pointers point into buf. */
+ * *content_length gets the declared body length (-1 when absent, HTTP_BODY_TRANSFER_ENCODED when a
+ * Transfer-Encoding header is present); header pointers point into buf. Sets keep_alive from the version
+ * (1.1: on, 1.0: off) and the Connection header; body is left NULL (the server fills it in). */
 int http_parse_request(const char *buf, size_t len, struct http_request *req, int64_t *content_length,
                        char *err);
 
@@ -65,12 +71,16 @@ struct http_server_params {
     int header_timeout_ms;        /* time to receive the full header block (default 10000) -> 408 */
     int body_timeout_ms;          /* time to receive the body (default 30000) -> 408 */
     int idle_timeout_ms;          /* keep-alive idle (default 60000) */
-    size_t max_output_buffer;     /* per connection bytes queued before the handler is told to wait */
+    size_t max_output_buffer;     /* per connection bytes queued before the handler is told to wait
+                                   * (default 1 MiB); on_writable fires once below half of it */
     /* Called on the I/O thread for each complete request. The handler answers now (http_respond) or later
-     * (keeps the conn, answers from on_wake); it may stream (http_stream_*). */
+     * (keeps the conn, answers from on_wake); it may stream (http_stream_*). req and everything it points
+     * to stay valid until the response ends; req->body is never NULL (empty string when there is none). */
     void (*on_request)(void *ctx, struct http_conn *c, const struct http_request *req);
     /* Called when a connection with an unfinished response is closed by the peer or an error (the handler
-     * cancels the work tied to it). The conn must not be used after this returns. */
+     * cancels the work tied to it). The conn must not be used after this returns. Also called for requests
+     * still unanswered when the drain of http_server_stop ends, and when the client stops reading a response
+     * for idle_timeout_ms. A client that half-closes (shutdown(SHUT_WR)) after its request counts as gone. */
     void (*on_close)(void *ctx, struct http_conn *c);
     /* Called on the I/O thread after http_server_wake() from any thread. */
     void (*on_wake)(void *ctx);
@@ -79,6 +89,8 @@ struct http_server_params {
     void *ctx;
 };
 
+/* Fills the defaults above (port 8080). In a params struct given to http_server_create, a zero numeric
+ * field also means its default. */
 void http_server_params_default(struct http_server_params *p);
 
 /* Binds and listens. NULL and a message on failure (port in use, bad host). Caller frees with
@@ -96,7 +108,7 @@ void http_server_wake(struct http_server *s);
 /* Open connections, for metrics. */
 int http_server_connections(const struct http_server *s);
 
-/* Per-connection user data (the handler's request object). */
+/* Per-connection user data (the handler's request object). Reset to NULL before each on_request. */
 void http_conn_set_data(struct http_conn *c, void *data);
 void *http_conn_data(const struct http_conn *c);
 /* Peer address "ip:port" for logs. */
@@ -106,10 +118,18 @@ const char *http_conn_peer(const struct http_conn *c);
  * added. After this the conn belongs to the server again. Returns 0 or a negative error. */
 int http_respond(struct http_conn *c, int status, const char *content_type, const char *headers,
                  const char *body, size_t body_len);
-/* Streaming: chunked transfer encoding (SSE when content_type is "text/event-stream"). */
+/* Streaming: chunked transfer encoding (SSE when content_type is "text/event-stream": adds
+ * "Cache-Control: no-cache"). To an HTTP/1.0 client the body is sent raw and ends with a close. Writes are
+ * always queued (never refused for size): the handler keeps http_conn_pending() under max_output_buffer and
+ * resumes from on_writable. After http_stream_end the conn belongs to the server again.
+ * Calling a response function on a conn whose response already ended returns ERR_INVALID_ARG. */
 int http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *headers);
 int http_stream_write(struct http_conn *c, const char *data, size_t len);
 int http_stream_end(struct http_conn *c);
+/* Ends a stream that failed midway: what is queued is still sent, then the connection is closed without the
+ * terminating chunk, so the client sees a truncated response rather than a complete one. After this the
+ * conn belongs to the server again (like http_stream_end). */
+int http_stream_abort(struct http_conn *c);
 /* Bytes queued for this conn and not yet written (backpressure: stop producing above max_output_buffer). */
 size_t http_conn_pending(const struct http_conn *c);
 
