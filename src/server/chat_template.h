@@ -22,6 +22,9 @@ enum chat_family {
     CHAT_ZEPHYR,
     CHAT_GEMMA,
     CHAT_PHI3,
+    CHAT_MISTRAL_V3_TEKKEN, /* v3 without the spaces (Mistral Nemo) */
+    CHAT_MISTRAL_V7_TEKKEN, /* v7 without the spaces (Mistral Small 3.x); chosen by name only */
+    CHAT_MISTRAL_LEGACY,    /* "[INST] " turns without <<SYS>> (the first Mistral 7B Instruct templates) */
     CHAT_FAMILY_COUNT_
 };
 
@@ -30,7 +33,9 @@ struct chat_message {
     const char *content;
 };
 
-/* Family from template text (NULL or unrecognized -> CHAT_NONE). */
+/* Family from template text (NULL or unrecognized -> CHAT_NONE). A text that is exactly a family name
+ * gives that family. Templates of families we do not render (phi4, SmolVLM, GLM) give CHAT_NONE rather
+ * than a look-alike. */
 enum chat_family chat_family_detect(const char *template_text);
 /* Family from a name ("llama2", "llama3", "chatml", "mistral-v1", "mistral-v3", "mistral-v7", "zephyr", ...);
  * returns 0 or ERR_INVALID_ARG. */
@@ -41,8 +46,10 @@ const char *chat_family_list(void);
 
 /* Renders messages into a malloc'd prompt (caller frees) ending with the assistant prefix when
  * add_generation_prompt. bos_text/eos_text are the model's BOS/EOS token texts, used by families that
- * write them literally. NULL and a message (ERR_MSG_MAX) on a bad role or family. The prompt is tokenized
- * with parse_special=true and without adding BOS twice. */
+ * write them literally (NULL: "<s>" and "</s>"). NULL and a message (ERR_MSG_MAX) on a bad role or family,
+ * an empty list or out of memory. The prompt is tokenized with parse_special=true and without adding BOS
+ * twice: it never begins with the BOS text (the tokenizer adds BOS when the model asks for it); BOS texts
+ * inside it (llama2's later turns) are written literally. A NULL content is an empty one. */
 char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
                           bool add_generation_prompt, const char *bos_text, const char *eos_text, char *err);
 

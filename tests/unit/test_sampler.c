@@ -372,6 +372,39 @@ static void test_top_k_ties(void **state)
     free(seen);
 }
 
+/* A nucleus wider than the first sorted chunk, made of ties: exactly the 100 lowest ids of the 200 tied
+ * tokens are reachable, and every one of them is drawn (a candidate lost while partitioning would not be). */
+static void test_top_p_exact_set(void **state)
+{
+    (void)state;
+    const int nv = 300;
+    float l[300], w[300];
+    int high_rank[300], seen[300] = {0};
+    int n_high = 0;
+    for (int i = 0; i < nv; i++) {
+        bool high = i % 3 != 0; /* 200 scattered tokens */
+        l[i] = high ? 0.0f : -40.0f;
+        high_rank[i] = high ? n_high++ : -1;
+    }
+    assert_int_equal(n_high, 200);
+    struct sampler_params p;
+    sampler_params_default(&p);
+    p.top_p = 0.5f;
+    p.seed = 99;
+    struct sampler *s = make_params(&p, nv);
+    for (int it = 0; it < 20000; it++) {
+        memcpy(w, l, sizeof(l));
+        int32_t t = sampler_sample(s, w, NULL, NULL, 0);
+        assert_true(t >= 0 && t < nv);
+        assert_true(high_rank[t] >= 0 && high_rank[t] < 100);
+        seen[t]++;
+    }
+    for (int i = 0; i < nv; i++)
+        if (high_rank[i] >= 0 && high_rank[i] < 100)
+            assert_true(seen[i] > 0);
+    sampler_destroy(s);
+}
+
 /* Reference log-softmax in double. */
 static void ref_log_softmax(const float *l, int n, double *out)
 {
@@ -674,6 +707,7 @@ int main(void)
         cmocka_unit_test(test_truncation_to_one),
         cmocka_unit_test(test_top_p_large_vocab),
         cmocka_unit_test(test_top_k_ties),
+        cmocka_unit_test(test_top_p_exact_set),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_stop_across_chunks),

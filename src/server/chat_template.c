@@ -1,0 +1,502 @@
+/*
+ * chat_template: OpenAI messages -> prompt text for the chat formats of the common open-weight families.
+ *
+ * We do not run the GGUF's Jinja template. Detection looks for marker substrings in it, in the spirit of
+ * llama.cpp's llm_chat_detect_template (checked in a fixed order, because several formats share markers:
+ * chatml before anything else, [INST] formats before <|user|> ones, phi3's <|end|> before zephyr). Families
+ * whose markers we see but do not render (phi4's <|im_sep|>, SmolVLM, GLM) are reported as unknown rather
+ * than rendered as a look-alike.
+ *
+ * Rendering follows what each family's reference Jinja template produces for the same messages, with the
+ * leading BOS left out (the tokenizer adds it): Llama 2 strips contents and opens every later turn with BOS;
+ * Mistral v3 puts the system prompt before the last user message, v1 before the first; Llama 3 and Gemma
+ * trim contents. Families whose templates reject a system message get it merged the way llama.cpp does:
+ * Gemma prepends it to the next user turn ("\n\n"), the legacy [INST] format prepends it with "\n".
+ * Several system messages are joined with "\n\n" where they are merged.
+ */
+#include "server/chat_template.h"
+
+#include "core/err.h"
+
+#include <ctype.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const chat_family_names[CHAT_FAMILY_COUNT_] = {
+    [CHAT_NONE] = "none",
+    [CHAT_LLAMA2] = "llama2",
+    [CHAT_LLAMA3] = "llama3",
+    [CHAT_CHATML] = "chatml",
+    [CHAT_MISTRAL_V1] = "mistral-v1",
+    [CHAT_MISTRAL_V3] = "mistral-v3",
+    [CHAT_MISTRAL_V7] = "mistral-v7",
+    [CHAT_ZEPHYR] = "zephyr",
+    [CHAT_GEMMA] = "gemma",
+    [CHAT_PHI3] = "phi3",
+    [CHAT_MISTRAL_V3_TEKKEN] = "mistral-v3-tekken",
+    [CHAT_MISTRAL_V7_TEKKEN] = "mistral-v7-tekken",
+    [CHAT_MISTRAL_LEGACY] = "mistral-legacy",
+};
+
+const char *chat_family_name(enum chat_family f)
+{
+    if ((int)f < 0 || f >= CHAT_FAMILY_COUNT_)
+        return "unknown";
+    return chat_family_names[f];
+}
+
+const char *chat_family_list(void)
+{
+    return "llama2, llama3, chatml, mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7, mistral-v7-tekken, "
+           "mistral-legacy, zephyr, gemma, phi3";
+}
+
+int chat_family_from_name(const char *name, enum chat_family *out)
+{
+    if (name)
+        for (int f = CHAT_NONE + 1; f < CHAT_FAMILY_COUNT_; f++)
+            if (strcmp(name, chat_family_names[f]) == 0) {
+                *out = (enum chat_family)f;
+                return 0;
+            }
+    return ERR_INVALID_ARG;
+}
+
+static bool has(const char *text, const char *marker)
+{
+    return strstr(text, marker) != NULL;
+}
+
+enum chat_family chat_family_detect(const char *t)
+{
+    enum chat_family named;
+    if (!t)
+        return CHAT_NONE;
+    if (chat_family_from_name(t, &named) == 0)
+        return named;
+    if (has(t, "<|im_start|>")) {
+        /* phi4 (<|im_sep|>) and SmolVLM (<end_of_utterance>) reuse the token for other formats */
+        if (has(t, "<|im_sep|>") || has(t, "<end_of_utterance>"))
+            return CHAT_NONE;
+        return CHAT_CHATML;
+    }
+    if (strncmp(t, "mistral", 7) == 0 || has(t, "[INST]")) {
+        if (has(t, "[SYSTEM_PROMPT]"))
+            return CHAT_MISTRAL_V7;
+        /* Mistral's own v1/v3 templates: v1 writes the system message inside ' [INST] ', v3 announces tools */
+        if (has(t, "' [INST] ' + system_message") || has(t, "[AVAILABLE_TOOLS]")) {
+            if (has(t, " [INST]"))
+                return CHAT_MISTRAL_V1;
+            if (has(t, "\"[INST]\""))
+                return CHAT_MISTRAL_V3_TEKKEN;
+            return CHAT_MISTRAL_V3;
+        }
+        return has(t, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL_LEGACY;
+    }
+    if (has(t, "<|assistant|>") && has(t, "<|end|>"))
+        return CHAT_PHI3;
+    if (has(t, "[gMASK]"))
+        return CHAT_NONE; /* ChatGLM: <|user|> without zephyr's end-of-turn */
+    /* zephyr ends each turn with the EOS token (TinyLlama, zephyr-7b) or <|endoftext|> (StableLM zephyr);
+     * GLM-Edge writes <|user|> turns with no terminator at all */
+    if (has(t, "<|user|>") && (has(t, "eos_token") || has(t, "<|endoftext|>") || has(t, "</s>")))
+        return CHAT_ZEPHYR;
+    if (has(t, "<start_of_turn>"))
+        return CHAT_GEMMA;
+    if (has(t, "<|start_header_id|>") && has(t, "<|end_header_id|>"))
+        return CHAT_LLAMA3;
+    return CHAT_NONE;
+}
+
+/* ---- growing output string ---- */
+
+struct chat_buf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+};
+
+static void buf_put(struct chat_buf *b, const char *s, size_t n)
+{
+    if (b->oom || n == 0)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+static void buf_puts(struct chat_buf *b, const char *s)
+{
+    buf_put(b, s, strlen(s));
+}
+
+/* Appends s without leading and trailing ASCII whitespace (Python's str.strip() on ASCII text). */
+static void buf_put_trimmed(struct chat_buf *b, const char *s)
+{
+    size_t n = strlen(s), lo = 0;
+    while (lo < n && isspace((unsigned char)s[lo]))
+        lo++;
+    while (n > lo && isspace((unsigned char)s[n - 1]))
+        n--;
+    buf_put(b, s + lo, n - lo);
+}
+
+/* Appends a system message to a pending system prompt, "\n\n" between several. */
+static void buf_put_joined(struct chat_buf *b, const char *s, bool trim)
+{
+    if (b->len)
+        buf_puts(b, "\n\n");
+    if (trim)
+        buf_put_trimmed(b, s);
+    else
+        buf_puts(b, s);
+}
+
+/* ---- messages ---- */
+
+enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+
+struct chat_ctx {
+    const struct chat_message *msgs;
+    const enum chat_role *roles;
+    int n;
+    const char *bos, *eos;
+    bool gen;
+};
+
+static const char *msg_content(const struct chat_ctx *c, int i)
+{
+    return c->msgs[i].content ? c->msgs[i].content : "";
+}
+
+/* Index of the first (or last) user message, -1 when there is none. */
+static int find_user(const struct chat_ctx *c, bool last)
+{
+    int found = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->roles[i] == ROLE_USER) {
+            found = i;
+            if (!last)
+                break;
+        }
+    return found;
+}
+
+static void render_chatml(const struct chat_ctx *c, struct chat_buf *b)
+{
+    for (int i = 0; i < c->n; i++) {
+        buf_puts(b, "<|im_start|>");
+        buf_puts(b, c->msgs[i].role);
+        buf_puts(b, "\n");
+        buf_puts(b, msg_content(c, i));
+        buf_puts(b, "<|im_end|>\n");
+    }
+    if (c->gen)
+        buf_puts(b, "<|im_start|>assistant\n");
+}
+
+static void render_llama3(const struct chat_ctx *c, struct chat_buf *b)
+{
+    for (int i = 0; i < c->n; i++) {
+        buf_puts(b, "<|start_header_id|>");
+        buf_puts(b, c->msgs[i].role);
+        buf_puts(b, "<|end_header_id|>\n\n");
+        buf_put_trimmed(b, msg_content(c, i));
+        buf_puts(b, "<|eot_id|>");
+    }
+    if (c->gen)
+        buf_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+/* zephyr and phi3: "<|role|>\n" content terminator "\n" */
+static void render_tagged(const struct chat_ctx *c, struct chat_buf *b, const char *terminator)
+{
+    for (int i = 0; i < c->n; i++) {
+        buf_puts(b, "<|");
+        buf_puts(b, c->msgs[i].role);
+        buf_puts(b, "|>\n");
+        buf_puts(b, msg_content(c, i));
+        buf_puts(b, terminator);
+        buf_puts(b, "\n");
+    }
+    if (c->gen)
+        buf_puts(b, "<|assistant|>\n");
+}
+
+static void render_gemma(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->roles[i] == ROLE_SYSTEM) {
+            buf_put_joined(sys, msg_content(c, i), true);
+            continue;
+        }
+        bool user = c->roles[i] == ROLE_USER;
+        buf_puts(b, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
+        if (user && sys->len) {
+            buf_put(b, sys->p, sys->len);
+            buf_puts(b, "\n\n");
+            sys->len = 0;
+        }
+        buf_put_trimmed(b, msg_content(c, i));
+        buf_puts(b, "<end_of_turn>\n");
+    }
+    if (sys->len) { /* a system prompt with no user turn after it still reaches the model */
+        buf_puts(b, "<start_of_turn>user\n");
+        buf_put(b, sys->p, sys->len);
+        buf_puts(b, "<end_of_turn>\n");
+    }
+    if (c->gen)
+        buf_puts(b, "<start_of_turn>model\n");
+}
+
+/* Llama 2 chat: "[INST] <<SYS>>\n{sys}\n<</SYS>>\n\n{user} [/INST] {assistant} </s><s>[INST] ..." where each
+ * turn's text (system block included) is stripped as a whole. No generation prefix: the prompt already ends
+ * with [/INST]. */
+static void llama2_user_turn(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys,
+                             struct chat_buf *tmp, const char *content)
+{
+    tmp->len = 0;
+    if (sys->len) {
+        buf_puts(tmp, "<<SYS>>\n");
+        buf_put(tmp, sys->p, sys->len);
+        buf_puts(tmp, "\n<</SYS>>\n\n");
+        sys->len = 0;
+    }
+    buf_puts(tmp, content);
+    if (b->len)
+        buf_puts(b, c->bos);
+    buf_puts(b, "[INST] ");
+    buf_put_trimmed(b, tmp->p ? tmp->p : "");
+    buf_puts(b, " [/INST]");
+}
+
+static void render_llama2(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys, struct chat_buf *tmp)
+{
+    for (int i = 0; i < c->n; i++) {
+        switch (c->roles[i]) {
+        case ROLE_SYSTEM:
+            buf_put_joined(sys, msg_content(c, i), false);
+            break;
+        case ROLE_USER:
+            llama2_user_turn(c, b, sys, tmp, msg_content(c, i));
+            break;
+        case ROLE_ASSISTANT:
+            buf_puts(b, " ");
+            buf_put_trimmed(b, msg_content(c, i));
+            buf_puts(b, " ");
+            buf_puts(b, c->eos);
+            break;
+        }
+    }
+    if (sys->len)
+        llama2_user_turn(c, b, sys, tmp, "");
+}
+
+/* The first Mistral Instruct templates (and llama.cpp's generic [INST] format): "[INST] {user} [/INST]{assistant}</s>",
+ * a system message written into the turn followed by "\n". */
+static void render_mistral_legacy(const struct chat_ctx *c, struct chat_buf *b)
+{
+    bool in_turn = false;
+    for (int i = 0; i < c->n; i++) {
+        if (c->roles[i] != ROLE_ASSISTANT && !in_turn) {
+            buf_puts(b, "[INST] ");
+            in_turn = true;
+        }
+        buf_puts(b, msg_content(c, i));
+        switch (c->roles[i]) {
+        case ROLE_SYSTEM:
+            buf_puts(b, "\n");
+            break;
+        case ROLE_USER:
+            buf_puts(b, " [/INST]");
+            break;
+        case ROLE_ASSISTANT:
+            buf_puts(b, c->eos);
+            in_turn = false;
+            break;
+        }
+    }
+    if (in_turn && c->roles[c->n - 1] == ROLE_SYSTEM)
+        buf_puts(b, " [/INST]");
+}
+
+/* Mistral v1 / v3 / v3-tekken as Mistral's templates: the system prompt goes into one user turn (v1: the
+ * first, v3: the last), "\n\n" before the user text. v1 opens turns with " [INST] " and closes " [/INST]";
+ * v3 "[INST] " and "[/INST]", then " " + trimmed answer; tekken has no spaces and does not trim. */
+static void render_mistral_v1_v3(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys,
+                                 enum chat_family f)
+{
+    const char *open = f == CHAT_MISTRAL_V1 ? " [INST] " : f == CHAT_MISTRAL_V3 ? "[INST] " : "[INST]";
+    const char *close = f == CHAT_MISTRAL_V1 ? " [/INST]" : "[/INST]";
+    const char *answer_sep = f == CHAT_MISTRAL_V3_TEKKEN ? "" : " ";
+    for (int i = 0; i < c->n; i++)
+        if (c->roles[i] == ROLE_SYSTEM)
+            buf_put_joined(sys, msg_content(c, i), false);
+    int sys_at = find_user(c, f != CHAT_MISTRAL_V1);
+    for (int i = 0; i < c->n; i++) {
+        switch (c->roles[i]) {
+        case ROLE_SYSTEM:
+            break;
+        case ROLE_USER:
+            buf_puts(b, open);
+            if (i == sys_at && sys->len) {
+                buf_put(b, sys->p, sys->len);
+                buf_puts(b, "\n\n");
+            }
+            buf_puts(b, msg_content(c, i));
+            buf_puts(b, close);
+            break;
+        case ROLE_ASSISTANT:
+            buf_puts(b, answer_sep);
+            if (f == CHAT_MISTRAL_V3)
+                buf_put_trimmed(b, msg_content(c, i));
+            else
+                buf_puts(b, msg_content(c, i));
+            buf_puts(b, c->eos);
+            break;
+        }
+    }
+    if (sys_at < 0 && sys->len) { /* no user turn to carry it: the system prompt becomes one */
+        buf_puts(b, open);
+        buf_put(b, sys->p, sys->len);
+        buf_puts(b, close);
+    }
+}
+
+/* Mistral v7: system prompts in place as [SYSTEM_PROMPT] blocks; tekken drops the spaces. */
+static void render_mistral_v7(const struct chat_ctx *c, struct chat_buf *b, bool tekken)
+{
+    const char *sp = tekken ? "" : " ";
+    for (int i = 0; i < c->n; i++) {
+        switch (c->roles[i]) {
+        case ROLE_SYSTEM:
+            buf_puts(b, "[SYSTEM_PROMPT]");
+            buf_puts(b, sp);
+            buf_puts(b, msg_content(c, i));
+            buf_puts(b, "[/SYSTEM_PROMPT]");
+            break;
+        case ROLE_USER:
+            buf_puts(b, "[INST]");
+            buf_puts(b, sp);
+            buf_puts(b, msg_content(c, i));
+            buf_puts(b, "[/INST]");
+            break;
+        case ROLE_ASSISTANT:
+            buf_puts(b, sp);
+            buf_puts(b, msg_content(c, i));
+            buf_puts(b, c->eos);
+            break;
+        }
+    }
+}
+
+char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                          bool add_generation_prompt, const char *bos_text, const char *eos_text, char *err)
+{
+    struct chat_buf out = {0}, sys = {0}, tmp = {0};
+    enum chat_role *roles = NULL;
+
+    if ((int)f <= CHAT_NONE || f >= CHAT_FAMILY_COUNT_) {
+        err_set(err, ERR_INVALID_ARG, "no chat template for this model: choose one of %s", chat_family_list());
+        return NULL;
+    }
+    if (!msgs || n_msgs <= 0) {
+        err_set(err, ERR_INVALID_ARG, "messages must contain at least one message");
+        return NULL;
+    }
+    roles = malloc((size_t)n_msgs * sizeof(*roles));
+    if (!roles)
+        goto oom;
+    for (int i = 0; i < n_msgs; i++) {
+        const char *r = msgs[i].role;
+        if (!r) {
+            err_set(err, ERR_INVALID_ARG, "messages[%d] has no role", i);
+            goto fail;
+        }
+        if (strcmp(r, "system") == 0) {
+            roles[i] = ROLE_SYSTEM;
+        } else if (strcmp(r, "user") == 0) {
+            roles[i] = ROLE_USER;
+        } else if (strcmp(r, "assistant") == 0) {
+            roles[i] = ROLE_ASSISTANT;
+        } else {
+            err_set(err, ERR_INVALID_ARG,
+                    "messages[%d].role is \"%.64s\": only \"system\", \"user\" and \"assistant\" are supported", i, r);
+            goto fail;
+        }
+    }
+    struct chat_ctx c = {
+        .msgs = msgs,
+        .roles = roles,
+        .n = n_msgs,
+        .bos = bos_text ? bos_text : "<s>",
+        .eos = eos_text ? eos_text : "</s>",
+        .gen = add_generation_prompt,
+    };
+    switch (f) {
+    case CHAT_CHATML:
+        render_chatml(&c, &out);
+        break;
+    case CHAT_LLAMA3:
+        render_llama3(&c, &out);
+        break;
+    case CHAT_ZEPHYR:
+        render_tagged(&c, &out, c.eos);
+        break;
+    case CHAT_PHI3:
+        render_tagged(&c, &out, "<|end|>");
+        break;
+    case CHAT_GEMMA:
+        render_gemma(&c, &out, &sys);
+        break;
+    case CHAT_LLAMA2:
+        render_llama2(&c, &out, &sys, &tmp);
+        break;
+    case CHAT_MISTRAL_LEGACY:
+        render_mistral_legacy(&c, &out);
+        break;
+    case CHAT_MISTRAL_V1:
+    case CHAT_MISTRAL_V3:
+    case CHAT_MISTRAL_V3_TEKKEN:
+        render_mistral_v1_v3(&c, &out, &sys, f);
+        break;
+    case CHAT_MISTRAL_V7:
+    case CHAT_MISTRAL_V7_TEKKEN:
+        render_mistral_v7(&c, &out, f == CHAT_MISTRAL_V7_TEKKEN);
+        break;
+    default:
+        break;
+    }
+    if (out.oom || sys.oom || tmp.oom)
+        goto oom;
+    if (!out.p) { /* every message empty: an empty prompt is still a prompt */
+        out.p = calloc(1, 1);
+        if (!out.p)
+            goto oom;
+    }
+    free(roles);
+    free(sys.p);
+    free(tmp.p);
+    return out.p;
+oom:
+    err_set(err, ERR_NOMEM, "out of memory rendering the chat prompt");
+fail:
+    free(roles);
+    free(out.p);
+    free(sys.p);
+    free(tmp.p);
+    return NULL;
+}
