@@ -41,6 +41,8 @@ enum {
 
 enum tok_kind { TOK_SPM, TOK_BPE };
 
+#define SPM_PAIR_BITS (1u << 24) /* 2 MiB: a few percent false positives for a 256k vocabulary */
+
 struct tok_token {
     size_t text_off, piece_off;
     uint32_t text_len, piece_len;
@@ -76,6 +78,7 @@ struct tokenizer {
     int32_t *eog;
     size_t n_eog;
     int32_t byte_tok[256]; /* SPM byte fallback: <0xNN> (or the raw byte) token, -1 if none */
+    uint64_t *spm_pairs;   /* SPM: filter of character pairs occurring inside some token (SPM_PAIR_BITS bits) */
 
     /* special tokens (control, user-defined, unknown) in partition order: longest text first, then id */
     int32_t *specials;
@@ -213,23 +216,27 @@ struct tok_sym {
     size_t off, n; /* bytes in the session's text */
 };
 
-/* A candidate merge. SPM orders by higher score, BPE by lower rank (stored negated in prio so both are
- * "larger prio first"); ties go to the leftmost pair, as llama.cpp's comparators do. */
+/* A candidate merge of symbol `left` with its current right neighbour, packed for a compact heap: key =
+ * (priority << 32) | ~left, larger first, so ties go to the leftmost pair as in llama.cpp's comparators.
+ * SPM's priority is the merged token's score (higher first), BPE's the merge rank (lower first). The right
+ * neighbour is not stored: a pair is stale exactly when the two symbols' sizes no longer add up to `size`
+ * (symbols only grow, or vanish with n = 0). */
 struct tok_bigram {
-    int left, right;
-    double prio;
-    size_t size;
+    uint64_t key;
+    uint32_t left, size;
 };
+
+static uint32_t prio_from_score(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u; /* order-preserving float -> unsigned */
+}
 
 struct tok_heap {
     struct tok_bigram *v;
     size_t n, cap;
 };
-
-static bool heap_before(const struct tok_bigram *a, const struct tok_bigram *b)
-{
-    return a->prio > b->prio || (a->prio == b->prio && a->left < b->left);
-}
 
 static int heap_push(struct tok_heap *h, struct tok_bigram x)
 {
@@ -244,7 +251,7 @@ static int heap_push(struct tok_heap *h, struct tok_bigram x)
     size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!heap_before(&x, &h->v[p]))
+        if (x.key <= h->v[p].key)
             break;
         h->v[i] = h->v[p];
         i = p;
@@ -261,9 +268,9 @@ static struct tok_bigram heap_pop(struct tok_heap *h)
         size_t c = 2 * i + 1;
         if (c >= h->n)
             break;
-        if (c + 1 < h->n && heap_before(&h->v[c + 1], &h->v[c]))
+        if (c + 1 < h->n && h->v[c + 1].key > h->v[c].key)
             c++;
-        if (!heap_before(&h->v[c], &x))
+        if (h->v[c].key <= x.key)
             break;
         h->v[i] = h->v[c];
         i = c;
@@ -323,46 +330,94 @@ static int session_try_pair(struct tok_session *s, int left, int right)
         return 0;
     const struct tokenizer *t = s->t;
     const struct tok_sym *l = &s->sym[left], *r = &s->sym[right];
-    struct tok_bigram b = {.left = left, .right = right, .size = l->n + r->n};
+    uint32_t prio;
     if (t->kind == TOK_SPM) {
         int32_t id = tok_lookup(t, s->text.p + l->off, l->n + r->n);
         if (id < 0)
             return 0;
-        b.prio = t->tok[id].score;
+        prio = prio_from_score(t->tok[id].score);
     } else {
         int32_t rank = tok_merge_rank(t, s->text.p + l->off, l->n, s->text.p + r->off, r->n);
         if (rank < 0)
             return 0;
-        b.prio = -(double)rank;
+        prio = ~(uint32_t)rank;
     }
+    struct tok_bigram b = {.key = ((uint64_t)prio << 32) | (uint32_t)~(uint32_t)left,
+                           .left = (uint32_t)left,
+                           .size = (uint32_t)(l->n + r->n)};
     return heap_push(&s->heap, b);
 }
 
-/* Runs the merge loop over the current symbols. */
-static int session_merge(struct tok_session *s)
+/* Runs the merge loop over symbols [a, b), which must be linked only among themselves. */
+static int session_merge(struct tok_session *s, size_t a, size_t b)
 {
     s->heap.n = 0;
-    for (size_t i = 1; i < s->n_sym; i++)
+    for (size_t i = a + 1; i < b; i++)
         if (session_try_pair(s, (int)i - 1, (int)i))
             return ERR_NOMEM;
     while (s->heap.n) {
         struct tok_bigram b = heap_pop(&s->heap);
-        struct tok_sym *l = &s->sym[b.left], *r = &s->sym[b.right];
-        /* stale: one side was merged away or grew since this pair was queued */
-        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size || l->next != b.right)
+        struct tok_sym *l = &s->sym[b.left];
+        if (l->n == 0 || l->next < 0)
             continue;
+        int right = l->next;
+        struct tok_sym *r = &s->sym[right];
+        if (r->n == 0 || l->n + r->n != b.size)
+            continue; /* stale: one side grew since this pair was queued */
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0)
-            s->sym[r->next].prev = b.left;
-        if (session_try_pair(s, l->prev, b.left) || session_try_pair(s, b.left, l->next))
+            s->sym[r->next].prev = (int)b.left;
+        if (session_try_pair(s, l->prev, (int)b.left) || session_try_pair(s, (int)b.left, l->next))
             return ERR_NOMEM;
     }
     return 0;
 }
 
 /* ---- SPM ---- */
+
+/* Bit of the pair filter for two adjacent characters (each 1-4 bytes). */
+static size_t spm_pair_bit(const char *a, size_t na, const char *b, size_t nb)
+{
+    uint64_t h = tok_hash_bytes(TOK_HASH_SEED, a, na);
+    h = tok_hash_bytes(h ^ 0xff, b, nb);
+    return (size_t)(tok_hash_mix(h) & (SPM_PAIR_BITS - 1));
+}
+
+/* False only when no vocabulary entry contains these two characters next to each other (a filter: false
+ * positives are possible, false negatives are not). */
+static bool spm_pair_possible(const struct tokenizer *t, const char *text, const struct tok_sym *x,
+                              const struct tok_sym *y)
+{
+    size_t bit = spm_pair_bit(text + x->off, x->n, text + y->off, y->n);
+    return (t->spm_pairs[bit / 64] >> (bit % 64)) & 1;
+}
+
+/* Fills the pair filter from every token's text, split into characters the way encoding splits text. */
+static int spm_build_pairs(struct tokenizer *t)
+{
+    t->spm_pairs = calloc(SPM_PAIR_BITS / 64, sizeof *t->spm_pairs);
+    if (!t->spm_pairs)
+        return ERR_NOMEM;
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const char *s = t->text + t->tok[id].text_off;
+        size_t n = t->tok[id].text_len, prev_off = 0, prev_n = 0;
+        for (size_t off = 0; off < n;) {
+            size_t k = unicode_len_utf8((unsigned char)s[off]);
+            if (k > n - off)
+                k = n - off;
+            if (off > 0) {
+                size_t bit = spm_pair_bit(s + prev_off, prev_n, s + off, k);
+                t->spm_pairs[bit / 64] |= 1ull << (bit % 64);
+            }
+            prev_off = off;
+            prev_n = k;
+            off += k;
+        }
+    }
+    return 0;
+}
 
 /* One text fragment: spaces become U+2581 (with a leading one when space_prefix), then merge by score;
  * pieces missing from the vocabulary fall back to byte tokens. */
@@ -380,23 +435,37 @@ static int spm_encode(struct tok_session *s, const char *text, size_t len, bool 
     }
     if (s->text.n == 0)
         return 0;
-    if (session_split_chars(s) || session_merge(s))
+    if (session_split_chars(s))
         return ERR_NOMEM;
-    for (int i = 0; i != -1; i = s->sym[i].next) {
-        const struct tok_sym *y = &s->sym[i];
-        int32_t id = tok_lookup(t, s->text.p + y->off, y->n);
-        if (id >= 0) {
-            if (ivec_push(&s->out, id))
-                return ERR_NOMEM;
+    /* Merge chunk by chunk: between two characters that occur next to each other in no vocabulary entry no
+     * merge can ever happen, so the chunks are independent and the result is the same as merging the whole
+     * fragment at once, with a small, cache-friendly heap instead of one the size of the text. */
+    size_t a = 0;
+    for (size_t c = 1; c <= s->n_sym; c++) {
+        if (c < s->n_sym && spm_pair_possible(t, s->text.p, &s->sym[c - 1], &s->sym[c]))
             continue;
+        s->sym[c - 1].next = -1;
+        if (c < s->n_sym)
+            s->sym[c].prev = -1;
+        if (session_merge(s, a, c))
+            return ERR_NOMEM;
+        for (int i = (int)a; i != -1; i = s->sym[i].next) {
+            const struct tok_sym *y = &s->sym[i];
+            int32_t id = tok_lookup(t, s->text.p + y->off, y->n);
+            if (id >= 0) {
+                if (ivec_push(&s->out, id))
+                    return ERR_NOMEM;
+                continue;
+            }
+            for (size_t j = 0; j < y->n; j++) {
+                int32_t b = t->byte_tok[(unsigned char)s->text.p[y->off + j]];
+                if (b < 0)
+                    b = t->unk; /* llama.cpp aborts here; a vocabulary without byte tokens gets <unk> */
+                if (b >= 0 && ivec_push(&s->out, b))
+                    return ERR_NOMEM;
+            }
         }
-        for (size_t j = 0; j < y->n; j++) {
-            int32_t b = t->byte_tok[(unsigned char)s->text.p[y->off + j]];
-            if (b < 0)
-                b = t->unk; /* llama.cpp aborts here; a vocabulary without byte tokens gets <unk> */
-            if (b >= 0 && ivec_push(&s->out, b))
-                return ERR_NOMEM;
-        }
+        a = c;
     }
     return 0;
 }
@@ -422,7 +491,7 @@ static int bpe_encode_word(struct tok_session *s, const uint32_t *cps, size_t n)
     int32_t whole;
     if (t->ignore_merges && (whole = tok_lookup(t, s->text.p, s->text.n)) >= 0)
         return ivec_push(&s->out, whole);
-    if (session_split_chars(s) || session_merge(s))
+    if (session_split_chars(s) || session_merge(s, 0, s->n_sym))
         return ERR_NOMEM;
     for (int i = 0; i != -1; i = s->sym[i].next) {
         const struct tok_sym *y = &s->sym[i];
@@ -850,6 +919,7 @@ void tokenizer_destroy(struct tokenizer *t)
     free(t->specials);
     free(t->spec_sorted);
     free(t->spec_lens);
+    free(t->spm_pairs);
     free(t);
 }
 
@@ -1310,9 +1380,13 @@ struct tokenizer *tokenizer_create(const struct gguf *g, char *err)
         goto fail;
     }
     apply_name_attrs(t, g);
-    if (t->kind == TOK_SPM)
+    if (t->kind == TOK_SPM) {
         build_byte_tokens(t);
-    else
+        if (spm_build_pairs(t)) {
+            err_set(err, ERR_NOMEM, "out of memory building the tokenizer");
+            goto fail;
+        }
+    } else
         memset(t->byte_tok, 0xff, sizeof t->byte_tok);
     return t;
 fail:

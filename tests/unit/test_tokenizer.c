@@ -121,7 +121,7 @@ static const char k_sep[] = "\n__ggml_vocab_test__\n";
 /* Runs one vocab's .inp/.out pair; returns the number of mismatching texts (ids or round trip). */
 static int run_vocab_vectors(const char *gguf_path)
 {
-    char inp_path[4300], out_path[4300];
+    char inp_path[4500], out_path[4500];
     snprintf(inp_path, sizeof inp_path, "%s.inp", gguf_path);
     snprintf(out_path, sizeof out_path, "%s.out", gguf_path);
     size_t inp_len, out_len;
@@ -203,7 +203,7 @@ static void test_vocab_vectors(void **state)
         size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 5, ".gguf"))
             continue;
-        char path[4200];
+        char path[4400];
         snprintf(path, sizeof path, "%s/%s", dirpath, e->d_name);
         int bad = run_vocab_vectors(path);
         if (bad < 0)
