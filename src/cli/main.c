@@ -15,6 +15,7 @@ struct cli_command {
 
 static const struct cli_command cli_commands[] = {
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
+    {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {NULL, NULL, NULL},
 };
 

@@ -138,6 +138,10 @@ int gguf_writer_set_u64(struct gguf_writer *w, const char *key, uint64_t v);
 int gguf_writer_set_f32(struct gguf_writer *w, const char *key, float v);
 int gguf_writer_set_bool(struct gguf_writer *w, const char *key, bool v);
 int gguf_writer_set_str(struct gguf_writer *w, const char *key, const char *v);
+/* Additions: a scalar of any numeric/bool type t read from v (gguf_vtype_size(t) bytes; ERR_INVALID_ARG for
+ * string/array types), and a string given as pointer + length (may hold any bytes). */
+int gguf_writer_set_scalar(struct gguf_writer *w, const char *key, enum gguf_vtype t, const void *v);
+int gguf_writer_set_strn(struct gguf_writer *w, const char *key, struct gguf_str s);
 /* Numeric array of n elements of type t (stored as given, little endian). */
 int gguf_writer_set_arr(struct gguf_writer *w, const char *key, enum gguf_vtype t, const void *data, uint64_t n);
 int gguf_writer_set_str_arr(struct gguf_writer *w, const char *key, const struct gguf_str *strs, uint64_t n);
@@ -153,6 +157,9 @@ int gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum dtype t
 int gguf_writer_begin(struct gguf_writer *w, const char *path, char *err);
 /* Writes tensor i's data (exactly its nbytes) and padding; tensors must come in declaration order. */
 int gguf_writer_write_tensor(struct gguf_writer *w, int i, const void *data, size_t nbytes, char *err);
+/* Addition: streams part of tensor i's data (for tensors too big to convert in one buffer); chunks of tensor i
+ * are appended until its nbytes are complete, then the padding is written and tensor i+1 becomes next. */
+int gguf_writer_write_data(struct gguf_writer *w, int i, const void *data, size_t n, char *err);
 /* Checks every tensor was written, flushes and closes the file. */
 int gguf_writer_finish(struct gguf_writer *w, char *err);
 

@@ -14,6 +14,7 @@
 #include "engine/dtype.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct kernel_ops {
@@ -25,6 +26,14 @@ struct kernel_ops {
     void (*vec_dot)(int64_t n, float *s, const void *w, const void *x);
     /* Dequantizes a row of n elements of `type` (used for embedding lookups). */
     void (*to_f32)(const void *src, float *dst, int64_t n);
+    /* Batched dot products for prefill and batched decode:
+     *   s[j*lds + i] = dot(w row i, x row j)   for i < nr, j < nc
+     * w rows (of `type`) are ldw bytes apart, x rows (of `vec_type`) ldx bytes apart. Each element is
+     * bit-identical to vec_dot on the same pair (same per-element reduction order), so batching never changes
+     * results. The AVX2 versions tile rows x columns in registers so each weight block loaded is used for
+     * several activation rows; the others loop over vec_dot. Never NULL in the ops this module returns. */
+    void (*gemm)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
+                 size_t ldx);
 };
 
 /* Best ops for the running CPU; NULL when the type is not supported. */

@@ -19,11 +19,63 @@
 
 #include <stdint.h>
 
+/* The blocks as C structs (packed by construction: every member is naturally aligned and the sizes below are
+ * checked at compile time), shared by the converters and the kernels. Fields follow GGML's order. */
+struct block_q8_0 {
+    uint16_t d;        /* f16 scale */
+    int8_t qs[QK8_0];  /* x[j] = d * qs[j] */
+};
+struct block_q4_0 {
+    uint16_t d;            /* f16 scale */
+    uint8_t qs[QK4_0 / 2]; /* low nibble: element j, high nibble: element j + 16; value = nibble - 8 */
+};
+struct block_q4_k {
+    uint16_t d;                    /* f16 super-scale of the sub-block scales */
+    uint16_t dmin;                 /* f16 super-scale of the sub-block mins */
+    uint8_t scales[K_SCALE_SIZE];  /* 8 six-bit scales + 8 six-bit mins, see quant_q4_k_scale_min */
+    uint8_t qs[QK_K / 2];          /* per 64 elements: 32 bytes, low nibbles first 32, high nibbles next 32 */
+};
+struct block_q6_k {
+    uint8_t ql[QK_K / 2];     /* low 4 bits; per 128 elements 64 bytes: [0,32) lo = e0..31, [32,64) lo = e32..63,
+                                 [0,32) hi = e64..95, [32,64) hi = e96..127 */
+    uint8_t qh[QK_K / 4];     /* high 2 bits; per 128 elements 32 bytes, bit pairs 0,2,4,6 = the four quarters */
+    int8_t scales[QK_K / 16]; /* one per 16 elements */
+    uint16_t d;               /* f16 super-scale */
+};
+struct block_q8_k {
+    float d;                   /* float scale */
+    int8_t qs[QK_K];           /* x[j] = d * qs[j] */
+    int16_t bsums[QK_K / 16];  /* sums of qs over each group of 16, for the min terms of K-quant dots */
+};
+_Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block");
+_Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block");
+_Static_assert(sizeof(struct block_q4_k) == 144, "q4_k block");
+_Static_assert(sizeof(struct block_q6_k) == 210, "q6_k block");
+_Static_assert(sizeof(struct block_q8_k) == 292, "q8_k block");
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K block from its 12 packed bytes: sub-blocks 0-3 keep
+ * theirs in the low 6 bits of bytes j (scale) and j+4 (min); sub-blocks 4-7 keep the low 4 bits in the nibbles
+ * of byte j+4 and the high 2 bits in the top bits of bytes j-4 (scale) and j (min). */
+static inline void quant_q4_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
 /* Quantizes n floats (n a multiple of the type's block size) into dst (dtype_row_bytes(t, n) bytes).
- * Supported t: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K. Returns 0 or ERR_UNSUPPORTED. */
+ * Supported t: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K. Returns 0, ERR_UNSUPPORTED for another type or
+ * ERR_INVALID_ARG when n is negative or not a multiple of the block size (dst untouched then).
+ * Q8_0 and Q4_0 reproduce GGML's reference quantizer byte for byte; Q4_K and Q6_K search each sub-block's
+ * scale (and min) for the least squared error, like GGML's but not byte-identical to it; Q8_K uses
+ * d = amax / 127 and rounds half away from zero. */
 int quant_row_from_f32(enum dtype t, const float *src, void *dst, int64_t n);
 
-/* Dequantizes a row of n elements of type t into dst. Same supported types. Returns 0 or ERR_UNSUPPORTED. */
+/* Dequantizes a row of n elements of type t into dst. Same supported types and errors. */
 int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
 
 #endif

@@ -1,0 +1,199 @@
+/*
+ * kernels: the portable scalar kernels and the run-time choice between them and the AVX2 ones.
+ *
+ * Quantized dot products work like GGML's: per block an exact integer dot of the codes, scaled by the
+ * product of the two block scales and added to a float sum; the K-quants add their per-sub-block scales as
+ * integer weights and subtract the mins through the activation's 16-element sums (bsums), so results track
+ * llama.cpp's numerics. Float weights (F32/F16/BF16) take float activations and sum in double here: the
+ * scalar path is the reference the SIMD one is tested against, so it is kept as accurate as is cheap.
+ *
+ * The scalar gemm just calls vec_dot per pair, which makes it bit-identical to vec_dot by construction.
+ */
+#include "engine/kernels.h"
+
+#include "engine/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- activation conversion and dequantization (thin wrappers over quant.c) ---- */
+
+static void kern_from_f32_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
+static void kern_from_f32_q8_0(const float *src, void *dst, int64_t n) { quant_row_from_f32(DTYPE_Q8_0, src, dst, n); }
+static void kern_from_f32_q8_k(const float *src, void *dst, int64_t n) { quant_row_from_f32(DTYPE_Q8_K, src, dst, n); }
+
+static void kern_to_f32_f32(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_F32, src, dst, n); }
+static void kern_to_f32_f16(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_F16, src, dst, n); }
+static void kern_to_f32_bf16(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_BF16, src, dst, n); }
+static void kern_to_f32_q8_0(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_Q8_0, src, dst, n); }
+static void kern_to_f32_q4_0(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_Q4_0, src, dst, n); }
+static void kern_to_f32_q4_k(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_Q4_K, src, dst, n); }
+static void kern_to_f32_q6_k(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_Q6_K, src, dst, n); }
+
+/* ---- float weights ---- */
+
+static void kern_dot_f32(int64_t n, float *s, const void *w, const void *x)
+{
+    const float *a = w, *b = x;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)a[i] * (double)b[i];
+    *s = (float)sum;
+}
+
+static void kern_dot_f16(int64_t n, float *s, const void *w, const void *x)
+{
+    const uint16_t *a = w;
+    const float *b = x;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)fp16_to_f32(a[i]) * (double)b[i];
+    *s = (float)sum;
+}
+
+static void kern_dot_bf16(int64_t n, float *s, const void *w, const void *x)
+{
+    const uint16_t *a = w;
+    const float *b = x;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        sum += (double)bf16_to_f32(a[i]) * (double)b[i];
+    *s = (float)sum;
+}
+
+/* ---- 32-element blocks against Q8_0 ---- */
+
+static void kern_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
+{
+    const struct block_q8_0 *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n / QK8_0; k++) {
+        int sumi = 0;
+        for (int j = 0; j < QK8_0; j++)
+            sumi += a[k].qs[j] * b[k].qs[j];
+        sum += (float)sumi * (fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d));
+    }
+    *s = sum;
+}
+
+static void kern_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
+{
+    const struct block_q4_0 *a = w;
+    const struct block_q8_0 *b = x;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n / QK4_0; k++) {
+        int sumi = 0;
+        for (int j = 0; j < QK4_0 / 2; j++) {
+            sumi += ((a[k].qs[j] & 15) - 8) * b[k].qs[j];
+            sumi += ((a[k].qs[j] >> 4) - 8) * b[k].qs[j + QK4_0 / 2];
+        }
+        sum += (float)sumi * (fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d));
+    }
+    *s = sum;
+}
+
+/* ---- K-quants against Q8_K ---- */
+
+static void kern_dot_q4_k(int64_t n, float *s, const void *w, const void *x)
+{
+    const struct block_q4_k *a = w;
+    const struct block_q8_k *b = x;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n / QK_K; k++) {
+        /* |sumi| <= 8 sub-blocks * 63 * 32 * 15 * 127 < 2^31 */
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            quant_q4_k_scale_min(j, a[k].scales, &sc, &m);
+            const uint8_t *q = a[k].qs + 32 * (j / 2);
+            const int8_t *y = b[k].qs + 32 * j;
+            int shift = (j & 1) * 4, p = 0;
+            for (int l = 0; l < 32; l++)
+                p += ((q[l] >> shift) & 15) * y[l];
+            sumi += sc * p;
+            summ += m * (b[k].bsums[2 * j] + b[k].bsums[2 * j + 1]);
+        }
+        float d = fp16_to_f32(a[k].d) * b[k].d, dmin = fp16_to_f32(a[k].dmin) * b[k].d;
+        sum += d * (float)sumi - dmin * (float)summ;
+    }
+    *s = sum;
+}
+
+static void kern_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
+{
+    const struct block_q6_k *a = w;
+    const struct block_q8_k *b = x;
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n / QK_K; k++) {
+        int32_t sumi = 0; /* |sumi| <= 16 * 128 * 16 * 32 * 127 < 2^31 */
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = a[k].ql + 64 * h, *qh = a[k].qh + 32 * h;
+            const int8_t *sc = a[k].scales + 8 * h, *y = b[k].qs + 128 * h;
+            int p[8] = {0}; /* per 16-element group of this half */
+            for (int i = 0; i < 32; i++) {
+                int g = i / 16;
+                p[g + 0] += (((ql[i] & 15) | (((qh[i] >> 0) & 3) << 4)) - 32) * y[i];
+                p[g + 2] += (((ql[i + 32] & 15) | (((qh[i] >> 2) & 3) << 4)) - 32) * y[i + 32];
+                p[g + 4] += (((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4)) - 32) * y[i + 64];
+                p[g + 6] += (((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4)) - 32) * y[i + 96];
+            }
+            for (int g = 0; g < 8; g++)
+                sumi += sc[g] * p[g];
+        }
+        sum += fp16_to_f32(a[k].d) * b[k].d * (float)sumi;
+    }
+    *s = sum;
+}
+
+/* ---- gemm through vec_dot ---- */
+
+#define KERN_GEMM_VIA_DOT(name, dot)                                                                        \
+    static void name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,           \
+                     const void *x, size_t ldx)                                                            \
+    {                                                                                                      \
+        for (int j = 0; j < nc; j++)                                                                       \
+            for (int i = 0; i < nr; i++)                                                                   \
+                dot(n, s + (size_t)j * lds + i, (const char *)w + (size_t)i * ldw,                         \
+                    (const char *)x + (size_t)j * ldx);                                                    \
+    }
+
+KERN_GEMM_VIA_DOT(kern_gemm_f32, kern_dot_f32)
+KERN_GEMM_VIA_DOT(kern_gemm_f16, kern_dot_f16)
+KERN_GEMM_VIA_DOT(kern_gemm_bf16, kern_dot_bf16)
+KERN_GEMM_VIA_DOT(kern_gemm_q8_0, kern_dot_q8_0)
+KERN_GEMM_VIA_DOT(kern_gemm_q4_0, kern_dot_q4_0)
+KERN_GEMM_VIA_DOT(kern_gemm_q4_k, kern_dot_q4_k)
+KERN_GEMM_VIA_DOT(kern_gemm_q6_k, kern_dot_q6_k)
+
+static const struct kernel_ops kern_scalar_ops[] = {
+    {DTYPE_F32, DTYPE_F32, kern_from_f32_f32, kern_dot_f32, kern_to_f32_f32, kern_gemm_f32},
+    {DTYPE_F16, DTYPE_F32, kern_from_f32_f32, kern_dot_f16, kern_to_f32_f16, kern_gemm_f16},
+    {DTYPE_BF16, DTYPE_F32, kern_from_f32_f32, kern_dot_bf16, kern_to_f32_bf16, kern_gemm_bf16},
+    {DTYPE_Q8_0, DTYPE_Q8_0, kern_from_f32_q8_0, kern_dot_q8_0, kern_to_f32_q8_0, kern_gemm_q8_0},
+    {DTYPE_Q4_0, DTYPE_Q8_0, kern_from_f32_q8_0, kern_dot_q4_0, kern_to_f32_q4_0, kern_gemm_q4_0},
+    {DTYPE_Q4_K, DTYPE_Q8_K, kern_from_f32_q8_k, kern_dot_q4_k, kern_to_f32_q4_k, kern_gemm_q4_k},
+    {DTYPE_Q6_K, DTYPE_Q8_K, kern_from_f32_q8_k, kern_dot_q6_k, kern_to_f32_q6_k, kern_gemm_q6_k},
+};
+
+const struct kernel_ops *kernel_ops_scalar(enum dtype t)
+{
+    for (size_t i = 0; i < sizeof kern_scalar_ops / sizeof kern_scalar_ops[0]; i++)
+        if (kern_scalar_ops[i].type == t)
+            return &kern_scalar_ops[i];
+    return NULL;
+}
+
+bool kernel_cpu_has_avx2(void)
+{
+    const char *e = getenv("WAFER_NO_SIMD");
+    if (e && *e && strcmp(e, "0") != 0)
+        return false;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+const struct kernel_ops *kernel_ops_get(enum dtype t)
+{
+    const struct kernel_ops *ops = kernel_ops_avx2(t);
+    return ops ? ops : kernel_ops_scalar(t);
+}
