@@ -704,7 +704,7 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
         rc = ERR_TOO_LARGE;
         goto done;
     }
-    if (out && cap > 0)
+    if (out && cap > 0 && s.out.n > 0)
         memcpy(out, s.out.v, (s.out.n < (size_t)cap ? s.out.n : (size_t)cap) * sizeof *out);
     rc = (int)s.out.n;
     goto done;
@@ -795,7 +795,8 @@ int tokenizer_token_to_piece(const struct tokenizer *t, int32_t id, bool render_
         return 0;
     if (k->piece_len > (uint32_t)(cap > 0 ? cap : 0))
         return (int)k->piece_len;
-    memcpy(buf, t->pieces + k->piece_off, k->piece_len);
+    if (k->piece_len)
+        memcpy(buf, t->pieces + k->piece_off, k->piece_len);
     return (int)k->piece_len;
 }
 

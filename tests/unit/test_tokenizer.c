@@ -430,6 +430,9 @@ static void test_special_tokens_spm(void **state)
     ids = encode_all(t, "", 0, true, false, &n);
     assert_int_equal(n, 1);
     free(ids);
+    int32_t none[4];
+    assert_int_equal(tokenizer_encode(t, "", 0, false, false, none, 4), 0);
+    assert_int_equal(tokenizer_encode(t, "", 0, false, false, NULL, 0), 0);
     /* pieces: control tokens only when asked */
     char buf[16];
     assert_int_equal(tokenizer_token_to_piece(t, 1, false, buf, sizeof buf), 0);
