@@ -310,6 +310,19 @@ static const struct split_case k_splits[] = {
     {PRETOK_GPT2, "x   y\n", "x|  | y|\n"},
     {PRETOK_STARCODER, "ab 123", "ab| |1|2|3"},
     {PRETOK_DEEPSEEK_CODER, "foo(1)\n", "foo|(|1|)|\n"},
+    {PRETOK_DEFAULT, "Hello, world!! 12345", "Hello|,| world|!!| |123|45"},
+    {PRETOK_DEFAULT, "a+b=c ~~x", "a|+|b|=|c| |~~|x"},
+    {PRETOK_DEEPSEEK_LLM, "Hello world\n\n你好世界 123  ", "Hello| world|\n|\n|你好世界| |123|  "},
+    /* each regex splits what the previous ones produced: [:-~] (the 3rd) takes ASCII letters off "über" */
+    {PRETOK_DEEPSEEK_LLM, "über-cool 😀!", "ü|ber|-|cool| 😀|!"},
+    {PRETOK_DEEPSEEK3, "Hello .NET 12345 日本語カタカナ", "Hello| .|NET| |123|45| |日本語カタカナ"},
+    {PRETOK_DEEPSEEK3, "x~y +=z\n", "x|~y| +=|z|\n"}, /* '~' is neither P nor S to llama.cpp */
+    {PRETOK_FALCON, "a+b 12345 `x`", "a|+|b| |123|45| |`|x|`"},
+    {PRETOK_PORO, "Hello, world. How?", "Hello|,| world|.| How|?"},
+    {PRETOK_VIKING, "abc123 def", "abc|1|2|3| def"},
+    {PRETOK_TEKKEN, "HelloWorld iPhone ABCdef", "Hello|World| i|Phone| ABCdef"},
+    {PRETOK_TEKKEN, "x/y\n/", "x|/y|\n|/"},
+    {PRETOK_CHAMELEON, "IMGIMGABZ a    b", "IMGIMGABZ| a|    |b"},
 };
 
 static void test_pretok_splits(void **state)
