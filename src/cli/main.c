@@ -14,6 +14,7 @@ struct cli_command {
 };
 
 static const struct cli_command cli_commands[] = {
+    {"bench", cmd_bench_main, "benchmark a model (bench) or a server (bench serve, bench compare)"},
     {NULL, NULL, NULL},
 };
 
