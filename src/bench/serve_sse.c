@@ -24,10 +24,10 @@ void serve_sse_deinit(struct serve_sse *s)
 
 static int sse_grow(char **buf, size_t *cap, size_t need)
 {
-    if (need <= *cap)
-        return 0;
     if (need > SERVE_SSE_MAX_EVENT + 16)
         return ERR_TOO_LARGE;
+    if (need <= *cap)
+        return 0;
     size_t c = *cap ? *cap : 256;
     while (c < need)
         c *= 2;
