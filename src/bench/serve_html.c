@@ -57,11 +57,13 @@ struct html_series {
     int n;
     const char *color;
     bool dashed;
+    bool steps;       /* draw as an empirical CDF: flat to each x, then up to its y, starting from y = 0 */
 };
 
 struct html_frame {
     double w, h, l, r, t, b; /* size and margins */
     double x0, x1, y0, y1;   /* data ranges */
+    bool x_integer;          /* x values are counts (concurrency, tokens): no fractional ticks */
 };
 
 static double fx(const struct html_frame *fr, double x)
@@ -86,6 +88,8 @@ static void html_frame_begin(FILE *f, struct html_frame *fr, const char *id, con
     if (!(fr->y1 > fr->y0))
         fr->y1 = fr->y0 + 1;
     double xs = html_nice_step(fr->x1 - fr->x0, 6), ys = html_nice_step(fr->y1 - fr->y0, 5);
+    if (fr->x_integer && xs < 1)
+        xs = 1;
     fr->x0 = floor(fr->x0 / xs) * xs;
     fr->x1 = ceil(fr->x1 / xs) * xs;
     fr->y0 = floor(fr->y0 / ys) * ys;
@@ -142,10 +146,12 @@ static void html_line_chart(FILE *f, const char *id, const char *title, const ch
     struct html_frame fr = {.w = 560, .h = 320, .l = 62, .r = 14, .t = 30, .b = 40,
                             .x0 = INFINITY, .x1 = -INFINITY, .y0 = INFINITY, .y1 = -INFINITY};
     int points = 0;
+    fr.x_integer = true;
     for (int i = 0; i < ns; i++)
         for (int j = 0; j < s[i].n; j++) {
             if (!isfinite(s[i].x[j]) || !isfinite(s[i].y[j]))
                 continue;
+            fr.x_integer &= s[i].x[j] == floor(s[i].x[j]);
             fr.x0 = fmin(fr.x0, s[i].x[j]);
             fr.x1 = fmax(fr.x1, s[i].x[j]);
             fr.y0 = fmin(fr.y0, s[i].y[j]);
@@ -166,9 +172,15 @@ static void html_line_chart(FILE *f, const char *id, const char *title, const ch
     for (int i = 0; i < ns; i++) {
         fprintf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", s[i].color,
                 s[i].dashed ? " stroke-dasharray=\"6 4\"" : "");
-        for (int j = 0; j < s[i].n; j++)
-            if (isfinite(s[i].x[j]) && isfinite(s[i].y[j]))
-                fprintf(f, "%.1f,%.1f ", fx(&fr, s[i].x[j]), fy(&fr, s[i].y[j]));
+        double prev_y = 0;
+        for (int j = 0; j < s[i].n; j++) {
+            if (!isfinite(s[i].x[j]) || !isfinite(s[i].y[j]))
+                continue;
+            if (s[i].steps)
+                fprintf(f, "%.1f,%.1f ", fx(&fr, s[i].x[j]), fy(&fr, prev_y));
+            fprintf(f, "%.1f,%.1f ", fx(&fr, s[i].x[j]), fy(&fr, s[i].y[j]));
+            prev_y = s[i].y[j];
+        }
         fprintf(f, "\"/>\n");
         for (int j = 0; markers && j < s[i].n; j++)
             if (isfinite(s[i].x[j]) && isfinite(s[i].y[j]))
@@ -262,6 +274,7 @@ static void html_cdf_chart(FILE *f, const struct serve_report *rep, int k)
         s[i].y = ys[i];
         s[i].n = (int)pts;
         s[i].color = html_colors[i % HTML_N_COLORS];
+        s[i].steps = true;
     }
     char id[32], title[64], xl[32];
     snprintf(id, sizeof id, "chart-cdf-%s", html_metric_ids[k]);

@@ -196,6 +196,34 @@ static void json_rate(struct json_writer *w, double rate)
         json_writer_double(w, rate);
 }
 
+/* One request of a --detailed run, in send order. */
+static void json_request(struct json_writer *w, const struct serve_request_result *q)
+{
+    json_writer_object_begin(w);
+    json_writer_key_string(w, "outcome", serve_outcome_name(q->outcome));
+    json_writer_key_int(w, "http_status", q->http_status);
+    json_writer_key_string(w, "error", q->error);
+    json_writer_key_double(w, "start_s", q->start_s);
+    json_writer_key_double(w, "ttft_ms", q->ttft_ms);
+    double tpot = q->output_tokens > 1 && !isnan(q->ttft_ms) ? (q->e2e_ms - q->ttft_ms) / (q->output_tokens - 1) : NAN;
+    json_writer_key_double(w, "tpot_ms", q->outcome == SERVE_OK ? tpot : NAN);
+    json_writer_key_double(w, "e2e_ms", q->e2e_ms);
+    json_writer_key(w, "itl_ms");
+    json_writer_array_begin(w);
+    for (int i = 0; i < q->n_itl; i++)
+        json_writer_double(w, q->itl_ms[i]);
+    json_writer_array_end(w);
+    json_writer_key_int(w, "chunks", q->n_chunks);
+    json_writer_key(w, "input_tokens");
+    if (q->input_tokens >= 0)
+        json_writer_int(w, q->input_tokens);
+    else
+        json_writer_null(w);
+    json_writer_key_int(w, "output_tokens", q->output_tokens);
+    json_writer_key_bool(w, "tokens_from_usage", q->output_from_usage);
+    json_writer_object_end(w);
+}
+
 static void json_run(struct json_writer *w, const struct serve_report *rep, const struct serve_run *r)
 {
     const struct serve_run_summary *s = &r->s;
@@ -266,6 +294,13 @@ static void json_run(struct json_writer *w, const struct serve_report *rep, cons
         json_writer_object_end(w);
     } else {
         json_writer_null(w);
+    }
+    if (r->requests) {
+        json_writer_key(w, "requests");
+        json_writer_array_begin(w);
+        for (int i = 0; i < r->n_requests; i++)
+            json_request(w, &r->requests[i]);
+        json_writer_array_end(w);
     }
     json_writer_key(w, "cost");
     if (s->has_cost) {

@@ -19,6 +19,8 @@ struct serve_run {
     int input_len;         /* target prompt tokens; 0 for a dataset */
     int output_len;        /* max_tokens asked; 0 for a dataset (per row) */
     struct serve_run_summary s;
+    struct serve_request_result *requests; /* owned, kept only with --detailed (else NULL) */
+    int n_requests;
 };
 
 struct serve_quality_case {

@@ -308,6 +308,11 @@ int serve_bench_main(const struct serve_options *opt)
             if (!rc)
                 rc = serve_stats_compute(res, prompts.n, duration, o.has_slo ? &o.slo : NULL, o.cost_per_hour, &run->s,
                                          err);
+            if (!rc && o.detailed) {
+                run->requests = res; /* kept for the JSON's per-request list */
+                run->n_requests = prompts.n;
+                res = NULL;
+            }
             for (int i = 0; res && i < prompts.n; i++)
                 serve_request_result_clear(&res[i]);
             free(res);
@@ -362,8 +367,12 @@ int serve_bench_main(const struct serve_options *opt)
 out_curl:
     curl_global_cleanup();
 out:
-    for (int i = 0; i < rep.n_runs; i++)
+    for (int i = 0; i < rep.n_runs; i++) {
         serve_run_summary_deinit(&rep.runs[i].s);
+        for (int k = 0; k < rep.runs[i].n_requests; k++)
+            serve_request_result_clear(&rep.runs[i].requests[k]);
+        free(rep.runs[i].requests);
+    }
     free(rep.runs);
     run_quality_free(quality);
     serve_prompts_free(&dataset);

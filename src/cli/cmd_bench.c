@@ -63,6 +63,7 @@ static void bench_serve_usage(FILE *f)
             "output:\n"
             "  --label NAME            name of this setup in reports (default: the model)\n"
             "  --json FILE             write the results as JSON (fields in docs/bench.md)\n"
+            "  --detailed              the JSON also lists every request (times, ITL gaps, tokens, errors)\n"
             "  --html FILE             write a self-contained HTML report with charts\n"
             "  --no-progress           no progress bar (it is drawn only when stderr is a terminal)\n\n"
             "example:\n"
@@ -164,7 +165,7 @@ static int parse_rate_list(const char *s, double *out, int *n)
 enum {
     OPT_URL = 1000, OPT_API_KEY, OPT_MODEL, OPT_ENDPOINT, OPT_CONCURRENCY, OPT_RATE, OPT_NUM_PROMPTS, OPT_INPUT_LEN,
     OPT_OUTPUT_LEN, OPT_DATASET, OPT_SEED, OPT_JSON, OPT_HTML, OPT_SLO, OPT_TIMEOUT, OPT_QUALITY, OPT_COST, OPT_LABEL,
-    OPT_IGNORE_EOS, OPT_TEMPERATURE, OPT_NO_CALIBRATE, OPT_NO_PROGRESS, OPT_COST_A, OPT_COST_B,
+    OPT_IGNORE_EOS, OPT_TEMPERATURE, OPT_NO_CALIBRATE, OPT_NO_PROGRESS, OPT_COST_A, OPT_COST_B, OPT_DETAILED,
 };
 
 static int bench_serve_cli(int argc, char **argv)
@@ -192,6 +193,7 @@ static int bench_serve_cli(int argc, char **argv)
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"no-calibrate", no_argument, NULL, OPT_NO_CALIBRATE},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"detailed", no_argument, NULL, OPT_DETAILED},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -225,6 +227,7 @@ static int bench_serve_cli(int argc, char **argv)
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
         case OPT_NO_CALIBRATE: o.calibrate = false; break;
         case OPT_NO_PROGRESS: no_progress = true; break;
+        case OPT_DETAILED: o.detailed = true; break;
         case OPT_ENDPOINT:
             if (!strcmp(optarg, "completions"))
                 o.endpoint = SERVE_ENDPOINT_COMPLETIONS;

@@ -38,6 +38,11 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # keep pytest output clean
         pass
 
+    def setup(self):
+        super().setup()
+        # without this, Nagle holds each small SSE write until the client's delayed ACK (40 ms) arrives
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # -- helpers -----------------------------------------------------------------------------------
     def _json(self, status, obj):
         body = json.dumps(obj).encode()
@@ -186,6 +191,7 @@ class _Handler(BaseHTTPRequestHandler):
 class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 128  # a burst of concurrent connects must not overflow the listen backlog
 
     def __init__(self, ttft_ms=20.0, itl_ms=5.0, ttft_per_token_ms=0.0, tokens_per_word=1.0, tokenize=False,
                  stall_s=3.0, answers=None, model_id="standin-model"):
