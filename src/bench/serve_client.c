@@ -28,6 +28,7 @@ struct client_req {
     CURL *easy;
     char *body;
     double t_send, t_first, t_last; /* monotonic seconds: sent, first and latest content chunk */
+    double t_done;                /* when data: [DONE] arrived */
     bool got_first;
     long status;                  /* 0 until the first body byte */
     struct serve_sse sse;
@@ -93,6 +94,7 @@ static int client_on_event(void *ctx, const char *data, size_t len)
     }
     if (c.done) {
         q->done_seen = true;
+        q->t_done = client_now();
         return 0;
     }
     if (c.is_error) {
@@ -254,6 +256,9 @@ static void client_finish(struct client_req *q, CURLcode res, double t0, double 
         if (serve_sse_finish(&q->sse, client_on_event, q) == ERR_TOO_LARGE)
             client_set_bad(q, "an event in the stream is larger than 8 MiB");
     }
+    bool complete = q->status == 200 && q->done_seen && !q->bad;
+    if (complete && (res == CURLE_OPERATION_TIMEDOUT || res == CURLE_PARTIAL_FILE || res == CURLE_RECV_ERROR))
+        res = CURLE_OK; /* the answer was whole at [DONE]; what the connection did afterwards is not the request's */
     if (q->oom) {
         outcome = SERVE_FAIL_OTHER;
         snprintf(msg, sizeof msg, "out of memory while reading the stream");
@@ -294,7 +299,7 @@ static void client_finish(struct client_req *q, CURLcode res, double t0, double 
     r->http_status = (int)q->status;
     r->error = outcome == SERVE_OK ? NULL : strdup(msg);
     r->start_s = q->t_send - t0;
-    r->e2e_ms = (t_end - q->t_send) * 1000.0;
+    r->e2e_ms = ((q->done_seen ? q->t_done : t_end) - q->t_send) * 1000.0; /* the stream ends at [DONE] */
     r->ttft_ms = NAN;
     r->n_chunks = q->n_chunks;
     if (q->got_first)

@@ -102,7 +102,8 @@ void serve_report_print_run(FILE *f, const struct serve_report *rep, int i)
     report_metric_row(f, "E2E", &s->e2e);
     for (int k = 1; k < SERVE_OUTCOME_COUNT; k++)
         if (s->error_sample[k])
-            fprintf(f, "  first %-6s %s\n", serve_outcome_name(k), s->error_sample[k]);
+            fprintf(f, "  error       %s (first of %d): %s\n", serve_outcome_name(k), s->by_outcome[k],
+                    s->error_sample[k]);
 }
 
 void serve_report_print_sweep(FILE *f, const struct serve_report *rep)

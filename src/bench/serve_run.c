@@ -110,7 +110,8 @@ static double run_calibrate(const char *base, const char *api_key, double timeou
     const int words = 256;
     if (serve_prompts_synthetic(&s, 1, words, words, 1, 12345, err))
         return 0;
-    json_t *req = json_pack("{s:s}", "content", s.items[0].text);
+    /* llama-server reads "content", vLLM "prompt"; each ignores the other */
+    json_t *req = json_pack("{s:s, s:s}", "content", s.items[0].text, "prompt", s.items[0].text);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     serve_prompts_free(&s);

@@ -13,6 +13,7 @@ URL given to wafer (http://127.0.0.1:PORT/<mode> -> POST /<mode>/v1/completions)
   stall       headers, then nothing for `stall_s` seconds
   nousage     a correct stream without the usage chunk
   double      two tokens per chunk; usage says so
+  linger      a correct stream, but after data: [DONE] the body stays open for `stall_s` seconds
   mix         request k (in arrival order) behaves as MIX_CYCLE[k % 5]
 
 A prompt can override the delays for its own request with "ttft=NNN" and "itl=NNN" (milliseconds).
@@ -29,7 +30,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MIX_CYCLE = ["ok", "status500", "cut", "malformed", "nodone"]
-MODES = {"ok", "status500", "cut", "malformed", "nodone", "errorevent", "stall", "nousage", "double", "mix"}
+MODES = {"ok", "status500", "cut", "malformed", "nodone", "errorevent", "stall", "nousage", "double", "mix",
+         "linger"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -106,7 +108,7 @@ class _Handler(BaseHTTPRequestHandler):
         if mode == "mix":
             mode = MIX_CYCLE[k % len(MIX_CYCLE)]
         rec = {"k": k, "mode": mode, "chat": chat, "prompt": prompt, "body": req, "prompt_tokens": None,
-               "completion_tokens": None, "chunks": 0}
+               "completion_tokens": None, "chunks": 0, "auth": self.headers.get("Authorization")}
         with srv.lock:
             srv.records.append(rec)
         try:
@@ -185,6 +187,8 @@ class _Handler(BaseHTTPRequestHandler):
             rec["completion_tokens"] = c_tok
         if mode != "nodone":
             self._event("[DONE]")
+        if mode == "linger":
+            time.sleep(srv.stall_s)
         self._chunk(b"")  # end of the chunked body
 
 

@@ -133,6 +133,7 @@ def test_counts_tokens_and_usage(tmp_path):
     body = records[0]["body"]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 8 and body["model"] == "standin-model"
+    assert records[0]["auth"] is None and "ignore_eos" not in body and "temperature" not in body
     assert all(len(r["prompt"].split()) == 16 for r in records)
     assert "run 2/2: concurrency 4" in p.stdout and "summary" in p.stdout
 
@@ -245,6 +246,13 @@ def test_errors_are_counted_by_kind(tmp_path):
         run = res["runs"][0]
         assert run["errors"]["timeout"] == 3 and run["failed"] == 3
         assert run["e2e_ms"]["n"] == 0 and run["ttft_ms"]["mean"] is None
+        # ...but a server that keeps the body open after [DONE] delivered whole answers: they complete,
+        # and the stream ended at [DONE]
+        srv.stall_s = 1.0
+        _, res = bench(tmp_path, srv.url + "/linger", "--num-prompts", 3, "--concurrency", 3, "--timeout", 0.4,
+                       "--output-len", 4, "--input-len", 4, name="linger")
+        run = res["runs"][0]
+        assert run["completed"] == 3 and run["e2e_ms"]["max"] < 200, run
 
 
 def test_closed_port_and_no_http(tmp_path):
@@ -270,13 +278,13 @@ def test_chat_endpoint_role_chunk_is_not_a_token(tmp_path):
     with StandinServer(ttft_ms=80, itl_ms=5) as srv:
         _, res = bench(tmp_path, srv.url, "--endpoint", "chat", "--num-prompts", 4, "--concurrency", 2,
                        "--output-len", 5, "--input-len", 6, "--model", "my-model", "--temperature", 0.5,
-                       "--ignore-eos")
+                       "--ignore-eos", "--api-key", "sk-test-123")
         rec = srv.records[0]
     run = res["runs"][0]
     assert res["url"].endswith("/v1/chat/completions") and res["endpoint"] == "chat"
     assert rec["chat"] and rec["body"]["messages"][0]["role"] == "user"
     assert rec["body"]["model"] == "my-model" and rec["body"]["temperature"] == 0.5
-    assert rec["body"]["ignore_eos"] is True
+    assert rec["body"]["ignore_eos"] is True and rec["auth"] == "Bearer sk-test-123"
     assert run["completed"] == 4
     assert run["ttft_ms"]["min"] >= 79  # the empty role chunk came at once; the first token at 80 ms
     assert run["itl_ms"]["n"] == 4 * 4
