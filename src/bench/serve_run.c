@@ -82,7 +82,7 @@ static int run_urls(const char *url, int *endpoint, char **endpoint_url, char **
     return 0;
 }
 
-/* The first model id from GET /v1/models, or NULL. */
+/* The first model id from GET /v1/models (caller frees), or NULL when the server does not list one. */
 static char *run_lookup_model(const char *base, const char *api_key, double timeout_s)
 {
     char url[2048], err[ERR_MSG_MAX];
