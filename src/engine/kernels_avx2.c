@@ -85,8 +85,9 @@ KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, flo
             ka_prefetch(w + (size_t)r * ldw + (size_t)b * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)));
             if (is_q4) {
                 const struct block_q4_0 *bw = (const struct block_q4_0 *)(w + (size_t)r * ldw) + b;
-                __m128i raw = _mm_loadu_si128((const __m128i *)bw->qs);
-                q = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+                /* both halves of the 16 bytes in one register, the high lane shifted right by 4 */
+                q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bw->qs));
+                q = _mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4));
                 q = _mm256_sub_epi8(_mm256_and_si256(q, _mm256_set1_epi8(15)), _mm256_set1_epi8(8));
                 dw = ka_h2f(bw->d);
             } else {
