@@ -22,6 +22,7 @@ static const struct cli_command cli_commands[] = {
     {"serve", cmd_serve_main, "run the OpenAI-compatible HTTP server"},
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
+    {"bench", cmd_bench_main, "benchmark a model (bench) or a server (bench serve, bench compare)"},
     {NULL, NULL, NULL},
 };
 

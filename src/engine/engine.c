@@ -46,7 +46,10 @@ struct engine {
     struct threadpool *tp;
     struct kv_pool *kv;
     struct kv_seq *seqs; /* [max_seqs] */
-    float *rope_inv_freq; /* [head_dim / 2] */
+    float rope_theta_scale; /* base^(-2/head_dim) */
+    float rope_freq_scale;  /* 1 / linear scaling factor */
+    const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
+    float *scratch;         /* per thread: [n_threads][n_ctx + 2 * head_dim] attention scores, rope cache, q */
 
     /* scratch, sized for max_batch_tokens (T) */
     float *x;    /* [T][dim] residual */
@@ -151,18 +154,12 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         err_set(err, ERR_UNSUPPORTED, "head dimension %d is larger than the supported 1024", hd);
         goto fail;
     }
-    e->rope_inv_freq = malloc((size_t)(hd / 2) * sizeof(float));
-    if (!e->rope_inv_freq)
+    e->rope_theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
+    e->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
+    e->rope_ff = model_rope_freqs(m);
+    e->scratch = malloc((size_t)p->n_threads * ((size_t)p->n_ctx + 2 * (size_t)hd) * sizeof(float));
+    if (!e->scratch)
         goto oom;
-    const float *ff = model_rope_freqs(m);
-    for (int i = 0; i < hd / 2; i++) {
-        double f = pow((double)hp->rope_base, -2.0 * i / hd);
-        if (ff)
-            f /= ff[i];
-        if (hp->rope_scale_factor > 0)
-            f /= hp->rope_scale_factor;
-        e->rope_inv_freq[i] = (float)f;
-    }
 
     size_t T = (size_t)p->max_batch_tokens;
     size_t q_dim = (size_t)hp->n_heads * hd, kv_dim = (size_t)hp->n_kv_heads * hd;
@@ -223,7 +220,7 @@ void engine_destroy(struct engine *e)
             kv_seq_deinit(e->kv, &e->seqs[i]);
     free(e->seqs);
     kv_pool_destroy(e->kv);
-    free(e->rope_inv_freq);
+    free(e->scratch);
     free(e->x);
     free(e->xn);
     free(e->q);
@@ -326,20 +323,40 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
     }
 }
 
-/* Rotates pairs of one head vector x[head_dim] for position pos. */
-static void op_rope_head(const struct engine *e, float *x, int pos)
+/* cos/sin of each rotation angle for position pos: cs[2i] = cos, cs[2i+1] = sin, i < head_dim / 2. The
+ * angle is built by repeated float multiplication (theta_i = pos * scale^i), exactly as ggml does, so the
+ * rounding matches llama.cpp's. */
+static void op_rope_cache(const struct engine *e, int pos, float *cs)
+{
+    int half = e->m->hp.head_dim / 2;
+    float theta = (float)pos;
+    for (int i = 0; i < half; i++) {
+        float th = e->rope_freq_scale * (e->rope_ff ? theta / e->rope_ff[i] : theta);
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        theta *= e->rope_theta_scale;
+    }
+}
+
+/* Rotates the pairs of one head vector x[head_dim] by the angles in cs. */
+static void op_rope_head(const struct engine *e, float *x, const float *cs)
 {
     const struct model_hparams *hp = &e->m->hp;
     int half = hp->head_dim / 2;
     for (int i = 0; i < half; i++) {
-        float theta = (float)pos * e->rope_inv_freq[i];
-        float c = cosf(theta), s = sinf(theta);
+        float c = cs[2 * i], s = cs[2 * i + 1];
         int i0 = hp->rope_layout == ROPE_ADJACENT ? 2 * i : i;
         int i1 = hp->rope_layout == ROPE_ADJACENT ? 2 * i + 1 : i + half;
         float a = x[i0], b = x[i1];
         x[i0] = a * c - b * s;
         x[i1] = a * s + b * c;
     }
+}
+
+/* Thread ith's scratch: [n_ctx] scores, then [2 * head_dim] for the rope cache or the rounded query. */
+static float *engine_scratch(const struct engine *e, int ith)
+{
+    return e->scratch + (size_t)ith * ((size_t)e->p.n_ctx + 2 * (size_t)e->m->hp.head_dim);
 }
 
 static inline size_t engine_kv_offset(const struct engine *e, int kvh, int slot)
@@ -364,10 +381,12 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
             for (int i = 0; i < kv_dim; i++)
                 k[i] += L->bk[i], v[i] += L->bv[i];
         }
+        float *cs = engine_scratch(e, ith) + e->p.n_ctx;
+        op_rope_cache(e, bt->pos, cs);
         for (int h = 0; h < hp->n_heads; h++)
-            op_rope_head(e, q + (size_t)h * hd, bt->pos);
+            op_rope_head(e, q + (size_t)h * hd, cs);
         for (int h = 0; h < hp->n_kv_heads; h++)
-            op_rope_head(e, k + (size_t)h * hd, bt->pos);
+            op_rope_head(e, k + (size_t)h * hd, cs);
         const struct kv_seq *s = &e->seqs[bt->seq];
         int32_t blk = s->blocks[bt->pos / e->p.block_size];
         int slot = bt->pos % e->p.block_size;
@@ -387,8 +406,11 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
     }
 }
 
-/* Causal attention for every (token, head) pair, split over threads; online softmax over the positions
- * 0..pos of the token's sequence, read block by block in position order. */
+/* Causal attention for every (token, head) pair, split over threads, over positions 0..pos of the token's
+ * sequence read block by block in position order. With an F16 cache the rounding follows llama.cpp's
+ * (non-flash) attention: the query is rounded to F16 for the K products, softmax is exact (max, then
+ * sum in double), and the normalized probabilities are rounded to F16 for the V products. The order of every
+ * sum depends only on the token's own position, so batching never changes the result. */
 static void op_attention(struct engine *e, int layer, int ith, int nth)
 {
     const struct model_hparams *hp = &e->m->hp;
@@ -396,7 +418,7 @@ static void op_attention(struct engine *e, int layer, int ith, int nth)
     int hd = hp->head_dim, q_dim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads, bs = e->p.block_size;
     float scale = 1.0f / sqrtf((float)hd);
     bool f32 = e->p.kv_type == DTYPE_F32;
-    float acc[1024];
+    float *sc = engine_scratch(e, ith), *qr = sc + e->p.n_ctx;
     int64_t p0, p1;
     threadpool_split((int64_t)b->n * hp->n_heads, ith, nth, &p0, &p1);
     for (int64_t pi = p0; pi < p1; pi++) {
@@ -404,41 +426,50 @@ static void op_attention(struct engine *e, int layer, int ith, int nth)
         const struct batch_token *bt = &b->tok[t];
         const struct kv_seq *s = &e->seqs[bt->seq];
         const float *q = e->q + (size_t)t * q_dim + (size_t)h * hd;
-        float mx = -INFINITY, sum = 0;
         for (int i = 0; i < hd; i++)
-            acc[i] = 0;
+            qr[i] = f32 ? q[i] : engine_f16(f32_to_fp16(q[i]));
+        float mx = -INFINITY;
         for (int pos = 0; pos <= bt->pos; pos++) {
-            int32_t blk = s->blocks[pos / bs];
+            const void *kb = kv_block_k(e->kv, layer, s->blocks[pos / bs]);
             size_t off = engine_kv_offset(e, kvh, pos % bs);
-            const void *kb = kv_block_k(e->kv, layer, blk), *vb = kv_block_v(e->kv, layer, blk);
             float dot = 0;
             if (f32) {
                 const float *kr = (const float *)kb + off;
                 for (int i = 0; i < hd; i++)
-                    dot += q[i] * kr[i];
+                    dot += qr[i] * kr[i];
             } else {
                 const uint16_t *kr = (const uint16_t *)kb + off;
                 for (int i = 0; i < hd; i++)
-                    dot += q[i] * engine_f16(kr[i]);
+                    dot += qr[i] * engine_f16(kr[i]);
             }
-            dot *= scale;
-            float nmx = dot > mx ? dot : mx;
-            float corr = expf(mx - nmx), w = expf(dot - nmx);
-            sum = sum * corr + w;
+            sc[pos] = dot * scale;
+            if (sc[pos] > mx)
+                mx = sc[pos];
+        }
+        double sum = 0;
+        for (int pos = 0; pos <= bt->pos; pos++) {
+            sc[pos] = expf(sc[pos] - mx);
+            sum += sc[pos];
+        }
+        float inv = (float)(1.0 / sum);
+        float *o = e->att + (size_t)t * q_dim + (size_t)h * hd;
+        for (int i = 0; i < hd; i++)
+            o[i] = 0;
+        for (int pos = 0; pos <= bt->pos; pos++) {
+            const void *vb = kv_block_v(e->kv, layer, s->blocks[pos / bs]);
+            size_t off = engine_kv_offset(e, kvh, pos % bs);
+            float w = sc[pos] * inv;
             if (f32) {
                 const float *vr = (const float *)vb + off;
                 for (int i = 0; i < hd; i++)
-                    acc[i] = acc[i] * corr + w * vr[i];
+                    o[i] += w * vr[i];
             } else {
                 const uint16_t *vr = (const uint16_t *)vb + off;
+                w = engine_f16(f32_to_fp16(w));
                 for (int i = 0; i < hd; i++)
-                    acc[i] = acc[i] * corr + w * engine_f16(vr[i]);
+                    o[i] += w * engine_f16(vr[i]);
             }
-            mx = nmx;
         }
-        float *o = e->att + (size_t)t * q_dim + (size_t)h * hd;
-        for (int i = 0; i < hd; i++)
-            o[i] = acc[i] / sum;
     }
 }
 

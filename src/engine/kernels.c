@@ -13,13 +13,46 @@
 
 #include "engine/quant.h"
 
+#include <cpuid.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- activation conversion and dequantization (thin wrappers over quant.c) ---- */
 
 static void kern_from_f32_f32(const float *src, void *dst, int64_t n) { memcpy(dst, src, (size_t)n * 4); }
-static void kern_from_f32_q8_0(const float *src, void *dst, int64_t n) { quant_row_from_f32(DTYPE_Q8_0, src, dst, n); }
+/* F16 / BF16 weights: activations rounded to the weight's precision (stored as f32), as llama.cpp converts
+ * them to F16 / BF16 before the product. */
+static void kern_from_f32_round_f16(const float *src, void *dst, int64_t n)
+{
+    float *d = dst;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = fp16_to_f32(f32_to_fp16(src[i]));
+}
+
+static void kern_from_f32_round_bf16(const float *src, void *dst, int64_t n)
+{
+    float *d = dst;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = bf16_to_f32(f32_to_bf16(src[i]));
+}
+
+/* Activations for Q8_0/Q4_0 weights: rounded as llama.cpp's x86 run-time quantizer does (scale
+ * 127 / amax, ties to even), which differs from the reference weight quantizer (1 / d, ties away from zero)
+ * in rare ties; matching it keeps perplexities on llama.cpp's figures. */
+static void kern_from_f32_q8_0(const float *src, void *dst, int64_t n)
+{
+    struct block_q8_0 *y = dst;
+    for (int64_t b = 0; b < n / QK8_0; b++, src += QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK8_0; j++)
+            amax = fmaxf(amax, fabsf(src[j]));
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        y[b].d = f32_to_fp16(amax / 127.0f);
+        for (int j = 0; j < QK8_0; j++)
+            y[b].qs[j] = (int8_t)lrintf(src[j] * id);
+    }
+}
 static void kern_from_f32_q8_k(const float *src, void *dst, int64_t n) { quant_row_from_f32(DTYPE_Q8_K, src, dst, n); }
 
 static void kern_to_f32_f32(const void *src, float *dst, int64_t n) { quant_row_to_f32(DTYPE_F32, src, dst, n); }
@@ -167,8 +200,8 @@ KERN_GEMM_VIA_DOT(kern_gemm_q6_k, kern_dot_q6_k)
 
 static const struct kernel_ops kern_scalar_ops[] = {
     {DTYPE_F32, DTYPE_F32, kern_from_f32_f32, kern_dot_f32, kern_to_f32_f32, kern_gemm_f32},
-    {DTYPE_F16, DTYPE_F32, kern_from_f32_f32, kern_dot_f16, kern_to_f32_f16, kern_gemm_f16},
-    {DTYPE_BF16, DTYPE_F32, kern_from_f32_f32, kern_dot_bf16, kern_to_f32_bf16, kern_gemm_bf16},
+    {DTYPE_F16, DTYPE_F32, kern_from_f32_round_f16, kern_dot_f16, kern_to_f32_f16, kern_gemm_f16},
+    {DTYPE_BF16, DTYPE_F32, kern_from_f32_round_bf16, kern_dot_bf16, kern_to_f32_bf16, kern_gemm_bf16},
     {DTYPE_Q8_0, DTYPE_Q8_0, kern_from_f32_q8_0, kern_dot_q8_0, kern_to_f32_q8_0, kern_gemm_q8_0},
     {DTYPE_Q4_0, DTYPE_Q8_0, kern_from_f32_q8_0, kern_dot_q4_0, kern_to_f32_q4_0, kern_gemm_q4_0},
     {DTYPE_Q4_K, DTYPE_Q8_K, kern_from_f32_q8_k, kern_dot_q4_k, kern_to_f32_q4_k, kern_gemm_q4_k},
@@ -189,7 +222,11 @@ bool kernel_cpu_has_avx2(void)
     if (e && *e && strcmp(e, "0") != 0)
         return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return false; /* these also cover the OS saving ymm state */
+    /* F16C by cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports does not know "f16c" */
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 
 const struct kernel_ops *kernel_ops_get(enum dtype t)

@@ -392,23 +392,32 @@ static void quant_q6_k_to_f32(const struct block_q6_k *y, float *x, int64_t nb)
 
 /* ---- Q8_K ---- */
 
+/* Q8_K is only an activation format: quantized exactly as llama.cpp's quantize_row_q8_K_ref, which its
+ * x86 CPU backend uses at run time (scale from the signed extreme, -127 / max, ties to even), so products
+ * with K-quant weights round as llama.cpp's do. */
 static void quant_q8_k_from_f32(const float *x, struct block_q8_k *y, int64_t nb)
 {
     for (int64_t b = 0; b < nb; b++, x += QK_K) {
-        float amax = 0.0f;
+        float amax = 0.0f, max = 0.0f;
         for (int j = 0; j < QK_K; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[b].d = d;
-        for (int j = 0; j < QK_K; j++)
-            y[b].qs[j] = (int8_t)quant_round_clamp(x[j] * id, 127.0f);
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]), max = x[j];
+        if (amax == 0.0f) {
+            memset(&y[b], 0, sizeof y[b]);
+            continue;
+        }
+        float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) {
+            int v = quant_nearest(iscale * x[j]);
+            y[b].qs[j] = (int8_t)(v > 127 ? 127 : v);
+        }
         for (int g = 0; g < QK_K / 16; g++) {
             int sum = 0;
             for (int j = 0; j < 16; j++)
                 sum += y[b].qs[16 * g + j];
             y[b].bsums[g] = (int16_t)sum;
         }
+        y[b].d = 1.0f / iscale;
     }
 }
 

@@ -17,7 +17,9 @@
  *     is pending. A read of 0 bytes, EPOLLRDHUP, EPOLLHUP or EPOLLERR in HANDLER means the client left:
  *     on_close tells the handler to cancel the work and the connection is freed. Bytes that arrive in that
  *     phase are a pipelined next request, kept in the read buffer (up to HTTP_PIPELINE_SLACK, then EPOLLIN
- *     is dropped but EPOLLRDHUP stays, so a hang-up is still noticed).
+ *     is dropped but EPOLLRDHUP stays, so a hang-up is still noticed). A request that was complete before
+ *     the FIN is still dispatched (a half-closing `printf ... | nc -N` gets an immediate answer), but a
+ *     handler that would answer later gets on_close at once: a half-closed client counts as gone.
  *   - One request in flight per connection: the next pipelined request is parsed only after the previous
  *     response was handed over and written out. That keeps responses in order without a queue, and bounds
  *     what a pipelining client can make us buffer.
@@ -837,6 +839,12 @@ static void conn_on_event(struct http_conn *c, uint32_t ev)
         r = 1;
     }
     if (r == 1) {
+        /* A request completed just before the FIN is still dispatched: a handler that answers at once gets
+         * its answer delivered to the half-closed peer; one that would answer later is told at once. */
+        if (c->state == CONN_READ_HEAD || c->state == CONN_READ_BODY)
+            conn_process_input(c);
+        if (c->closed)
+            return;
         switch (c->state) {
         case CONN_HANDLER:
             conn_abort(c, "the client closed the connection");

@@ -13,6 +13,7 @@
 #include "engine/llama2c.h"
 #include "engine/model_gen.h"
 #include "engine/quant.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -100,6 +101,24 @@ static void test_golden_stories_llama2c(void **state)
     if (llama2c_convert(bin, tok, out, err))
         fail_msg("%s", err);
     golden_check(out, golden, DTYPE_F16);
+    /* the converted vocabulary tokenizes every golden prompt as llama.cpp's conversion does */
+    struct model *m = model_load(out, err);
+    assert_non_null(m);
+    json_error_t je;
+    json_t *root = json_load_file(golden, 0, &je);
+    size_t i;
+    json_t *ent;
+    json_array_foreach(json_object_get(root, "entries"), i, ent) {
+        const char *prompt = json_string_value(json_object_get(ent, "prompt"));
+        json_t *want = json_object_get(ent, "prompt_token_ids");
+        int32_t ids[256];
+        int n = tokenizer_encode(m->tok, prompt, strlen(prompt), true, false, ids, 256);
+        assert_int_equal(n, (int)json_array_size(want));
+        for (int k = 0; k < n; k++)
+            assert_int_equal(ids[k], json_integer_value(json_array_get(want, (size_t)k)));
+    }
+    json_decref(root);
+    model_destroy(m);
 }
 
 static void test_llama2c_truncated(void **state)
@@ -148,6 +167,8 @@ struct ref_model {
 static enum dtype ref_act_type(enum dtype t)
 {
     switch (t) {
+    case DTYPE_F16: return DTYPE_F16;
+    case DTYPE_BF16: return DTYPE_BF16;
     case DTYPE_Q8_0:
     case DTYPE_Q4_0: return DTYPE_Q8_0;
     case DTYPE_Q4_K:
@@ -226,17 +247,44 @@ static void ref_free(struct ref_model *r)
     }
 }
 
+/* Rounds activations x[n] as llama.cpp's x86 CPU backend does before a product with weights whose
+ * activation format is act: F16 / BF16 rounding; Q8_0: blocks of 32, scale 127 / amax, ties to even, the
+ * scale itself stored as F16; Q8_K: blocks of 256, scale -127 / (signed extreme), ties to even, clamped at 127.
+ * Written here from that description, independently of the engine's kernels. */
+static void ref_round_act(enum dtype act, float *x, int n)
+{
+    if (act == DTYPE_F16 || act == DTYPE_BF16) {
+        for (int i = 0; i < n; i++)
+            x[i] = act == DTYPE_F16 ? fp16_to_f32(f32_to_fp16(x[i])) : bf16_to_f32(f32_to_bf16(x[i]));
+        return;
+    }
+    int bs = act == DTYPE_Q8_0 ? 32 : 256;
+    for (int b = 0; b < n; b += bs) {
+        float amax = 0, max = 0;
+        for (int i = b; i < b + bs; i++)
+            if (fabsf(x[i]) > amax)
+                amax = fabsf(x[i]), max = x[i];
+        if (amax == 0)
+            continue;
+        if (act == DTYPE_Q8_0) {
+            float id = 127.0f / amax, d = fp16_to_f32(f32_to_fp16(amax / 127.0f));
+            for (int i = b; i < b + bs; i++)
+                x[i] = d * nearbyintf(x[i] * id);
+        } else {
+            float is = -127.0f / max;
+            for (int i = b; i < b + bs; i++)
+                x[i] = fminf(nearbyintf(is * x[i]), 127.0f) * (1.0f / is);
+        }
+    }
+}
+
 /* y = W x in double. With round_act, x is first rounded through the weight's activation format. */
 static void ref_matvec(const struct ref_model *rm, struct ref_w w, const float *x, float *y, int rows, int cols)
 {
     float *xr = malloc((size_t)cols * sizeof *xr);
     memcpy(xr, x, (size_t)cols * sizeof *xr);
-    if (rm->round_act && w.act != DTYPE_F32) {
-        void *q = malloc(dtype_row_bytes(w.act, cols));
-        assert_int_equal(quant_row_from_f32(w.act, x, q, cols), 0);
-        assert_int_equal(quant_row_to_f32(w.act, q, xr, cols), 0);
-        free(q);
-    }
+    if (rm->round_act && w.act != DTYPE_F32)
+        ref_round_act(w.act, xr, cols);
     for (int r = 0; r < rows; r++) {
         double s = 0;
         for (int c = 0; c < cols; c++)
@@ -300,6 +348,8 @@ static void ref_forward(const struct ref_model *r, const int32_t *toks, int n, f
             for (int h = 0; h < r->n_heads; h++) {
                 float *qh = q + h * r->hd;
                 ref_rope(qh, r->hd, t, r->base, r->halves);
+                for (int i = 0; r->round_kv && i < r->hd; i++) /* llama.cpp: Q in F16 against an F16 cache */
+                    qh[i] = fp16_to_f32(f32_to_fp16(qh[i]));
                 int kvh = h / (r->n_heads / r->n_kv);
                 double mx = -1e300, sum = 0;
                 for (int p = 0; p <= t; p++) {
@@ -312,6 +362,8 @@ static void ref_forward(const struct ref_model *r, const int32_t *toks, int n, f
                 }
                 for (int p = 0; p <= t; p++)
                     sum += sc[p] = exp(sc[p] - mx);
+                for (int p = 0; r->round_kv && p <= t; p++) /* llama.cpp: probabilities in F16 for the V product */
+                    sc[p] = fp16_to_f32(f32_to_fp16((float)(sc[p] / sum))) * sum;
                 for (int i = 0; i < r->hd; i++) {
                     double a = 0;
                     for (int p = 0; p <= t; p++)
@@ -372,14 +424,14 @@ static const char *gen_model(const char *name, const char *arch, enum ftype ft, 
 }
 
 /* Engine logits for every position of toks through two prefill chunks, compared with the reference.
- * Tolerances (relative L2 over all logits). Float weights: the reference rounds K/V through F16 when the
- * cache is F16, so only summation order differs (measured ~5e-7 with an F32 cache, tolerance 1e-5; up to 3e-5 with F16,
- * where attention sums rounded values in float against the reference's double, tolerance 1e-4). Quantized weights
- * multiply activations quantized to 8 bits as llama.cpp does (Q8_0 / Q8_K); the reference rounds its
- * activations the same way, but a value that lands within float noise of a rounding boundary may round the
- * other way, and a random network amplifies that one-step difference (measured 1e-7 when no value flips, up
- * to ~1e-2 when one does): tolerance 3e-2, far below the O(1) error of any layout or scale mistake. Against
- * a pure float reference (no activation rounding) the error is ~3%: tolerance 6e-2. */
+ * Tolerances (relative L2 over all logits). F32 weights with an F32 cache: only summation order differs
+ * (measured ~5e-7, tolerance 1e-5). Everything else rounds somewhere as llama.cpp does (activations to F16 /
+ * BF16 / 8 bits before products with F16 / BF16 / quantized weights; K, V, the query and the attention
+ * probabilities to F16 with an F16 cache), and the reference rounds the same way. But a value that lands
+ * within float noise of a rounding boundary may round the other way, and a random network amplifies that
+ * one-step difference: measured 1e-7 when no value flips, up to ~2e-2 for 8-bit and ~5e-4 for 16-bit
+ * rounding when some do. Tolerances 3e-2 and 3e-3 stay far below the O(1) error of any layout, scale or
+ * indexing mistake. Against a pure float reference (no rounding at all) the error is ~3%: tolerance 6e-2. */
 static void reference_check(const char *path, enum dtype kv, bool scalar, bool round_act, double tol)
 {
     char err[ERR_MSG_MAX];
@@ -443,14 +495,14 @@ static void check_type(enum ftype ft, const char *arch, double tol_f32kv, double
     reference_check(path, DTYPE_F32, false, false, tol_float_ref);
 }
 
-static void test_ref_f32(void **s) { (void)s; check_type(FTYPE_F32, "llama", 1e-5, 1e-4, 1e-5); }
-static void test_ref_f16(void **s) { (void)s; check_type(FTYPE_F16, "llama", 1e-5, 1e-4, 1e-5); }
-static void test_ref_bf16(void **s) { (void)s; check_type(FTYPE_BF16, "llama", 1e-5, 1e-4, 1e-5); }
+static void test_ref_f32(void **s) { (void)s; check_type(FTYPE_F32, "llama", 1e-5, 1e-3, 1e-5); }
+static void test_ref_f16(void **s) { (void)s; check_type(FTYPE_F16, "llama", 3e-3, 3e-3, 2e-2); }
+static void test_ref_bf16(void **s) { (void)s; check_type(FTYPE_BF16, "llama", 3e-3, 3e-3, 2e-2); }
 static void test_ref_q8_0(void **s) { (void)s; check_type(FTYPE_Q8_0, "llama", 3e-2, 3e-2, 6e-2); }
 static void test_ref_q4_0(void **s) { (void)s; check_type(FTYPE_Q4_0, "llama", 3e-2, 3e-2, 6e-2); }
 static void test_ref_q4_k_m(void **s) { (void)s; check_type(FTYPE_Q4_K_M, "llama", 3e-2, 3e-2, 6e-2); }
 static void test_ref_q6_k(void **s) { (void)s; check_type(FTYPE_Q6_K, "llama", 3e-2, 3e-2, 6e-2); }
-static void test_ref_qwen2(void **s) { (void)s; check_type(FTYPE_F32, "qwen2", 1e-5, 1e-4, 1e-5); }
+static void test_ref_qwen2(void **s) { (void)s; check_type(FTYPE_F32, "qwen2", 1e-5, 1e-3, 1e-5); }
 
 static void test_ref_tied(void **s)
 {

@@ -16,16 +16,19 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #define OUT_BOUND (64 * 1024) /* max_output_buffer of the test server */
-#define MAX_SLOTS 16
+#define MAX_SLOTS 64
 
 static int64_t now_ms(void)
 {
@@ -58,6 +61,7 @@ struct tctx {
     char chunk_buf[16384];
     /* shared */
     atomic_int n_requests, n_close, n_writable, n_streams_done, release, violations;
+    atomic_int live;               /* requests held or streaming right now (each must end by response or on_close) */
     atomic_int blocked;            /* a bulk stream stopped producing because pending reached the bound */
     atomic_llong t_close;          /* ms of the last on_close */
     atomic_llong max_pending;      /* highest http_conn_pending seen right after a bulk write */
@@ -88,6 +92,7 @@ static void bulk_pump(struct tctx *t, struct stream *st)
     }
     http_stream_end(st->c);
     st->c = NULL;
+    atomic_fetch_add(&t->live, -1);
     atomic_fetch_add(&t->n_streams_done, 1);
 }
 
@@ -122,6 +127,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         for (int i = 0; i < MAX_SLOTS; i++)
             if (!t->held[i]) {
                 t->held[i] = c;
+                atomic_fetch_add(&t->live, 1);
                 http_conn_set_data(c, t);
                 return;
             }
@@ -135,6 +141,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         }
         st->bulk = req->path[1] == 'b';
         st->c = c;
+        atomic_fetch_add(&t->live, 1);
         st->seq = 0;
         st->chunk = st->bulk ? (int)sizeof t->chunk_buf : (int)query_long(req, "size=", 16);
         st->left = st->bulk ? query_long(req, "bytes=", 1 << 20) : query_long(req, "n=", 3);
@@ -169,6 +176,7 @@ static void on_wake(void *ctx)
                     atomic_fetch_add(&t->violations, 1);
                 http_respond(t->held[i], 200, "text/plain", NULL, "released", 8);
                 t->held[i] = NULL;
+                atomic_fetch_add(&t->live, -1);
             }
     }
     for (int i = 0; i < MAX_SLOTS; i++) {
@@ -185,6 +193,7 @@ static void on_wake(void *ctx)
         if (--st->left <= 0) {
             http_stream_end(st->c);
             st->c = NULL;
+            atomic_fetch_add(&t->live, -1);
             atomic_fetch_add(&t->n_streams_done, 1);
         }
     }
@@ -204,12 +213,17 @@ static void on_close(void *ctx, struct http_conn *c)
     struct tctx *t = ctx;
     atomic_store(&t->t_close, now_ms());
     atomic_fetch_add(&t->n_close, 1);
+    int found = 0;
     for (int i = 0; i < MAX_SLOTS; i++) {
         if (t->held[i] == c)
-            t->held[i] = NULL;
+            t->held[i] = NULL, found++;
         if (t->streams[i].c == c)
-            t->streams[i].c = NULL;
+            t->streams[i].c = NULL, found++;
     }
+    /* on_close is only for requests whose response has not ended: the handler must know this conn. */
+    if (found != 1)
+        atomic_fetch_add(&t->violations, 1);
+    atomic_fetch_add(&t->live, -1);
 }
 
 /* ---- the server under test ------------------------------------------------------------------------- */
@@ -547,6 +561,23 @@ static void test_http10_closes(void **state)
     assert_string_equal(resp_header(&r, "Connection"), "close");
     free(r.body);
     assert_true(cli_eof(k, 2000));
+    cli_close(k);
+    /* A client that half-closes right after its request (printf ... | nc -N) still gets an answer. */
+    k = cli_open(v->port, 0);
+    cli_sends(k, "GET /echo?nc HTTP/1.0\r\n\r\n");
+    shutdown(k->fd, SHUT_WR);
+    cli_response(k, &r, 2000);
+    assert_string_equal(r.body, "GET /echo?nc body=");
+    free(r.body);
+    assert_true(cli_eof(k, 2000));
+    cli_close(k);
+    /* ... unless the handler would answer later: then the request is cancelled through on_close. */
+    k = cli_open(v->port, 0);
+    cli_sends(k, "GET /hold HTTP/1.0\r\n\r\n");
+    shutdown(k->fd, SHUT_WR);
+    assert_true(cli_eof(k, 2000));
+    assert_int_equal(wait_for(&v->t.n_close, 1, 1000), 1);
+    assert_int_equal(atomic_load(&v->t.live), 0);
     cli_close(k);
 }
 
@@ -973,6 +1004,139 @@ static void test_timeouts(void **state)
     srv_stop(v);
 }
 
+/* Many clients at once, each doing random things, some of them rude. Afterwards every connection must be
+ * gone, every abandoned held request must have been reported through on_close, and the server must still
+ * answer. Under ASan this is the use-after-free hunt for the connection state machine. */
+struct chaos_arg {
+    struct srv *v;
+    uint64_t seed;
+    atomic_int *failures;
+};
+
+static void *chaos_client(void *p)
+{
+    struct chaos_arg *a = p;
+    for (int it = 0; it < 25; it++) {
+        int action = (int)(test_rand_u64(&a->seed) % 7);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->v->port),
+                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        struct timeval tv = {2, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+            atomic_fetch_add(a->failures, 1);
+            close(fd);
+            continue;
+        }
+        char buf[8192];
+        const char *req = NULL;
+        switch (action) {
+        case 0: req = "GET /echo?a HTTP/1.1\r\n\r\nPOST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok"; break;
+        case 1: req = "GET /hold HTTP/1.1\r\n\r\n"; break;
+        case 2: req = "GET /stream?n=50&size=40 HTTP/1.1\r\n\r\n"; break;
+        case 3: req = "GET /echo HTTP/1.1\r\nBroken\r\n\r\n"; break;
+        case 4: req = "POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\npartial"; break;
+        case 5: req = "GET /stream?n=3&size=20 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\nConnection: close\r\n\r\n";
+            break;
+        default: req = "GET /ec"; break;
+        }
+        send(fd, req, strlen(req), MSG_NOSIGNAL);
+        if (action == 0 || action == 3 || action == 5) {
+            /* Read until the server closes or the responses are in. */
+            size_t got = 0;
+            for (;;) {
+                ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+                if (n <= 0)
+                    break;
+                got += (size_t)n;
+                buf[got] = 0;
+                if (action == 0 && strstr(buf, "body=ok"))
+                    break;
+            }
+            buf[got] = 0;
+            if ((action == 0 && !strstr(buf, "body=ok")) || (action == 3 && !strstr(buf, " 400 ")) ||
+                (action == 5 && !strstr(buf, "GET /echo body=")))
+                atomic_fetch_add(a->failures, 1);
+        } else if (action == 1) {
+            /* Leave after a short pause: before or after the handler got it, both must be clean. */
+            sleep_ms(5 + (int)(test_rand_u64(&a->seed) % 10));
+        } else if (action == 2) {
+            recv(fd, buf, 100 + test_rand_u64(&a->seed) % 400, 0); /* some of the stream, then leave */
+        }
+        if (test_rand_u64(&a->seed) & 1) {
+            struct linger lg = {1, 0}; /* leave with a reset instead of a FIN */
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+static void test_chaos_clients(void **state)
+{
+    struct srv *v = *state;
+    enum { N = 12 };
+    pthread_t th[N];
+    struct chaos_arg args[N];
+    atomic_int failures = 0;
+    int close_before = atomic_load(&v->t.n_close);
+    for (int i = 0; i < N; i++) {
+        args[i] = (struct chaos_arg){v, 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1), &failures};
+        pthread_create(&th[i], NULL, chaos_client, &args[i]);
+    }
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    assert_int_equal(atomic_load(&failures), 0);
+    /* Every request the handler still held when its client left was reported through on_close (nothing
+     * releases held requests here), every connection was released, and on_close never came twice. */
+    int64_t end = now_ms() + 3000;
+    while (now_ms() < end && (http_server_connections(v->s) > 0 || atomic_load(&v->t.live) > 0))
+        sleep_ms(5);
+    assert_int_equal(http_server_connections(v->s), 0);
+    assert_int_equal(atomic_load(&v->t.live), 0);
+    assert_true(atomic_load(&v->t.n_close) > close_before); /* the rude clients did get noticed */
+    assert_int_equal(atomic_load(&v->t.violations), 0);
+    struct cli *k = cli_open(v->port, 0);
+    get_ok(k, "GET /echo HTTP/1.1\r\n\r\n", "GET /echo body=");
+    cli_close(k);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Out of file descriptors: accept fails with EMFILE while the connection waits in the backlog. The loop must
+ * not spin on the ever-readable listening socket, and must pick the connection up once fds are back. */
+static void test_accept_emfile(void **state)
+{
+    struct srv *v = *state;
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int fd = socket(AF_INET, SOCK_STREAM, 0); /* the lowest free fd: everything below is in use */
+    assert_true(fd >= 0);
+    low = old;
+    low.rlim_cur = (rlim_t)fd + 1; /* no fd can be created beyond this one */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)v->port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    double cpu0 = cpu_seconds();
+    sleep_ms(300);
+    double cpu = cpu_seconds() - cpu0;
+    setrlimit(RLIMIT_NOFILE, &old);
+    assert_int_equal(rc, 0);
+    if (cpu > 0.15)
+        fail_msg("%.0f ms of CPU in 300 ms while accept fails: the loop spins", cpu * 1000);
+    assert_int_equal(http_server_connections(v->s), 0);
+    struct cli *k = calloc(1, sizeof *k);
+    k->fd = fd;
+    get_ok(k, "GET /echo?late HTTP/1.1\r\n\r\n", "GET /echo?late body=");
+    cli_close(k);
+}
+
 static void test_create_errors(void **state)
 {
     struct srv *v = *state;
@@ -994,6 +1158,9 @@ static void test_create_errors(void **state)
 
 int main(void)
 {
+    /* SIGPIPE keeps its default action (terminate): a server write to a closed socket without MSG_NOSIGNAL
+     * would kill this test. */
+    signal(SIGPIPE, SIG_DFL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_keep_alive_two_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_http10_closes, setup, teardown),
@@ -1014,6 +1181,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_head_and_misuse, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_abort, setup, teardown),
         cmocka_unit_test(test_timeouts),
+        cmocka_unit_test_setup_teardown(test_chaos_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_accept_emfile, setup, teardown),
         cmocka_unit_test_setup_teardown(test_create_errors, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -121,7 +121,7 @@ static const char k_sep[] = "\n__ggml_vocab_test__\n";
 /* Runs one vocab's .inp/.out pair; returns the number of mismatching texts (ids or round trip). */
 static int run_vocab_vectors(const char *gguf_path)
 {
-    char inp_path[4300], out_path[4300];
+    char inp_path[4500], out_path[4500];
     snprintf(inp_path, sizeof inp_path, "%s.inp", gguf_path);
     snprintf(out_path, sizeof out_path, "%s.out", gguf_path);
     size_t inp_len, out_len;
@@ -203,7 +203,7 @@ static void test_vocab_vectors(void **state)
         size_t n = strlen(e->d_name);
         if (n < 5 || strcmp(e->d_name + n - 5, ".gguf"))
             continue;
-        char path[4200];
+        char path[4400];
         snprintf(path, sizeof path, "%s/%s", dirpath, e->d_name);
         int bad = run_vocab_vectors(path);
         if (bad < 0)
@@ -310,6 +310,19 @@ static const struct split_case k_splits[] = {
     {PRETOK_GPT2, "x   y\n", "x|  | y|\n"},
     {PRETOK_STARCODER, "ab 123", "ab| |1|2|3"},
     {PRETOK_DEEPSEEK_CODER, "foo(1)\n", "foo|(|1|)|\n"},
+    {PRETOK_DEFAULT, "Hello, world!! 12345", "Hello|,| world|!!| |123|45"},
+    {PRETOK_DEFAULT, "a+b=c ~~x", "a|+|b|=|c| |~~|x"},
+    {PRETOK_DEEPSEEK_LLM, "Hello world\n\n你好世界 123  ", "Hello| world|\n|\n|你好世界| |123|  "},
+    /* each regex splits what the previous ones produced: [:-~] (the 3rd) takes ASCII letters off "über" */
+    {PRETOK_DEEPSEEK_LLM, "über-cool 😀!", "ü|ber|-|cool| 😀|!"},
+    {PRETOK_DEEPSEEK3, "Hello .NET 12345 日本語カタカナ", "Hello| .|NET| |123|45| |日本語カタカナ"},
+    {PRETOK_DEEPSEEK3, "x~y +=z\n", "x|~y| +=|z|\n"}, /* '~' is neither P nor S to llama.cpp */
+    {PRETOK_FALCON, "a+b 12345 `x`", "a|+|b| |123|45| |`|x|`"},
+    {PRETOK_PORO, "Hello, world. How?", "Hello|,| world|.| How|?"},
+    {PRETOK_VIKING, "abc123 def", "abc|1|2|3| def"},
+    {PRETOK_TEKKEN, "HelloWorld iPhone ABCdef", "Hello|World| i|Phone| ABCdef"},
+    {PRETOK_TEKKEN, "x/y\n/", "x|/y|\n|/"},
+    {PRETOK_CHAMELEON, "IMGIMGABZ a    b", "IMGIMGABZ| a|    |b"},
 };
 
 static void test_pretok_splits(void **state)
@@ -430,6 +443,9 @@ static void test_special_tokens_spm(void **state)
     ids = encode_all(t, "", 0, true, false, &n);
     assert_int_equal(n, 1);
     free(ids);
+    int32_t none[4];
+    assert_int_equal(tokenizer_encode(t, "", 0, false, false, none, 4), 0);
+    assert_int_equal(tokenizer_encode(t, "", 0, false, false, NULL, 0), 0);
     /* pieces: control tokens only when asked */
     char buf[16];
     assert_int_equal(tokenizer_token_to_piece(t, 1, false, buf, sizeof buf), 0);
