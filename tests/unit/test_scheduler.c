@@ -371,12 +371,57 @@ static void test_prefix_reuse(void **state)
     fixture_down(&f);
 }
 
+/* A long prompt is prefilled in chunks while another sequence keeps decoding: the decoding request gains
+ * about one token per chunk of the newcomer's prompt (no stall while it prefills). */
+static void test_chunked_prefill_does_not_stall(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up_model(&f, MODEL_SLOW, 2, 8, 0, 8);
+    struct sched_req *a = make_req(f.m, "Hello", 400, 1);
+    a->ignore_eos = true;
+    assert_int_equal(scheduler_submit(f.s, a), 0);
+    for (int i = 0; i < 5000; i++) {
+        pthread_mutex_lock(&a->mu);
+        int n = a->choices[0].n_toks;
+        pthread_mutex_unlock(&a->mu);
+        if (n >= 2)
+            break;
+        usleep(1000);
+    }
+    char prompt[2048] = "";
+    for (int i = 0; i < 20; i++)
+        strcat(prompt, "the quick brown fox jumps over the lazy dog ");
+    int32_t toks[512];
+    int nt = tokenizer_encode(f.m->tok, prompt, strlen(prompt), true, false, toks, 512);
+    assert_true(nt > 100 && nt < 400);
+    struct sched_req *b = sched_req_create(toks, nt, 1);
+    b->max_tokens = 1;
+    b->sp.temperature = 0;
+    b->t_arrival = sched_now_ns();
+    pthread_mutex_lock(&a->mu);
+    int a_before = a->choices[0].n_toks;
+    pthread_mutex_unlock(&a->mu);
+    assert_int_equal(scheduler_submit(f.s, b), 0);
+    wait_finished(b);
+    pthread_mutex_lock(&a->mu);
+    int a_during = a->choices[0].n_toks - a_before;
+    pthread_mutex_unlock(&a->mu);
+    print_message("prompt of %d tokens in chunks of 8: the decoding request made %d tokens meanwhile\n", nt, a_during);
+    assert_true(a_during >= nt / 8 - 2);
+    scheduler_cancel(f.s, a, ERR_CANCELLED);
+    wait_finished(a);
+    sched_req_unref(a);
+    sched_req_unref(b);
+    fixture_down(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_and_batch), cmocka_unit_test(test_n_choices_and_stop),
         cmocka_unit_test(test_cancel_deadline_queue),       cmocka_unit_test(test_preemption),
-        cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prefix_reuse),                cmocka_unit_test(test_chunked_prefill_does_not_stall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
