@@ -472,7 +472,13 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
         }
         need += kv_seq_blocks_needed(engine_kv(s->e), engine_seq(s->e, q->slot), q->n_toks + 1);
     }
-    if (need > kv_available(s)) {
+    /* keep a block of headroom per running sequence, so an admission does not force a preemption at the
+     * very next decode step */
+    int64_t headroom = 0;
+    for (int i = 0; i < s->n_running; i++)
+        for (int c = 0; c < s->running[i]->n_choices; c++)
+            headroom += !s->running[i]->seqs[c].done;
+    if (need + headroom > kv_available(s)) {
         for (int i = 0; i < r->n_choices; i++) {
             struct sched_seq *q = &r->seqs[i];
             if (q->slot >= 0) {

@@ -38,32 +38,66 @@ def stream_text(base, prompt, max_tokens, **extra):
     return "".join(text), n, finish
 
 
-def test_16_concurrent_streams_equal_alone(make_server):
-    s = make_server(STORIES, "--max-batch-size", "16", "--prefill-chunk", "32")
-    alone = [stream_text(s.base, p, 60) for p in PROMPTS]
-    results = [None] * 16
+def stream_ids(base, prompt, max_tokens):
+    """Greedy token ids of a /v1/generate_stream request."""
+    ids, text = [], []
+    with httpx.stream("GET", base + "/v1/generate_stream", timeout=120,
+                      params={"prompt": prompt, "max_new_tokens": max_tokens, "do_sample": "false"}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            line = line.strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            assert "error" not in ev, f"stream failed: {ev}"
+            if "finish_reason" in ev:
+                assert ev["finish_reason"] in ("stop", "length")
+            elif ev["token"]["id"] is not None:
+                ids.append(ev["token"]["id"])
+    return ids
+
+
+def run_concurrently(fn, args):
+    results = [None] * len(args)
     errors = []
 
     def run(i):
         try:
-            results[i] = stream_text(s.base, PROMPTS[i], 60)
+            results[i] = fn(*args[i])
         except Exception as e:  # reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(args))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     assert not errors, errors
+    return results
+
+
+def test_16_concurrent_streams_equal_alone(make_server):
+    s = make_server(STORIES, "--max-batch-size", "16", "--prefill-chunk", "32")
+    # token ids through the simple API's stream
+    alone = [stream_ids(s.base, p, 60) for p in PROMPTS]
+    assert all(len(a) > 10 for a in alone)
+    m0 = s.metrics()
+    together = run_concurrently(stream_ids, [(s.base, p, 60) for p in PROMPTS])
+    m1 = s.metrics()
+    # the batch really ran together: far fewer engine steps than tokens generated
+    steps = m1["wafer_engine_steps_total"] - m0["wafer_engine_steps_total"]
+    tokens = m1["wafer_generation_tokens_total"] - m0["wafer_generation_tokens_total"]
+    assert steps < tokens / 2, (steps, tokens)
     for i in range(16):
-        assert results[i] is not None
-        assert results[i][0] == alone[i][0], f"stream {i} differs when batched"
-        assert results[i][2] in ("stop", "length")
+        assert together[i] == alone[i], f"stream {i}: tokens differ when batched"
+    # text through the OpenAI stream
+    alone_text = [stream_text(s.base, p, 60) for p in PROMPTS]
+    together_text = run_concurrently(stream_text, [(s.base, p, 60) for p in PROMPTS])
+    for i in range(16):
+        assert together_text[i][0] == alone_text[i][0], f"stream {i}: text differs when batched"
+        assert together_text[i][2] in ("stop", "length")
     m = s.metrics()
     assert m["wafer_requests_running"] == 0 and m["wafer_kv_blocks_used"] == 0
-    # the batch really ran together: fewer engine steps than tokens generated
-    assert m["wafer_engine_steps_total"] < m["wafer_generation_tokens_total"]
 
 
 def raw_post(base, path, body):
