@@ -447,7 +447,6 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
         return false;
     /* attach cached prefixes, then check the blocks the prompts still need (+1 per sequence for its
      * first decode) fit in what is free or reclaimable */
-    int slots[64];
     int k = 0;
     int64_t need = 0;
     int cached_leader = 0;
@@ -456,7 +455,7 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
         if (q->done)
             continue;
         q->slot = s->free_slots[s->n_free_slots - 1 - k];
-        slots[k++] = q->slot;
+        k++;
         q->n_kv = 0;
         q->pcur = (struct prefix_cursor){0};
         if (q->follower_waiting) {
@@ -496,7 +495,6 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
             s->slot_req[r->seqs[i].slot] = r;
             s->slot_choice[r->seqs[i].slot] = i;
         }
-    (void)slots;
     r->state = RS_RUNNING;
     r->admit_order = ++s->admit_counter;
     s->running[s->n_running++] = r;

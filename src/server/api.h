@@ -101,6 +101,8 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
                        const char *param, const char *oa_code, const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 9, 10)));
 void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e);
+/* Sends o (stolen) as one server-sent event "data: <json>\n\n". */
+int api_sse_send(struct http_conn *c, json_t *o);
 /* Answers a call (not yet answered) with an error; the call's own log line follows at api_call_finish. */
 void api_call_respond_error(struct api_call *call, int code, const char *message);
 /* Serializes j (stolen) and sends it with status; counts it. */

@@ -147,28 +147,10 @@ static int send_chunk(struct api_call *call, int k, const char *text, size_t len
     json_object_set_new(o, "choices", choices);
     if (call->include_usage)
         json_object_set_new(o, "usage", json_null());
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s)
-        return ERR_NOMEM;
-    http_stream_write(call->conn, "data: ", 6);
-    http_stream_write(call->conn, s, strlen(s));
-    int rc = http_stream_write(call->conn, "\n\n", 2);
-    free(s);
-    return rc;
+    return api_sse_send(call->conn, o);
 }
 
-static void send_event_json(struct api_call *call, json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s)
-        return;
-    http_stream_write(call->conn, "data: ", 6);
-    http_stream_write(call->conn, s, strlen(s));
-    http_stream_write(call->conn, "\n\n", 2);
-    free(s);
-}
+static void send_event_json(struct api_call *call, json_t *o) { api_sse_send(call->conn, o); }
 
 static json_t *error_object(int code, const char *msg)
 {

@@ -63,17 +63,7 @@ static json_t *result_json(struct sched_req *r)
     return o;
 }
 
-static void send_event(struct api_call *call, json_t *o)
-{
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    if (!s)
-        return;
-    http_stream_write(call->conn, "data: ", 6);
-    http_stream_write(call->conn, s, strlen(s));
-    http_stream_write(call->conn, "\n\n", 2);
-    free(s);
-}
+static void send_event(struct api_call *call, json_t *o) { api_sse_send(call->conn, o); }
 
 static void simple_stream_pump(struct api_call *call)
 {

@@ -131,6 +131,28 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
     api_respond_error_v(srv, c, route, status, code, param, oa_code, extra_headers, msg);
 }
 
+int api_sse_send(struct http_conn *c, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s)
+        return ERR_NOMEM;
+    /* one write per event: one chunk on the wire, never an event split across chunks */
+    size_t n = strlen(s);
+    char *ev = malloc(n + 9);
+    if (!ev) {
+        free(s);
+        return ERR_NOMEM;
+    }
+    memcpy(ev, "data: ", 6);
+    memcpy(ev + 6, s, n);
+    memcpy(ev + 6 + n, "\n\n", 2);
+    int rc = http_stream_write(c, ev, n + 8);
+    free(ev);
+    free(s);
+    return rc;
+}
+
 void api_call_respond_error(struct api_call *call, int code, const char *message)
 {
     int status = err_http_status(code);

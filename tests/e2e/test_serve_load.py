@@ -201,3 +201,51 @@ def test_sigterm_drains(make_server):
     assert finish == "length" and n >= 500  # the stream ran to its end during the drain
     assert s.proc.wait(30) == 0
     assert "draining" in s.log()
+
+
+def dechunk(data):
+    """Body of a chunked HTTP/1.1 response (headers included in data)."""
+    head, rest = data.split(b"\r\n\r\n", 1)
+    assert b"transfer-encoding: chunked" in head.lower()
+    body = b""
+    while True:
+        size_line, rest = rest.split(b"\r\n", 1)
+        n = int(size_line, 16)
+        if n == 0:
+            return body
+        body += rest[:n]
+        assert rest[n:n + 2] == b"\r\n"
+        rest = rest[n + 2:]
+
+
+def test_slow_reader_backpressure(make_server):
+    """A client that stops reading a long stream: the server keeps serving others, holds the output back,
+    and the client still receives every event once it reads again."""
+    s = make_server(LLAMA19M, "--max-batch-size", "2", "--ctx-size", "4096")
+    host, port = s.base[len("http://"):].split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    sock.connect((host, int(port)))
+    body = json.dumps({"prompt": "Hello", "max_tokens": 2000, "temperature": 0, "ignore_eos": True,
+                       "stream": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    # while it does not read, other requests are answered
+    s.wait_metric("wafer_generation_tokens_total", lambda v: v >= 100, timeout=30)
+    for _ in range(3):
+        r = httpx.post(s.url("/v1/completions"), json={"prompt": "Hi", "max_tokens": 2}, timeout=30)
+        assert r.status_code == 200
+    s.wait_metric("wafer_requests_running", lambda v: v == 0, timeout=60)
+    sock.settimeout(30)
+    data = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    events = [e for e in dechunk(data).split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert len(chunks) >= 1950, len(chunks)  # one per token (a few merge while UTF-8 is held back)
