@@ -351,7 +351,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
     call->n = g.n;
     for (int i = 0; i < n_prompts; i++) {
         struct gen_prompt chat_prompt = {0};
-        const struct gen_prompt *p = &g.prompts[chat ? 0 : i];
+        const struct gen_prompt *p = chat ? NULL : &g.prompts[i];
         char err[ERR_MSG_MAX];
         if (chat) {
             chat_prompt.text = chat_template_apply(srv->chat, g.messages, g.n_messages, true, srv->bos_text,
