@@ -50,12 +50,25 @@ $(BUILD)/tests/%: tests/unit/%.c $(TEST_SUPPORT) $(BUILD)/libwafer.a
 
 unit: $(BUILD)/wafer $(TEST_BIN)
 
-# Fuzz targets: clang + libFuzzer + ASan/UBSan, linked against the library sources rebuilt with the same flags.
+# Fuzz targets: clang + libFuzzer + ASan/UBSan, linked against the library built once more with the same
+# sanitizers (objects instrumented for coverage with fuzzer-no-link).
 FUZZ_CC = clang
-FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -pthread -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-$(BUILD)/fuzz/%: tests/fuzz/%.c $(LIB_SRC)
+FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -pthread $(FUZZ_SAN)
+FUZZ_OBJ := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
+$(BUILD)/fuzzobj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(SIMD_FLAGS) $< $(LIB_SRC) $(LDLIBS) -o $@
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link $(SIMD_FLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/fuzzobj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+$(BUILD)/fuzz/libwafer-fuzz.a: $(FUZZ_OBJ)
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/fuzz/libwafer-fuzz.a
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(BUILD)/fuzz/libwafer-fuzz.a $(LDLIBS) -o $@
 
 fuzz-build: $(FUZZ_BIN)
 
@@ -77,4 +90,4 @@ deps:
 clean:
 	rm -rf build build-asan
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzzobj -name '*.d' 2>/dev/null)

@@ -16,6 +16,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/ftype.h"
 #include "engine/quant.h"
 
 #include <inttypes.h>
@@ -57,60 +58,22 @@ bool quantize_tensor_wanted(const struct gguf_tensor *t)
     return quantize_ends_with(t->name, ".weight") && t->n_dims >= 2 && t->ne[1] > 1;
 }
 
-static bool quantize_is_block_type(enum dtype t) { return dtype_block_elems(t) > 1; }
-
-/* llama.cpp's choice of layers that get more bits in the _M mixes. */
-static bool quantize_use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-static bool quantize_is_attn_v(const char *name) { return strstr(name, "attn_v.weight") != NULL; }
-static bool quantize_is_ffn_down(const char *name) { return strstr(name, "ffn_down") != NULL; }
-
 void quantize_plan(const struct gguf *g, const struct quantize_target *t, bool pure, enum dtype *types,
                    bool *fallback)
 {
     int64_t n = gguf_tensor_count(g);
-    int n_attn_v = 0, n_ffn_down = 0, i_attn_v = 0, i_ffn_down = 0;
+    int n_layers = 0;
     bool has_output = gguf_tensor_find(g, "output.weight") != NULL;
+    for (int64_t i = 0; i < n; i++)
+        n_layers += strstr(gguf_tensor_at(g, i)->name, "attn_v.weight") != NULL;
     for (int64_t i = 0; i < n; i++) {
         const struct gguf_tensor *x = gguf_tensor_at(g, i);
-        if (quantize_tensor_wanted(x)) {
-            n_attn_v += quantize_is_attn_v(x->name);
-            n_ffn_down += quantize_is_ffn_down(x->name);
-        }
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const struct gguf_tensor *x = gguf_tensor_at(g, i);
+        bool fb = false;
+        types[i] = quantize_tensor_wanted(x) ? ftype_tensor_type((enum ftype)t->file_type, x->name, x->n_dims, x->ne[0],
+                                                                 n_layers, !has_output, pure, &fb)
+                                             : x->type;
         if (fallback)
-            fallback[i] = false;
-        if (!quantize_tensor_wanted(x)) {
-            types[i] = x->type;
-            continue;
-        }
-        enum dtype ty = t->base;
-        if (!pure && quantize_is_block_type(t->base)) {
-            /* the output projection (or the tied embedding standing in for it) is the most sensitive matrix */
-            bool is_output = !strcmp(x->name, "output.weight") || (!has_output && !strcmp(x->name, "token_embd.weight"));
-            if (is_output) {
-                if (x->ne[0] % QK_K != 0)
-                    ty = DTYPE_Q8_0;
-                else if (ty != DTYPE_Q8_0)
-                    ty = DTYPE_Q6_K;
-            } else if (quantize_is_attn_v(x->name)) {
-                if (t->k_m && quantize_use_more_bits(i_attn_v, n_attn_v))
-                    ty = DTYPE_Q6_K;
-                i_attn_v++;
-            } else if (quantize_is_ffn_down(x->name)) {
-                if (t->k_m && quantize_use_more_bits(i_ffn_down, n_ffn_down))
-                    ty = DTYPE_Q6_K;
-                i_ffn_down++;
-            }
-        }
-        if (x->ne[0] % (int64_t)dtype_block_elems(ty) != 0) {
-            ty = dtype_block_elems(ty) > QK8_0 && x->ne[0] % QK8_0 == 0 ? DTYPE_Q8_0 : DTYPE_F16;
-            if (fallback)
-                fallback[i] = true;
-        }
-        types[i] = ty;
+            fallback[i] = fb;
     }
 }
 
@@ -205,7 +168,7 @@ int quantize_file(const char *in, const char *out, const struct quantize_target 
             goto nomem;
     if ((rc = gguf_writer_set_u32(w, "general.file_type", t->file_type)))
         goto nomem;
-    if (quantize_is_block_type(t->base) && (rc = gguf_writer_set_u32(w, "general.quantization_version", 2)))
+    if (dtype_block_elems(t->base) > 1 && (rc = gguf_writer_set_u32(w, "general.quantization_version", 2)))
         goto nomem;
     for (int64_t i = 0; i < n; i++) {
         const struct gguf_tensor *x = gguf_tensor_at(g, i);

@@ -26,10 +26,6 @@ int ftype_from_name(const char *name, enum ftype *out)
             *out = ftype_names[i].f;
             return 0;
         }
-    if (!strcasecmp(name, "q4_k")) { /* llama.cpp's alias */
-        *out = FTYPE_Q4_K_M;
-        return 0;
-    }
     return ERR_INVALID_ARG;
 }
 
@@ -53,20 +49,21 @@ static int ftype_layer(const char *name)
     return atoi(name + 4);
 }
 
-static enum dtype ftype_fit(enum dtype t, int64_t ne0)
+/* A type whose block divides ne0: K-quants fall back to Q8_0, anything else to F16. */
+static enum dtype ftype_fit(enum dtype t, int64_t ne0, bool *fallback)
 {
-    while (ne0 % (int64_t)dtype_block_elems(t) != 0) {
-        if (t == DTYPE_Q4_K || t == DTYPE_Q6_K || t == DTYPE_Q4_0)
-            t = DTYPE_Q8_0;
-        else
-            t = DTYPE_F16;
-    }
-    return t;
+    if (ne0 % (int64_t)dtype_block_elems(t) == 0)
+        return t;
+    if (fallback)
+        *fallback = true;
+    return dtype_block_elems(t) > QK8_0 && ne0 % QK8_0 == 0 ? DTYPE_Q8_0 : DTYPE_F16;
 }
 
 enum dtype ftype_tensor_type(enum ftype f, const char *name, uint32_t n_dims, int64_t ne0, int n_layers, bool tied,
-                             bool pure)
+                             bool pure, bool *fallback)
 {
+    if (fallback)
+        *fallback = false;
     if (n_dims < 2)
         return DTYPE_F32;
     enum dtype base;
@@ -80,13 +77,17 @@ enum dtype ftype_tensor_type(enum ftype f, const char *name, uint32_t n_dims, in
     default: base = DTYPE_Q4_K; break;
     }
     if (pure)
-        return ftype_fit(base, ne0);
+        return ftype_fit(base, ne0, fallback);
+    /* the output projection (or the tied embedding standing in for it) is the most sensitive matrix */
     bool is_output = !strcmp(name, "output.weight") || (tied && !strcmp(name, "token_embd.weight"));
-    if (is_output)
-        return ftype_fit(base == DTYPE_Q8_0 ? DTYPE_Q8_0 : DTYPE_Q6_K, ne0);
+    if (is_output) {
+        if (ne0 % QK_K != 0) /* llama.cpp's choice, not a fallback */
+            return ftype_fit(DTYPE_Q8_0, ne0, fallback);
+        return base == DTYPE_Q8_0 ? DTYPE_Q8_0 : DTYPE_Q6_K;
+    }
     int layer = ftype_layer(name);
-    if (f == FTYPE_Q4_K_M && layer >= 0 && (strstr(name, ".attn_v.") || strstr(name, ".ffn_down.")) &&
+    if (f == FTYPE_Q4_K_M && layer >= 0 && (strstr(name, ".attn_v.") || strstr(name, ".ffn_down")) &&
         ftype_more_bits(layer, n_layers))
-        return ftype_fit(DTYPE_Q6_K, ne0);
-    return ftype_fit(base, ne0);
+        return ftype_fit(DTYPE_Q6_K, ne0, fallback);
+    return ftype_fit(base, ne0, fallback);
 }

@@ -30,10 +30,11 @@ const char *ftype_name(enum ftype f);
 /* "f32, f16, bf16, q8_0, q4_0, q4_k_m, q6_k" for messages. */
 const char *ftype_list(void);
 
-/* Type of one tensor of a model written in format f. name is the GGUF tensor name, ne0 its row length,
- * n_layers the model's layers, tied whether token_embd doubles as the output matrix. 1-D tensors stay F32.
- * A type whose block does not divide ne0 falls back to one that does (q4_k/q6_k -> q8_0 -> f16). */
+/* Type of one tensor of a model written in format f: the one rule `wafer model new` and `wafer quantize`
+ * share. name is the GGUF tensor name, ne0 its row length, n_layers the model's layers, tied whether
+ * token_embd doubles as the output matrix. 1-D tensors get F32. A type whose block does not divide ne0
+ * falls back to one that does (K-quants -> q8_0, others -> f16) and sets *fallback (may be NULL). */
 enum dtype ftype_tensor_type(enum ftype f, const char *name, uint32_t n_dims, int64_t ne0, int n_layers, bool tied,
-                             bool pure);
+                             bool pure, bool *fallback);
 
 #endif

@@ -199,7 +199,7 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
     size_t max_bytes = 0;
     for (int i = 0; i < n_t; i++) {
         struct model_tensor_decl *t = &decl[i];
-        t->type = ftype_tensor_type(ft, t->name, t->n_dims, t->ne[0], (int)layers, tied, pure);
+        t->type = ftype_tensor_type(ft, t->name, t->n_dims, t->ne[0], (int)layers, tied, pure, NULL);
         int idx = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne);
         if (idx < 0) {
             rc = err_set(err, idx, "cannot declare tensor %s", t->name);
