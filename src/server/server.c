@@ -611,7 +611,9 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (path_is(req, routes[i].path)) {
             path_known = true;
-            if (method_is(req, routes[i].method) || (method_is(req, "HEAD") && !strcmp(routes[i].method, "GET")))
+            if (method_is(req, routes[i].method) ||
+                (method_is(req, "HEAD") && !strcmp(routes[i].method, "GET") &&
+                 routes[i].route != ROUTE_GENERATE_STREAM)) /* HEAD never starts a generation */
                 row = &routes[i];
         }
     if (!path_known && req->path_len > 11 && !memcmp(req->path, "/v1/models/", 11)) {
