@@ -2,6 +2,7 @@
  * wafer: entry point. Dispatches `wafer <command> ...` to the subcommand table; each subcommand owns its
  * flags and --help.
  */
+#include "bench/bench_model.h"
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -21,6 +22,7 @@ static const struct cli_command cli_commands[] = {
     {"model", cmd_model_main, "make a model with random weights (model new)"},
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
+    {"bench", bench_model_main, "benchmark the engine on a model (as llama-bench), or the read bandwidth"},
     {NULL, NULL, NULL},
 };
 
