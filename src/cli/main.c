@@ -2,7 +2,6 @@
  * wafer: entry point. Dispatches `wafer <command> ...` to the subcommand table; each subcommand owns its
  * flags and --help.
  */
-#include "bench/bench_model.h"
 #include "cli/cli.h"
 
 #include <stdio.h>
@@ -22,7 +21,7 @@ static const struct cli_command cli_commands[] = {
     {"model", cmd_model_main, "make a model with random weights (model new)"},
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
-    {"bench", bench_model_main, "benchmark the engine on a model (as llama-bench), or the read bandwidth"},
+    {"bench", cmd_bench_main, "benchmark a model (bench) or a server (bench serve, bench compare)"},
     {NULL, NULL, NULL},
 };
 

@@ -13,6 +13,7 @@
 
 #include "engine/quant.h"
 
+#include <cpuid.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,7 +222,11 @@ bool kernel_cpu_has_avx2(void)
     if (e && *e && strcmp(e, "0") != 0)
         return false;
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+        return false; /* these also cover the OS saving ymm state */
+    /* F16C by cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports does not know "f16c" */
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
 }
 
 const struct kernel_ops *kernel_ops_get(enum dtype t)

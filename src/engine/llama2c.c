@@ -133,9 +133,28 @@ int llama2c_convert(const char *model_path, const char *tokenizer_path, const ch
             rc = err_set(err, ERR_FORMAT, "%s: token %d has length %d past the end of the file", tokenizer_path, i, len);
             goto out;
         }
-        strs[i].ptr = (const char *)tm.p + p;
-        strs[i].len = (uint64_t)len;
-        types[i] = l2c_token_type(i, strs[i].ptr, strs[i].len);
+        /* llama2.c's export wrote SentencePiece's U+2581 word marker as a plain space: put it back */
+        const char *src = (const char *)tm.p + p;
+        size_t n_sp = 0;
+        for (int32_t j = 0; j < len; j++)
+            n_sp += src[j] == ' ';
+        char *dst = malloc((size_t)len + 2 * n_sp + 1);
+        if (!dst) {
+            rc = err_set(err, ERR_NOMEM, "out of memory");
+            goto out;
+        }
+        size_t o = 0;
+        for (int32_t j = 0; j < len; j++) {
+            if (src[j] == ' ') {
+                memcpy(dst + o, "\xe2\x96\x81", 3);
+                o += 3;
+            } else {
+                dst[o++] = src[j];
+            }
+        }
+        strs[i].ptr = dst;
+        strs[i].len = o;
+        types[i] = l2c_token_type(i, dst, o);
         p += (size_t)len;
     }
     if (p != tm.len) {
@@ -215,6 +234,8 @@ int llama2c_convert(const char *model_path, const char *tokenizer_path, const ch
 out:
     gguf_writer_destroy(w);
     free(t);
+    for (int i = 0; strs && i < vocab; i++)
+        free((char *)strs[i].ptr);
     free(strs);
     free(scores);
     free(types);

@@ -59,6 +59,8 @@ def test_bench_membw_only():
 
 def test_bench_usage_errors(tmp_path):
     r = bench("--help")
+    assert r.returncode == 0 and "wafer bench --model M" in r.stdout and "wafer bench --membw" in r.stdout
+    r = bench("--model", "x.gguf", "--help")
     assert r.returncode == 0 and "usage: wafer bench --model" in r.stdout
     r = bench("-p", "8")
     assert r.returncode == 2 and "--model is required" in r.stderr

@@ -13,6 +13,7 @@
 #include "engine/llama2c.h"
 #include "engine/model_gen.h"
 #include "engine/quant.h"
+#include "engine/tokenizer.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -100,6 +101,24 @@ static void test_golden_stories_llama2c(void **state)
     if (llama2c_convert(bin, tok, out, err))
         fail_msg("%s", err);
     golden_check(out, golden, DTYPE_F16);
+    /* the converted vocabulary tokenizes every golden prompt as llama.cpp's conversion does */
+    struct model *m = model_load(out, err);
+    assert_non_null(m);
+    json_error_t je;
+    json_t *root = json_load_file(golden, 0, &je);
+    size_t i;
+    json_t *ent;
+    json_array_foreach(json_object_get(root, "entries"), i, ent) {
+        const char *prompt = json_string_value(json_object_get(ent, "prompt"));
+        json_t *want = json_object_get(ent, "prompt_token_ids");
+        int32_t ids[256];
+        int n = tokenizer_encode(m->tok, prompt, strlen(prompt), true, false, ids, 256);
+        assert_int_equal(n, (int)json_array_size(want));
+        for (int k = 0; k < n; k++)
+            assert_int_equal(ids[k], json_integer_value(json_array_get(want, (size_t)k)));
+    }
+    json_decref(root);
+    model_destroy(m);
 }
 
 static void test_llama2c_truncated(void **state)

@@ -1,0 +1,50 @@
+/*
+ * serve_stats: turns one run's per-request results into the numbers a report shows: counts by outcome,
+ * throughput, latency summaries (mean, median, p50/p90/p95/p99, numpy's linear percentiles), goodput against
+ * service-level objectives, and cost at a given hourly price.
+ */
+#ifndef WAFER_BENCH_SERVE_STATS_H
+#define WAFER_BENCH_SERVE_STATS_H
+
+#include "bench/serve.h"
+#include "core/stats.h"
+
+#define SERVE_STATUS_MAX 16 /* distinct HTTP statuses counted separately */
+
+struct serve_metric {
+    struct stats_summary s;  /* n, mean, std, min, max, p50 (= median), p90, p95, p99; NAN when n == 0 */
+    double *values;          /* owned, sorted ascending, s.n of them */
+};
+
+struct serve_run_summary {
+    int sent, completed, failed;
+    int by_outcome[SERVE_OUTCOME_COUNT];
+    int http_status[SERVE_STATUS_MAX], http_status_count[SERVE_STATUS_MAX], n_http_status;
+    char *error_sample[SERVE_OUTCOME_COUNT]; /* owned: the first message of each failure kind, or NULL */
+    double duration_s;
+    long long total_input_tokens, total_output_tokens; /* over completed requests */
+    int input_from_usage, output_from_usage;           /* completed requests whose usage gave the count */
+    double request_throughput, output_throughput, total_token_throughput; /* per second over duration_s */
+    struct serve_metric ttft, tpot, itl, e2e;          /* milliseconds */
+    bool has_goodput;
+    int good;                 /* completed requests meeting every SLO set */
+    double request_goodput;   /* good / duration_s */
+    bool has_cost;
+    double usd_per_hour, usd_per_request, usd_per_million_output_tokens, usd_per_million_total_tokens;
+};
+
+/* Parses "ttft=500ms,tpot=50ms,e2e=10s" (keys ttft, tpot, itl, e2e or e2el; units us, ms (default), s).
+ * Returns 0 or ERR_INVALID_ARG with a message. */
+int serve_slo_parse(const char *text, struct serve_slo *out, char *err);
+
+/* Computes the summary of results[0..n). slo may be NULL (no goodput); cost_per_hour NAN = no cost. Returns
+ * 0 or ERR_NOMEM. Free with serve_run_summary_deinit. */
+int serve_stats_compute(const struct serve_request_result *results, int n, double duration_s,
+                        const struct serve_slo *slo, double cost_per_hour, struct serve_run_summary *out, char *err);
+
+/* Fills the cost fields from the throughputs (used at compute time and by `bench compare` overrides). */
+void serve_stats_set_cost(struct serve_run_summary *s, double cost_per_hour);
+
+void serve_run_summary_deinit(struct serve_run_summary *s);
+
+#endif
