@@ -1,15 +1,473 @@
 /*
- * bench_model: placeholder until the engine benchmark lands; it keeps `wafer bench` dispatch working and
- * points users at what exists today.
+ * bench_model: `wafer bench --model M`, the engine benchmark, measured the way llama-bench measures so the
+ * two can be put side by side:
+ *   ppN  one sequence, N prompt tokens (random ids, BOS first) evaluated from an empty cache in batches of
+ *        up to max_batch_tokens, logits of the last one only; tokens/s = N / time.
+ *   tgN  one sequence, N tokens decoded one per forward pass from an empty cache (the cache is cleared
+ *        before each repetition), logits every step; tokens/s = N / time.
+ *   tgN xB  B sequences decoded together, one token each per forward pass; aggregate tokens/s = B*N / time.
+ * Each test runs once untimed first (warm-up: pages the weights in, wakes the threads), then --repeat times;
+ * the report gives mean and sample standard deviation.
+ *
+ * Decode reads every weight matrix once per forward pass, so generation speed is also given as GB/s of
+ * weights read (model weight_bytes x tokens/s) and as a share of the machine's read bandwidth, which is
+ * measured in the same run by the membw probe. The probe runs in a child process before the model is
+ * loaded, so its 1 GiB buffer never shows in this process's peak RSS.
+ *
+ * `wafer bench --membw` runs only the probe.
  */
 #include "bench/bench_model.h"
 
+#include "bench/membw.h"
+#include "cli/cli_common.h"
+#include "core/err.h"
+#include "engine/engine.h"
+#include "engine/kernels.h"
+#include "engine/tokenizer.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void bench_model_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: wafer bench --model M.gguf [options]\n"
+            "       wafer bench --membw [--threads N] [--membw-mib MIB] [--json]\n\n"
+            "Measures the engine on a GGUF model as llama-bench does: prompt processing (ppN: N tokens in\n"
+            "one sequence) and generation (tgN: N tokens decoded one at a time), in tokens/s, mean +- stddev\n"
+            "over repetitions after one warm-up run. Generation is also given as GB/s of weights read and as a\n"
+            "share of this machine's read bandwidth, measured in the same run (--membw alone measures only that).\n\n"
+            "  -m, --model PATH      GGUF model file\n"
+            "  -p, --n-prompt N      prompt tokens for ppN (default 512; 0 skips it)\n"
+            "  -n, --n-gen N         generated tokens for tgN (default 128; 0 skips it)\n"
+            "  -t, --threads N       compute threads (default: all cores)\n"
+            "  -b, --batch B         also decode B sequences together and report aggregate tokens/s\n"
+            "                        (default 1: no batched test)\n"
+            "  -r, --repeat R        timed repetitions of each test (default 5)\n"
+            "      --kv-type T       f16 (default) or f32\n"
+            "      --no-simd         portable scalar kernels\n"
+            "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
+            "      --membw           measure only the read bandwidth\n"
+            "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
+            "      --json            print one JSON object as the last line of stdout\n"
+            "  -h, --help            this help\n\n"
+            "example: wafer bench -m llama-1b-q4_0.gguf -p 512 -n 128 -t 2 -r 3 --batch 8\n");
+}
+
+struct bench_opts {
+    const char *model_path;
+    long n_prompt, n_gen, threads, batch, repeat, membw_mib;
+    bool json, no_simd, no_membw, membw_only;
+    enum dtype kv_type;
+};
+
+/* mean and sample standard deviation of a tokens/s series */
+struct bench_stat {
+    double mean, sd;
+    bool valid;
+};
+
+static struct bench_stat bench_stat_of(const double *v, int n)
+{
+    struct bench_stat s = {0, 0, n > 0};
+    for (int i = 0; i < n; i++)
+        s.mean += v[i];
+    if (n > 0)
+        s.mean /= n;
+    for (int i = 0; i < n; i++)
+        s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+/* Runs the membw probe in a child process and returns its result through a pipe, so the probe's buffer
+ * never counts in this process's peak RSS. */
+static int bench_membw_child(const struct bench_opts *o, struct membw_result *r, char *err)
+{
+    int fd[2];
+    if (pipe(fd) != 0)
+        return err_set(err, ERR_IO, "membw: pipe: %s", strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return err_set(err, ERR_IO, "membw: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        struct {
+            int rc;
+            struct membw_result r;
+            char msg[ERR_MSG_MAX];
+        } res = {0};
+        res.rc = membw_measure((size_t)o->membw_mib << 20, 0, (int)o->threads, &res.r, res.msg);
+        ssize_t w = write(fd[1], &res, sizeof res);
+        _exit(w == (ssize_t)sizeof res ? 0 : 1);
+    }
+    close(fd[1]);
+    struct {
+        int rc;
+        struct membw_result r;
+        char msg[ERR_MSG_MAX];
+    } res;
+    size_t got = 0;
+    while (got < sizeof res) {
+        ssize_t n = read(fd[0], (char *)&res + got, sizeof res - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (got != sizeof res)
+        return err_set(err, ERR_INTERNAL, "membw: the probe process died before reporting");
+    if (res.rc)
+        return err_set(err, res.rc, "%s", res.msg);
+    *r = res.r;
+    return 0;
+}
+
+static uint64_t bench_rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+struct bench_ctx {
+    struct model *m;
+    struct engine *e;
+    struct batch b;
+    float *logits; /* [batch][n_vocab] */
+    int32_t bos;
+    uint64_t rng;
+    char err[ERR_MSG_MAX];
+};
+
+static int32_t bench_token(struct bench_ctx *c) { return (int32_t)(bench_rng_next(&c->rng) % (uint64_t)c->m->hp.n_vocab); }
+
+/* Prompt of n tokens into sequence 0 from an empty cache; returns seconds or -1. */
+static double bench_pp(struct bench_ctx *c, int n)
+{
+    engine_seq_truncate(c->e, 0, 0);
+    double t0 = cli_now();
+    for (int i = 0; i < n; i += c->b.cap) {
+        batch_clear(&c->b);
+        for (int j = i; j < n && j < i + c->b.cap; j++)
+            batch_add(&c->b, j == 0 && c->bos >= 0 ? c->bos : bench_token(c), j, 0, j == n - 1);
+        if (engine_forward(c->e, &c->b, c->logits, c->err))
+            return -1;
+    }
+    return cli_now() - t0;
+}
+
+/* n decode steps of n_seqs sequences (one token each per step) from empty caches; returns seconds or -1. */
+static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
+{
+    for (int s = 0; s < n_seqs; s++)
+        engine_seq_truncate(c->e, s, 0);
+    double t0 = cli_now();
+    for (int i = 0; i < n; i++) {
+        batch_clear(&c->b);
+        for (int s = 0; s < n_seqs; s++)
+            batch_add(&c->b, i == 0 && c->bos >= 0 ? c->bos : bench_token(c), i, s, true);
+        if (engine_forward(c->e, &c->b, c->logits, c->err))
+            return -1;
+    }
+    return cli_now() - t0;
+}
+
+static size_t bench_peak_rss(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (size_t)ru.ru_maxrss * 1024;
+}
+
+static void bench_json_stat(json_t *o, const char *key, const char *sd_key, struct bench_stat s)
+{
+    json_object_set_new(o, key, s.valid ? json_real(s.mean) : json_null());
+    json_object_set_new(o, sd_key, s.valid ? json_real(s.sd) : json_null());
+}
+
+static int bench_parse(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},   {"n-prompt", required_argument, 0, 'p'},
+        {"n-gen", required_argument, 0, 'n'},   {"threads", required_argument, 0, 't'},
+        {"batch", required_argument, 0, 'b'},   {"repeat", required_argument, 0, 'r'},
+        {"kv-type", required_argument, 0, 1},   {"no-simd", no_argument, 0, 2},
+        {"no-membw", no_argument, 0, 3},        {"membw", no_argument, 0, 4},
+        {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    memset(o, 0, sizeof *o);
+    o->n_prompt = 512;
+    o->n_gen = 128;
+    o->batch = 1;
+    o->repeat = 5;
+    o->membw_mib = 1024;
+    o->kv_type = DTYPE_F16;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model_path = optarg; break;
+        case 'p': if (cli_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
+        case 'n': if (cli_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
+        case 't': if (cli_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case 'b': if (cli_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
+        case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
+        case 1:
+            if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32)) {
+                fprintf(stderr, "wafer bench: --kv-type: expected f16 or f32, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 2: o->no_simd = true; break;
+        case 3: o->no_membw = true; break;
+        case 4: o->membw_only = true; break;
+        case 5: if (cli_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
+        case 6: o->json = true; break;
+        case 'h': bench_model_usage(stdout); return -1;
+        default: bench_model_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "wafer bench: unexpected argument '%s'\n\n", argv[optind]);
+        bench_model_usage(stderr);
+        return 2;
+    }
+    if (!o->membw_only && !o->model_path) {
+        fprintf(stderr, "wafer bench: --model is required (or --membw to measure only the read bandwidth)\n\n");
+        bench_model_usage(stderr);
+        return 2;
+    }
+    if (o->membw_only && o->no_membw) {
+        fprintf(stderr, "wafer bench: --membw and --no-membw contradict each other\n");
+        return 2;
+    }
+    if (!o->membw_only && o->n_prompt == 0 && o->n_gen == 0) {
+        fprintf(stderr, "wafer bench: -p 0 and -n 0 leave nothing to measure\n");
+        return 2;
+    }
+    return 0;
+}
+
+static int bench_membw_only(const struct bench_opts *o)
+{
+    char err[ERR_MSG_MAX];
+    struct membw_result r;
+    if (bench_membw_child(o, &r, err)) {
+        fprintf(stderr, "wafer bench: %s\n", err);
+        return 1;
+    }
+    printf("read bandwidth: %.1f GB/s median of %d passes (best %.1f, worst %.1f), %d threads, %zu MiB buffer, %s loads\n",
+           r.median_gbs, r.passes, r.best_gbs, r.worst_gbs, r.threads, r.bytes >> 20,
+           kernel_cpu_has_avx2() ? "AVX2" : "scalar");
+    if (o->json)
+        printf("{\"membw_gbs\":%.3f,\"membw_best_gbs\":%.3f,\"membw_worst_gbs\":%.3f,\"threads\":%d,\"passes\":%d,"
+               "\"buffer_bytes\":%zu}\n",
+               r.median_gbs, r.best_gbs, r.worst_gbs, r.threads, r.passes, r.bytes);
+    return 0;
+}
 
 int bench_model_main(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "wafer bench --model: the engine benchmark is not built yet; use wafer bench serve\n");
-    return 2;
+    struct bench_opts o;
+    int prc = bench_parse(argc, argv, &o);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    if (o.membw_only)
+        return bench_membw_only(&o);
+
+    int rc = 1;
+    struct bench_ctx c = {.rng = 0x2545F4914F6CDD1Dull, .bos = -1};
+    struct membw_result bw = {0};
+    bool have_bw = false;
+    double *tps = NULL;
+    if (!o.no_membw) {
+        if (bench_membw_child(&o, &bw, c.err))
+            fprintf(stderr, "wafer bench: bandwidth probe failed (%s); reporting without it\n", c.err);
+        else
+            have_bw = true;
+    }
+
+    double t_load = cli_now();
+    c.m = model_load(o.model_path, c.err);
+    if (!c.m) {
+        fprintf(stderr, "wafer bench: %s\n", c.err);
+        return 1;
+    }
+    const struct model_hparams *hp = &c.m->hp;
+    struct engine_params ep;
+    engine_params_default(&ep);
+    ep.n_threads = (int)o.threads;
+    ep.kv_type = o.kv_type;
+    ep.force_scalar = o.no_simd;
+    ep.max_seqs = (int)o.batch;
+    if (o.batch > ep.max_batch_tokens)
+        ep.max_batch_tokens = (int)o.batch;
+    /* a context just large enough for the longest test, as llama-bench sizes it */
+    long ctx = o.n_prompt + o.n_gen;
+    if (ctx < 1)
+        ctx = 1;
+    if (ctx > hp->ctx_train) {
+        fprintf(stderr, "wafer bench: -p %ld + -n %ld is more than the model's context of %d\n", o.n_prompt, o.n_gen,
+                hp->ctx_train);
+        goto out;
+    }
+    ep.n_ctx = (int)ctx;
+    int64_t per_seq = (ctx + ep.block_size - 1) / ep.block_size;
+    int64_t per_batch_seq = (o.n_gen + ep.block_size - 1) / ep.block_size;
+    ep.kv_blocks = per_seq > per_batch_seq * o.batch ? per_seq : per_batch_seq * o.batch;
+    c.e = engine_create(c.m, &ep, c.err);
+    if (!c.e) {
+        fprintf(stderr, "wafer bench: %s\n", c.err);
+        goto out;
+    }
+    double load_s = cli_now() - t_load;
+    const struct engine_params *p = engine_params_get(c.e);
+    size_t kv_bytes = (size_t)p->kv_blocks * kv_pool_block_bytes(kv_pool_params(engine_kv(c.e)));
+    if (tokenizer_add_bos(c.m->tok))
+        c.bos = tokenizer_bos(c.m->tok);
+    c.logits = malloc((size_t)o.batch * hp->n_vocab * sizeof(float));
+    tps = malloc((size_t)o.repeat * sizeof *tps);
+    if (!c.logits || !tps || batch_init(&c.b, p->max_batch_tokens)) {
+        fprintf(stderr, "wafer bench: out of memory\n");
+        goto out;
+    }
+    const char *simd = o.no_simd || !kernel_ops_avx2(c.m->main_type) ? "scalar" : "avx2";
+    double wgb = (double)c.m->weight_bytes / 1e9;
+    fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
+                    "KV %s %.1f MiB, loaded in %.0f ms\n",
+            o.model_path, dtype_name(c.m->main_type), c.m->file_bytes / 1e6, wgb * 1e3, p->n_threads, simd,
+            dtype_name(p->kv_type), kv_bytes / 1048576.0, load_s * 1e3);
+    if (have_bw)
+        fprintf(stderr, "read bandwidth: %.1f GB/s (median of %d passes, best %.1f), %d threads\n", bw.median_gbs,
+                bw.passes, bw.best_gbs, bw.threads);
+
+    struct bench_stat pp = {0}, tg = {0}, bt = {0};
+    if (o.n_prompt > 0) {
+        if (bench_pp(&c, (int)o.n_prompt) < 0)
+            goto fail_run;
+        for (int r = 0; r < o.repeat; r++) {
+            double s = bench_pp(&c, (int)o.n_prompt);
+            if (s < 0)
+                goto fail_run;
+            tps[r] = o.n_prompt / s;
+        }
+        pp = bench_stat_of(tps, (int)o.repeat);
+        fprintf(stderr, "pp%-6ld %9.2f +- %6.2f tok/s\n", o.n_prompt, pp.mean, pp.sd);
+    }
+    if (o.n_gen > 0) {
+        if (bench_tg(&c, 1, 1) < 0)
+            goto fail_run;
+        for (int r = 0; r < o.repeat; r++) {
+            double s = bench_tg(&c, (int)o.n_gen, 1);
+            if (s < 0)
+                goto fail_run;
+            tps[r] = o.n_gen / s;
+        }
+        tg = bench_stat_of(tps, (int)o.repeat);
+        fprintf(stderr, "tg%-6ld %9.2f +- %6.2f tok/s   %6.2f GB/s of weights", o.n_gen, tg.mean, tg.sd, tg.mean * wgb);
+        if (have_bw)
+            fprintf(stderr, " = %.0f%% of %.1f GB/s", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
+        fputc('\n', stderr);
+        if (o.batch > 1) {
+            if (bench_tg(&c, 1, (int)o.batch) < 0)
+                goto fail_run;
+            for (int r = 0; r < o.repeat; r++) {
+                double s = bench_tg(&c, (int)o.n_gen, (int)o.batch);
+                if (s < 0)
+                    goto fail_run;
+                tps[r] = (double)o.n_gen * o.batch / s;
+            }
+            bt = bench_stat_of(tps, (int)o.repeat);
+            fprintf(stderr, "tg%ld x%ld %9.2f +- %6.2f tok/s aggregate (%.2fx one sequence)\n", o.n_gen, o.batch, bt.mean,
+                    bt.sd, bt.mean / tg.mean);
+        }
+    }
+    size_t rss = bench_peak_rss();
+    fprintf(stderr, "peak RSS: %.1f MiB (file %.1f MiB + KV %.1f MiB + %.1f MiB other)\n", rss / 1048576.0,
+            c.m->file_bytes / 1048576.0, kv_bytes / 1048576.0,
+            ((double)rss - (double)c.m->file_bytes - (double)kv_bytes) / 1048576.0);
+
+    /* human-readable table on stdout, then the JSON line */
+    printf("| model | type | threads | test | t/s | GB/s | %% of read bw |\n|---|---|---|---|---|---|---|\n");
+    const char *base = strrchr(o.model_path, '/') ? strrchr(o.model_path, '/') + 1 : o.model_path;
+    if (pp.valid)
+        printf("| %s | %s | %d | pp%ld | %.2f ± %.2f | | |\n", base, dtype_name(c.m->main_type), p->n_threads, o.n_prompt,
+               pp.mean, pp.sd);
+    if (tg.valid) {
+        printf("| %s | %s | %d | tg%ld | %.2f ± %.2f | %.2f | ", base, dtype_name(c.m->main_type), p->n_threads, o.n_gen,
+               tg.mean, tg.sd, tg.mean * wgb);
+        if (have_bw)
+            printf("%.0f%% of %.1f |\n", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
+        else
+            printf("|\n");
+    }
+    if (bt.valid)
+        printf("| %s | %s | %d | tg%ld x%ld | %.2f ± %.2f | %.2f | |\n", base, dtype_name(c.m->main_type), p->n_threads,
+               o.n_gen, o.batch, bt.mean, bt.sd, bt.mean / o.batch * wgb);
+    if (o.json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "model", json_string(base));
+        json_object_set_new(j, "type", json_string(dtype_name(c.m->main_type)));
+        json_object_set_new(j, "model_bytes", json_integer((json_int_t)c.m->file_bytes));
+        json_object_set_new(j, "weight_bytes", json_integer((json_int_t)c.m->weight_bytes));
+        json_object_set_new(j, "threads", json_integer(p->n_threads));
+        json_object_set_new(j, "simd", json_string(simd));
+        json_object_set_new(j, "n_prompt", json_integer(o.n_prompt));
+        json_object_set_new(j, "n_gen", json_integer(o.n_gen));
+        json_object_set_new(j, "repeat", json_integer(o.repeat));
+        bench_json_stat(j, "pp_tps", "pp_tps_sd", pp);
+        bench_json_stat(j, "tg_tps", "tg_tps_sd", tg);
+        json_object_set_new(j, "tg_gbs", tg.valid ? json_real(tg.mean * wgb) : json_null());
+        json_object_set_new(j, "membw_gbs", have_bw ? json_real(bw.median_gbs) : json_null());
+        json_object_set_new(j, "membw_best_gbs", have_bw ? json_real(bw.best_gbs) : json_null());
+        json_object_set_new(j, "tg_roofline_pct",
+                            have_bw && tg.valid ? json_real(100 * tg.mean * wgb / bw.median_gbs) : json_null());
+        json_object_set_new(j, "batch", json_integer(o.batch));
+        bench_json_stat(j, "batch_tps", "batch_tps_sd", bt);
+        json_object_set_new(j, "batch_speedup", bt.valid && tg.mean > 0 ? json_real(bt.mean / tg.mean) : json_null());
+        json_object_set_new(j, "kv_bytes", json_integer((json_int_t)kv_bytes));
+        json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
+        json_object_set_new(j, "load_ms", json_real(load_s * 1e3));
+        char *s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        json_decref(j);
+        if (!s) {
+            fprintf(stderr, "wafer bench: out of memory\n");
+            goto out;
+        }
+        printf("%s\n", s);
+        free(s);
+    }
+    fflush(stdout);
+    rc = 0;
+    goto out;
+fail_run:
+    fprintf(stderr, "wafer bench: %s\n", c.err);
+out:
+    free(tps);
+    free(c.logits);
+    batch_deinit(&c.b);
+    engine_destroy(c.e);
+    model_destroy(c.m);
+    return rc;
 }

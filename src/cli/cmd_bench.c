@@ -26,7 +26,8 @@ static void bench_usage(FILE *f)
             "  wafer bench serve --url URL ...     load-test an OpenAI-compatible server (TTFT, TPOT, ITL, E2E,\n"
             "                                      throughput, goodput, cost; table, --json, --html)\n"
             "  wafer bench compare A.json B.json   compare two `bench serve --json` results side by side\n"
-            "  wafer bench --model M ...           benchmark the engine on a GGUF model\n\n"
+            "  wafer bench --model M ...           benchmark the engine on a GGUF model (as llama-bench)\n"
+            "  wafer bench --membw                 measure this machine's memory read bandwidth\n\n"
             "wafer bench <tool> --help shows each tool's options; docs/bench.md has a walk-through.\n");
 }
 

@@ -3,41 +3,72 @@
  * barriers between dependent ops (no fork/join per op).
  *
  * Per layer, for the T tokens of the batch (x: [T][dim] residual stream, f32):
- *   xn = rmsnorm(x) * attn_norm                         rows split over threads
+ *   xn = rmsnorm(x) * attn_norm, converted to the weights' activation format   rows split over threads
  *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)  weight rows split over threads
  *   rope(q, k); k, v -> KV blocks of each token's sequence at its position
- *   a = softmax(q K^T / sqrt(hd)) V per (token, head), online softmax over the sequence's blocks
+ *   a = softmax(q K^T / sqrt(hd)) V per (token, KV head), the KV head's query heads together
  *   x += a Wo^T
  *   xn = rmsnorm(x) * ffn_norm;  h = silu(xn Wg^T) * (xn Wu^T);  x += h Wd^T
  * then logits = rmsnorm(x[rows asked]) * output_norm Wout^T.
  *
  * Matrix products convert their input rows once to the weight type's activation format (kernel_ops
- * vec_type) and then compute every output element with one vec_dot (or the bit-identical gemm tile) over the
- * full row: the reduction order of an element depends only on that row, never on T or on the thread split,
- * so a sequence's logits are bit-identical alone or in any batch.
+ * vec_type) and then compute every output element with the kernels' gemm over panels of weight rows: a
+ * panel small enough to stay in cache is used for every token of the batch before the next one is read, and
+ * each element is bit-identical to a vec_dot over the full row. The reduction order of an element depends
+ * only on that row, never on T or on the thread split, so a sequence's logits are bit-identical alone or in
+ * any batch. Attention works the same way (attn.h fixes its reduction orders): softmax is exact and in two
+ * passes (max, then exp and a double sum), not online, because llama.cpp's non-flash attention rounds that
+ * way (query rounded to F16 against an F16 cache, probabilities rounded to F16 before the V product).
+ *
+ * Barriers: an op that produces rows split by token (rmsnorm, swiglu) converts the same rows to the
+ * activation format in the same thread, so the two need no barrier between them; each thread keeps its own
+ * copy of which conversions the activation slots hold (all threads make the same decisions), so no thread
+ * has to publish it. That leaves 10 barriers per layer.
+ *
+ * WAFER_PROFILE=1 in the environment makes engine_destroy print the wall time spent in each op (measured on
+ * thread 0 at the barriers, so an op's time includes waiting for the slowest thread).
  */
 #include "engine/engine.h"
 
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/attn.h"
 #include "engine/kernels.h"
 #include "engine/threadpool.h"
 #include "engine/tokenizer.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Activation conversion slots: a layer's matrices use at most two activation formats (e.g. Q4_K_M mixes
  * Q4_K and Q6_K, both Q8_K; Q4_0 files keep output in Q6_K), so two slots avoid converting twice. */
 #define ENGINE_ACT_SLOTS 2
 
+/* What an activation slot holds, as one thread knows it (each thread keeps its own copy). */
 struct engine_act {
     enum dtype vec_type; /* format held, or DTYPE_COUNT when empty */
     const float *src;    /* which float buffer it was converted from */
     size_t row_bytes;    /* bytes per converted row */
-    uint8_t *buf;        /* [T][row_bytes] */
+    uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
+};
+
+enum engine_op {
+    OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_ATTN, OP_ATT_CONV, OP_WO, OP_GATE_UP, OP_SWIGLU, OP_DOWN, OP_OUTPUT,
+    OP_COUNT
+};
+
+static const char *const engine_op_names[OP_COUNT] = {
+    "embed", "rmsnorm+convert", "matmul q,k,v", "rope+kv store", "attention", "convert attn out",
+    "matmul wo", "matmul gate,up", "swiglu+convert", "matmul down", "output norm+matmul",
+};
+
+struct engine_prof {
+    double t[OP_COUNT]; /* seconds */
+    int64_t passes, tokens;
 };
 
 struct engine {
@@ -49,7 +80,10 @@ struct engine {
     float rope_theta_scale; /* base^(-2/head_dim) */
     float rope_freq_scale;  /* 1 / linear scaling factor */
     const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
-    float *scratch;         /* per thread: [n_threads][n_ctx + 2 * head_dim] attention scores, rope cache, q */
+    const struct attn_kernels *attn;
+    const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
+    float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
+    size_t scratch_floats;
 
     /* scratch, sized for max_batch_tokens (T) */
     float *x;    /* [T][dim] residual */
@@ -60,26 +94,23 @@ struct engine {
     float *att;  /* [T][n_heads * head_dim] */
     float *hg;   /* [T][ffn] */
     float *hu;   /* [T][ffn] */
+    float *tmp;  /* [T][dim] products added into x */
+    float *rope; /* [T][head_dim] cos, sin of each token's rotation angles */
     int32_t *logit_rows; /* [T] batch index of each row whose logits are wanted */
-    struct engine_act act[ENGINE_ACT_SLOTS];
+    uint8_t *act_buf[ENGINE_ACT_SLOTS]; /* [T][act_row_cap] */
+    struct engine_act *act; /* [n_threads][ENGINE_ACT_SLOTS]: each thread's view of the slots */
     size_t act_row_cap; /* bytes per row each slot can hold */
+
+    bool prof_on;
+    double prof_last;
+    struct engine_prof prof[2]; /* [0] decode passes (one token per sequence), [1] the others */
 
     /* the job being run */
     const struct batch *b;
     float *logits;
     int n_logits;
+    int n_seqs_in_batch; /* sequences with tokens in b: b->n equal to it means a pure decode step */
 };
-
-static float engine_f16_table[65536];
-static pthread_once_t engine_f16_once = PTHREAD_ONCE_INIT;
-
-static void engine_f16_table_init(void)
-{
-    for (uint32_t i = 0; i < 65536; i++)
-        engine_f16_table[i] = fp16_to_f32((uint16_t)i);
-}
-
-static inline float engine_f16(uint16_t h) { return engine_f16_table[h]; }
 
 void engine_params_default(struct engine_params *p)
 {
@@ -105,7 +136,6 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         err_set(err, ERR_NOMEM, "out of memory");
         return NULL;
     }
-    pthread_once(&engine_f16_once, engine_f16_table_init);
     e->m = m;
     e->p = *params;
     struct engine_params *p = &e->p;
@@ -157,9 +187,12 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->rope_theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
     e->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
     e->rope_ff = model_rope_freqs(m);
-    e->scratch = malloc((size_t)p->n_threads * ((size_t)p->n_ctx + 2 * (size_t)hd) * sizeof(float));
+    int group = hp->n_heads / hp->n_kv_heads;
+    e->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd);
+    e->scratch = malloc((size_t)p->n_threads * e->scratch_floats * sizeof(float));
     if (!e->scratch)
         goto oom;
+    e->attn = attn_kernels_get(p->force_scalar);
 
     size_t T = (size_t)p->max_batch_tokens;
     size_t q_dim = (size_t)hp->n_heads * hd, kv_dim = (size_t)hp->n_kv_heads * hd;
@@ -171,8 +204,12 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->att = malloc(T * q_dim * sizeof(float));
     e->hg = malloc(T * hp->ffn_dim * sizeof(float));
     e->hu = malloc(T * hp->ffn_dim * sizeof(float));
+    e->tmp = malloc(T * hp->dim * sizeof(float));
+    e->rope = malloc(T * hd * sizeof(float));
     e->logit_rows = malloc(T * sizeof(int32_t));
-    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->hg || !e->hu || !e->logit_rows)
+    e->act = calloc((size_t)p->n_threads * ENGINE_ACT_SLOTS, sizeof *e->act);
+    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->hg || !e->hu || !e->tmp || !e->rope ||
+        !e->logit_rows || !e->act)
         goto oom;
     size_t max_cols = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > max_cols)
@@ -181,15 +218,19 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         max_cols = q_dim;
     e->act_row_cap = max_cols * 4 + 64; /* F32 is the widest activation format */
     for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
-        e->act[i].vec_type = DTYPE_COUNT;
-        e->act[i].buf = malloc(T * e->act_row_cap);
-        if (!e->act[i].buf)
+        e->act_buf[i] = malloc(T * e->act_row_cap);
+        if (!e->act_buf[i])
             goto oom;
     }
+    for (int t = 0; t < p->n_threads; t++)
+        for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
+            e->act[t * ENGINE_ACT_SLOTS + i].vec_type = DTYPE_COUNT;
+            e->act[t * ENGINE_ACT_SLOTS + i].buf = e->act_buf[i];
+        }
     /* every weight type used must have kernels */
     const struct model_weight *ws[] = {&m->output, &m->tok_embd};
     for (size_t i = 0; i < 2; i++)
-        if (!engine_ops(e, ws[i]->type)) {
+        if (!(e->ops[ws[i]->type] = engine_ops(e, ws[i]->type))) {
             err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(ws[i]->type));
             goto fail;
         }
@@ -197,11 +238,13 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         const struct model_layer *L = &m->layers[l];
         const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < 7; i++)
-            if (!engine_ops(e, lw[i]->type)) {
+            if (!(e->ops[lw[i]->type] = engine_ops(e, lw[i]->type))) {
                 err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(lw[i]->type));
                 goto fail;
             }
     }
+    const char *prof = getenv("WAFER_PROFILE");
+    e->prof_on = prof && *prof && strcmp(prof, "0") != 0;
     return e;
 oom:
     err_set(err, ERR_NOMEM, "out of memory creating the engine (batch of %d tokens)", p->max_batch_tokens);
@@ -210,10 +253,37 @@ fail:
     return NULL;
 }
 
+static double engine_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void engine_prof_print(const struct engine *e)
+{
+    for (int k = 0; k < 2; k++) {
+        const struct engine_prof *pr = &e->prof[k];
+        if (!pr->passes)
+            continue;
+        double total = 0;
+        for (int i = 0; i < OP_COUNT; i++)
+            total += pr->t[i];
+        fprintf(stderr, "engine profile, %s: %lld passes, %lld tokens, %.1f ms per pass, %d threads\n",
+                k ? "batches (prefill or several sequences)" : "decode (one token per pass)", (long long)pr->passes,
+                (long long)pr->tokens, total / (double)pr->passes * 1e3, e->p.n_threads);
+        for (int i = 0; i < OP_COUNT; i++)
+            fprintf(stderr, "  %-20s %9.3f ms per pass %5.1f%%\n", engine_op_names[i], pr->t[i] / (double)pr->passes * 1e3,
+                    total > 0 ? 100 * pr->t[i] / total : 0.0);
+    }
+}
+
 void engine_destroy(struct engine *e)
 {
     if (!e)
         return;
+    if (e->prof_on)
+        engine_prof_print(e);
     threadpool_destroy(e->tp);
     if (e->seqs)
         for (int i = 0; i < e->p.max_seqs; i++)
@@ -229,9 +299,12 @@ void engine_destroy(struct engine *e)
     free(e->att);
     free(e->hg);
     free(e->hu);
+    free(e->tmp);
+    free(e->rope);
     free(e->logit_rows);
     for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-        free(e->act[i].buf);
+        free(e->act_buf[i]);
+    free(e->act);
     free(e);
 }
 
@@ -244,12 +317,20 @@ void engine_seq_truncate(struct engine *e, int seq, int n_pos) { kv_seq_truncate
 
 /* ---- ops, each called by every thread (ith of nth) inside the job ---- */
 
-/* y[r] = x[r] / rms(x[r]) * w for rows r in [0, n_rows); rows indexed through idx when not NULL. */
-static void op_rmsnorm(const float *x, float *y, const float *w, int n_rows, const int32_t *idx, int dim, float eps,
-                       int ith, int nth)
+/* Thread 0 charges the time since its last mark to op k. */
+static inline void engine_mark(struct engine *e, int ith, enum engine_op k)
 {
-    int64_t r0, r1;
-    threadpool_split(n_rows, ith, nth, &r0, &r1);
+    if (ith != 0 || !e->prof_on)
+        return;
+    double now = engine_now();
+    e->prof[e->b->n > e->n_seqs_in_batch].t[k] += now - e->prof_last;
+    e->prof_last = now;
+}
+
+/* y[r] = x[r] / rms(x[r]) * w for rows r in [r0, r1); rows of x indexed through idx when not NULL. */
+static void op_rmsnorm_rows(const float *x, float *y, const float *w, int64_t r0, int64_t r1, const int32_t *idx, int dim,
+                            float eps)
+{
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + (size_t)(idx ? idx[r] : r) * dim;
         float *yr = y + (size_t)r * dim;
@@ -262,65 +343,95 @@ static void op_rmsnorm(const float *x, float *y, const float *w, int n_rows, con
     }
 }
 
-/* Converts x [n_rows][cols] to the activation format of w's kernels, unless a slot already holds it. Every
- * thread gets the same slot back. Ends with a barrier when it converted. */
-static struct engine_act *op_act_prepare(struct engine *e, const float *x, int n_rows, int cols,
-                                         const struct kernel_ops *ops, int ith, int nth)
+/* This thread's view of the activation slots. */
+static inline struct engine_act *engine_acts(struct engine *e, int ith) { return e->act + (size_t)ith * ENGINE_ACT_SLOTS; }
+
+/* Forgets this thread's record of conversions (their source buffers are about to change). */
+static void op_act_invalidate(struct engine *e, int ith)
 {
+    struct engine_act *a = engine_acts(e, ith);
+    for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
+        a[i].vec_type = DTYPE_COUNT;
+        a[i].src = NULL;
+    }
+}
+
+/* Converts x [n_rows][cols] to the activation format of ops, unless a slot already holds that conversion.
+ * This thread converts rows threadpool_split(n_rows) gives it, so x's rows must be complete for those rows
+ * (the caller's barrier, or rows this thread wrote itself with the same split). Every thread makes the same
+ * choice of slot from its own record. Ends with a barrier when it converted. */
+static const struct engine_act *op_act_prepare(struct engine *e, const float *x, int n_rows, int cols,
+                                               const struct kernel_ops *ops, int ith, int nth)
+{
+    struct engine_act *acts = engine_acts(e, ith);
     for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-        if (e->act[i].vec_type == ops->vec_type && e->act[i].src == x)
-            return &e->act[i];
+        if (acts[i].vec_type == ops->vec_type && acts[i].src == x)
+            return &acts[i];
     /* choose the slot not holding the other live conversion of x; otherwise slot 0 */
-    int s = 0;
-    if (e->act[0].src == x && e->act[0].vec_type != DTYPE_COUNT)
-        s = 1;
-    struct engine_act *a = &e->act[s];
+    int s = acts[0].src == x && acts[0].vec_type != DTYPE_COUNT ? 1 : 0;
+    struct engine_act *a = &acts[s];
     size_t rb = dtype_row_bytes(ops->vec_type, cols);
     int64_t r0, r1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++)
         ops->from_f32(x + (size_t)r * cols, a->buf + (size_t)r * rb, cols);
-    threadpool_barrier(e->tp);
-    /* every thread has read the old slot state above; now thread 0 updates it while others wait */
-    if (ith == 0) {
-        a->vec_type = ops->vec_type;
-        a->src = x;
-        a->row_bytes = rb;
-    }
+    a->vec_type = ops->vec_type;
+    a->src = x;
+    a->row_bytes = rb;
     threadpool_barrier(e->tp);
     return a;
 }
 
-/* Forgets conversions of x (its contents are about to change). Called by all threads between barriers; only
- * thread 0 writes. */
-static void op_act_invalidate(struct engine *e, int ith)
+/* Normalizes rows of x (indexed through idx when not NULL) into xn and converts them for ops; rows split by
+ * thread, one barrier at the end. */
+static const struct engine_act *op_norm_prepare(struct engine *e, const float *w, int n_rows, const int32_t *idx,
+                                                const struct kernel_ops *ops, int ith, int nth)
 {
-    if (ith != 0)
-        return;
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
-        e->act[i].vec_type = DTYPE_COUNT;
-        e->act[i].src = NULL;
-    }
+    const struct model_hparams *hp = &e->m->hp;
+    int64_t r0, r1;
+    threadpool_split(n_rows, ith, nth, &r0, &r1);
+    op_rmsnorm_rows(e->x, e->xn, w, r0, r1, idx, hp->dim, hp->norm_eps);
+    op_act_invalidate(e, ith);
+    return op_act_prepare(e, e->xn, n_rows, hp->dim, ops, ith, nth);
+}
+
+/* Rows of a weight panel: enough to amortize a call, few enough (about 96 KiB) that the panel stays in L2
+ * while every activation row of the batch passes over it. A multiple of 12 so the kernels' 2-, 3- and
+ * 4-row tiles divide it. */
+static int64_t engine_panel_rows(size_t row_bytes, int n_tok)
+{
+    if (n_tok <= 1)
+        return INT64_MAX; /* decode: each weight row is used once, no reuse to protect */
+    int64_t r = (int64_t)((96u << 10) / row_bytes);
+    r -= r % 12;
+    return r < 12 ? 12 : r;
 }
 
 /* out[t][r] (=|+=) dot(W[r], act[t]) for r in this thread's share of W's rows, t < n_rows; out rows are
- * ldo floats apart. Each weight row is used for every token while it is hot in cache. */
+ * ldo floats apart. Accumulation goes through e->tmp ([n_rows][w->rows]) so the add is x + product, the
+ * same rounding whether a row runs alone or in a batch. */
 static void op_matmul(struct engine *e, const struct model_weight *w, const struct engine_act *a, int n_rows,
                       float *out, int ldo, bool accumulate, int ith, int nth)
 {
-    const struct kernel_ops *ops = engine_ops(e, w->type);
+    const struct kernel_ops *ops = e->ops[w->type];
     int64_t r0, r1;
     threadpool_split(w->rows, ith, nth, &r0, &r1);
+    float *dst = accumulate ? e->tmp : out;
+    size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
+    int64_t pr = engine_panel_rows(w->row_bytes, n_rows);
     const uint8_t *wb = w->data;
-    for (int64_t r = r0; r < r1; r++) {
-        const void *wr = wb + (size_t)r * w->row_bytes;
-        for (int t = 0; t < n_rows; t++) {
-            float s;
-            ops->vec_dot(w->cols, &s, wr, a->buf + (size_t)t * a->row_bytes);
-            float *o = &out[(size_t)t * ldo + r];
-            *o = accumulate ? *o + s : s;
-        }
+    for (int64_t p = r0; p < r1; p += pr) {
+        int64_t n = r1 - p < pr ? r1 - p : pr;
+        ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                  a->row_bytes);
     }
+    if (accumulate)
+        for (int t = 0; t < n_rows; t++) {
+            float *o = out + (size_t)t * ldo;
+            const float *d = dst + (size_t)t * ldd;
+            for (int64_t r = r0; r < r1; r++)
+                o[r] = o[r] + d[r];
+        }
 }
 
 /* cos/sin of each rotation angle for position pos: cs[2i] = cos, cs[2i+1] = sin, i < head_dim / 2. The
@@ -343,21 +454,25 @@ static void op_rope_head(const struct engine *e, float *x, const float *cs)
 {
     const struct model_hparams *hp = &e->m->hp;
     int half = hp->head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        float c = cs[2 * i], s = cs[2 * i + 1];
-        int i0 = hp->rope_layout == ROPE_ADJACENT ? 2 * i : i;
-        int i1 = hp->rope_layout == ROPE_ADJACENT ? 2 * i + 1 : i + half;
-        float a = x[i0], b = x[i1];
-        x[i0] = a * c - b * s;
-        x[i1] = a * s + b * c;
+    if (hp->rope_layout == ROPE_ADJACENT) {
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = x[2 * i], b = x[2 * i + 1];
+            x[2 * i] = a * c - b * s;
+            x[2 * i + 1] = a * s + b * c;
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = x[i], b = x[i + half];
+            x[i] = a * c - b * s;
+            x[i + half] = a * s + b * c;
+        }
     }
 }
 
-/* Thread ith's scratch: [n_ctx] scores, then [2 * head_dim] for the rope cache or the rounded query. */
-static float *engine_scratch(const struct engine *e, int ith)
-{
-    return e->scratch + (size_t)ith * ((size_t)e->p.n_ctx + 2 * (size_t)e->m->hp.head_dim);
-}
+/* Thread ith's attention scratch: scores [group][n_ctx], then the rounded queries [group][head_dim]. */
+static float *engine_scratch(const struct engine *e, int ith) { return e->scratch + (size_t)ith * e->scratch_floats; }
 
 static inline size_t engine_kv_offset(const struct engine *e, int kvh, int slot)
 {
@@ -381,8 +496,7 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
             for (int i = 0; i < kv_dim; i++)
                 k[i] += L->bk[i], v[i] += L->bv[i];
         }
-        float *cs = engine_scratch(e, ith) + e->p.n_ctx;
-        op_rope_cache(e, bt->pos, cs);
+        const float *cs = e->rope + (size_t)t * hd;
         for (int h = 0; h < hp->n_heads; h++)
             op_rope_head(e, q + (size_t)h * hd, cs);
         for (int h = 0; h < hp->n_kv_heads; h++)
@@ -397,102 +511,110 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
                 memcpy((float *)kb + off, k + (size_t)h * hd, (size_t)hd * sizeof(float));
                 memcpy((float *)vb + off, v + (size_t)h * hd, (size_t)hd * sizeof(float));
             } else {
-                for (int i = 0; i < hd; i++) {
-                    ((uint16_t *)kb)[off + i] = f32_to_fp16(k[(size_t)h * hd + i]);
-                    ((uint16_t *)vb)[off + i] = f32_to_fp16(v[(size_t)h * hd + i]);
-                }
+                e->attn->to_f16(k + (size_t)h * hd, (uint16_t *)kb + off, hd);
+                e->attn->to_f16(v + (size_t)h * hd, (uint16_t *)vb + off, hd);
             }
         }
     }
 }
 
-/* Causal attention for every (token, head) pair, split over threads, over positions 0..pos of the token's
- * sequence read block by block in position order. With an F16 cache the rounding follows llama.cpp's
- * (non-flash) attention: the query is rounded to F16 for the K products, softmax is exact (max, then
- * sum in double), and the normalized probabilities are rounded to F16 for the V products. The order of every
- * sum depends only on the token's own position, so batching never changes the result. */
+/* Causal attention for every (token, KV head) pair: the KV head's `group` query heads together, so each
+ * cached row is read once for all of them, over positions 0..pos of the token's sequence read block by
+ * block in position order. Pairs are dealt to threads round-robin, which balances a prefill (later tokens
+ * attend to more positions). With an F16 cache the rounding follows llama.cpp's non-flash attention: the
+ * query is rounded to F16 for the K products, softmax is exact (max, then sum in double), and the
+ * normalized probabilities are rounded to F16 for the V products. Every sum runs over the token's own
+ * positions in a fixed order, so batching never changes the result. */
 static void op_attention(struct engine *e, int layer, int ith, int nth)
 {
     const struct model_hparams *hp = &e->m->hp;
+    const struct attn_kernels *ak = e->attn;
     const struct batch *b = e->b;
-    int hd = hp->head_dim, q_dim = hp->n_heads * hd, group = hp->n_heads / hp->n_kv_heads, bs = e->p.block_size;
+    int hd = hp->head_dim, q_dim = hp->n_heads * hd, n_kv = hp->n_kv_heads, group = hp->n_heads / n_kv;
+    int bs = e->p.block_size;
+    size_t lds = (size_t)e->p.n_ctx;
     float scale = 1.0f / sqrtf((float)hd);
     bool f32 = e->p.kv_type == DTYPE_F32;
-    float *sc = engine_scratch(e, ith), *qr = sc + e->p.n_ctx;
-    int64_t p0, p1;
-    threadpool_split((int64_t)b->n * hp->n_heads, ith, nth, &p0, &p1);
-    for (int64_t pi = p0; pi < p1; pi++) {
-        int t = (int)(pi / hp->n_heads), h = (int)(pi % hp->n_heads), kvh = h / group;
+    float *sc = engine_scratch(e, ith), *qr = sc + (size_t)group * lds;
+    for (int64_t pi = ith; pi < (int64_t)b->n * n_kv; pi += nth) {
+        int t = (int)(pi / n_kv), kvh = (int)(pi % n_kv);
         const struct batch_token *bt = &b->tok[t];
         const struct kv_seq *s = &e->seqs[bt->seq];
-        const float *q = e->q + (size_t)t * q_dim + (size_t)h * hd;
-        for (int i = 0; i < hd; i++)
-            qr[i] = f32 ? q[i] : engine_f16(f32_to_fp16(q[i]));
-        float mx = -INFINITY;
-        for (int pos = 0; pos <= bt->pos; pos++) {
-            const void *kb = kv_block_k(e->kv, layer, s->blocks[pos / bs]);
-            size_t off = engine_kv_offset(e, kvh, pos % bs);
-            float dot = 0;
-            if (f32) {
-                const float *kr = (const float *)kb + off;
-                for (int i = 0; i < hd; i++)
-                    dot += qr[i] * kr[i];
-            } else {
-                const uint16_t *kr = (const uint16_t *)kb + off;
-                for (int i = 0; i < hd; i++)
-                    dot += qr[i] * engine_f16(kr[i]);
-            }
-            sc[pos] = dot * scale;
-            if (sc[pos] > mx)
-                mx = sc[pos];
+        const float *q = e->q + (size_t)t * q_dim + (size_t)kvh * group * hd;
+        int n_pos = bt->pos + 1;
+        if (f32)
+            memcpy(qr, q, (size_t)group * hd * sizeof(float));
+        else
+            ak->round_f16(q, qr, (int64_t)group * hd);
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
+            const void *kb = (const uint8_t *)kv_block_k(e->kv, layer, s->blocks[p0 / bs]) +
+                             engine_kv_offset(e, kvh, 0) * (f32 ? 4 : 2);
+            if (f32)
+                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
+            else
+                ak->scores_f16(hd, group, qr, kb, n, scale, sc + p0, lds);
         }
-        double sum = 0;
-        for (int pos = 0; pos <= bt->pos; pos++) {
-            sc[pos] = expf(sc[pos] - mx);
-            sum += sc[pos];
-        }
-        float inv = (float)(1.0 / sum);
-        float *o = e->att + (size_t)t * q_dim + (size_t)h * hd;
-        for (int i = 0; i < hd; i++)
-            o[i] = 0;
-        for (int pos = 0; pos <= bt->pos; pos++) {
-            const void *vb = kv_block_v(e->kv, layer, s->blocks[pos / bs]);
-            size_t off = engine_kv_offset(e, kvh, pos % bs);
-            float w = sc[pos] * inv;
-            if (f32) {
-                const float *vr = (const float *)vb + off;
-                for (int i = 0; i < hd; i++)
-                    o[i] += w * vr[i];
-            } else {
-                const uint16_t *vr = (const uint16_t *)vb + off;
-                w = engine_f16(f32_to_fp16(w));
-                for (int i = 0; i < hd; i++)
-                    o[i] += w * engine_f16(vr[i]);
+        for (int g = 0; g < group; g++) {
+            float *sg = sc + (size_t)g * lds;
+            float mx = -INFINITY;
+            for (int p = 0; p < n_pos; p++)
+                if (sg[p] > mx)
+                    mx = sg[p];
+            double sum = 0;
+            for (int p = 0; p < n_pos; p++) {
+                sg[p] = expf(sg[p] - mx);
+                sum += sg[p];
             }
+            float inv = (float)(1.0 / sum);
+            for (int p = 0; p < n_pos; p++)
+                sg[p] *= inv;
+            if (!f32)
+                ak->round_f16(sg, sg, n_pos);
+        }
+        float *o = e->att + (size_t)t * q_dim + (size_t)kvh * group * hd;
+        memset(o, 0, (size_t)group * hd * sizeof(float));
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
+            const void *vb = (const uint8_t *)kv_block_v(e->kv, layer, s->blocks[p0 / bs]) +
+                             engine_kv_offset(e, kvh, 0) * (f32 ? 4 : 2);
+            if (f32)
+                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
+            else
+                ak->accum_f16(hd, group, sc + p0, lds, vb, n, o);
         }
     }
 }
 
-static void op_swiglu(float *g, const float *u, int n_rows, int ffn, int ith, int nth)
+/* g = silu(g) * u for this thread's rows, then those rows converted for ops (one barrier). */
+static const struct engine_act *op_swiglu_prepare(struct engine *e, int n_rows, const struct kernel_ops *ops, int ith,
+                                                  int nth)
 {
+    int ffn = e->m->hp.ffn_dim;
     int64_t r0, r1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++)
-        for (int i = 0; i < ffn; i++) {
-            float x = g[(size_t)r * ffn + i];
-            g[(size_t)r * ffn + i] = x / (1.0f + expf(-x)) * u[(size_t)r * ffn + i];
-        }
+    for (int64_t r = r0; r < r1; r++) {
+        float *g = e->hg + (size_t)r * ffn;
+        const float *u = e->hu + (size_t)r * ffn;
+        for (int i = 0; i < ffn; i++)
+            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    op_act_invalidate(e, ith);
+    return op_act_prepare(e, e->hg, n_rows, ffn, ops, ith, nth);
 }
 
+/* Token embeddings and each token's RoPE angles; tokens split over threads. */
 static void op_embed(struct engine *e, int ith, int nth)
 {
     const struct model *m = e->m;
-    const struct kernel_ops *ops = engine_ops(e, m->tok_embd.type);
+    const struct kernel_ops *ops = e->ops[m->tok_embd.type];
     int64_t t0, t1;
     threadpool_split(e->b->n, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++)
+    for (int64_t t = t0; t < t1; t++) {
         ops->to_f32((const uint8_t *)m->tok_embd.data + (size_t)e->b->tok[t].token * m->tok_embd.row_bytes,
                     e->x + (size_t)t * m->hp.dim, m->hp.dim);
+        op_rope_cache(e, e->b->tok[t].pos, e->rope + (size_t)t * m->hp.head_dim);
+    }
 }
 
 static void engine_job(void *ctx, int ith, int nth)
@@ -505,47 +627,48 @@ static void engine_job(void *ctx, int ith, int nth)
 
     op_embed(e, ith, nth);
     threadpool_barrier(tp);
+    engine_mark(e, ith, OP_EMBED);
     for (int l = 0; l < hp->n_layers; l++) {
         const struct model_layer *L = &m->layers[l];
-        op_rmsnorm(e->x, e->xn, L->attn_norm, T, NULL, dim, hp->norm_eps, ith, nth);
-        op_act_invalidate(e, ith);
-        threadpool_barrier(tp);
-        const struct engine_act *a = op_act_prepare(e, e->xn, T, dim, engine_ops(e, L->wq.type), ith, nth);
+        const struct engine_act *a = op_norm_prepare(e, L->attn_norm, T, NULL, e->ops[L->wq.type], ith, nth);
+        engine_mark(e, ith, OP_NORM);
         op_matmul(e, &L->wq, a, T, e->q, q_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, engine_ops(e, L->wk.type), ith, nth);
+        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->wk.type], ith, nth);
         op_matmul(e, &L->wk, a, T, e->k, kv_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, engine_ops(e, L->wv.type), ith, nth);
+        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->wv.type], ith, nth);
         op_matmul(e, &L->wv, a, T, e->v, kv_dim, false, ith, nth);
         threadpool_barrier(tp);
+        engine_mark(e, ith, OP_QKV);
         op_rope_store(e, L, l, ith, nth);
         threadpool_barrier(tp);
+        engine_mark(e, ith, OP_ROPE);
         op_attention(e, l, ith, nth);
         op_act_invalidate(e, ith);
         threadpool_barrier(tp);
-        a = op_act_prepare(e, e->att, T, q_dim, engine_ops(e, L->wo.type), ith, nth);
+        engine_mark(e, ith, OP_ATTN);
+        a = op_act_prepare(e, e->att, T, q_dim, e->ops[L->wo.type], ith, nth);
+        engine_mark(e, ith, OP_ATT_CONV);
         op_matmul(e, &L->wo, a, T, e->x, dim, true, ith, nth);
         threadpool_barrier(tp);
-        op_rmsnorm(e->x, e->xn, L->ffn_norm, T, NULL, dim, hp->norm_eps, ith, nth);
-        op_act_invalidate(e, ith);
-        threadpool_barrier(tp);
-        a = op_act_prepare(e, e->xn, T, dim, engine_ops(e, L->w_gate.type), ith, nth);
+        engine_mark(e, ith, OP_WO);
+        a = op_norm_prepare(e, L->ffn_norm, T, NULL, e->ops[L->w_gate.type], ith, nth);
+        engine_mark(e, ith, OP_NORM);
         op_matmul(e, &L->w_gate, a, T, e->hg, hp->ffn_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, engine_ops(e, L->w_up.type), ith, nth);
+        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->w_up.type], ith, nth);
         op_matmul(e, &L->w_up, a, T, e->hu, hp->ffn_dim, false, ith, nth);
         threadpool_barrier(tp);
-        op_swiglu(e->hg, e->hu, T, hp->ffn_dim, ith, nth);
-        op_act_invalidate(e, ith);
-        threadpool_barrier(tp);
-        a = op_act_prepare(e, e->hg, T, hp->ffn_dim, engine_ops(e, L->w_down.type), ith, nth);
+        engine_mark(e, ith, OP_GATE_UP);
+        a = op_swiglu_prepare(e, T, e->ops[L->w_down.type], ith, nth);
+        engine_mark(e, ith, OP_SWIGLU);
         op_matmul(e, &L->w_down, a, T, e->x, dim, true, ith, nth);
         threadpool_barrier(tp);
+        engine_mark(e, ith, OP_DOWN);
     }
     if (e->n_logits > 0) {
-        op_rmsnorm(e->x, e->xn, m->output_norm, e->n_logits, e->logit_rows, dim, hp->norm_eps, ith, nth);
-        op_act_invalidate(e, ith);
-        threadpool_barrier(tp);
-        const struct engine_act *a = op_act_prepare(e, e->xn, e->n_logits, dim, engine_ops(e, m->output.type), ith, nth);
+        const struct engine_act *a = op_norm_prepare(e, m->output_norm, e->n_logits, e->logit_rows, e->ops[m->output.type],
+                                                     ith, nth);
         op_matmul(e, &m->output, a, e->n_logits, e->logits, hp->n_vocab, false, ith, nth);
+        engine_mark(e, ith, OP_OUTPUT); /* no barrier: threadpool_run waits for every thread */
     }
 }
 
@@ -611,7 +734,17 @@ int engine_forward(struct engine *e, const struct batch *b, float *logits, char 
     e->b = b;
     e->logits = logits;
     e->n_logits = n_logits;
+    e->n_seqs_in_batch = 0;
+    for (int s = 0; s < e->p.max_seqs; s++)
+        e->n_seqs_in_batch += next[s] >= 0;
+    if (e->prof_on)
+        e->prof_last = engine_now();
     threadpool_run(e->tp, engine_job, e);
+    if (e->prof_on) {
+        struct engine_prof *pr = &e->prof[b->n > e->n_seqs_in_batch];
+        pr->passes++;
+        pr->tokens += b->n;
+    }
     e->b = NULL;
     for (int s = 0; s < e->p.max_seqs; s++)
         if (next[s] >= 0)

@@ -1,0 +1,118 @@
+/*
+ * membw: the read-bandwidth probe (see membw.h). It runs on the engine's own thread pool, so the figure it
+ * gives is what the decode loop's threads can get. Each pass is one pool job; the time of a pass is from
+ * its start until the last thread finished its share, so a slow thread counts.
+ */
+#include "bench/membw.h"
+
+#include "core/err.h"
+#include "engine/kernels.h"
+#include "engine/threadpool.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+uint64_t membw_read_scalar(const void *p, size_t n)
+{
+    const uint64_t *w = p;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i < n / 8; i += 4) {
+        a0 ^= w[i];
+        a1 ^= w[i + 1];
+        a2 ^= w[i + 2];
+        a3 ^= w[i + 3];
+    }
+    return a0 ^ a1 ^ a2 ^ a3;
+}
+
+uint64_t membw_read(const void *p, size_t n)
+{
+    static int avx2 = -1;
+    if (avx2 < 0)
+        avx2 = kernel_cpu_has_avx2();
+    return avx2 ? membw_read_avx2(p, n) : membw_read_scalar(p, n);
+}
+
+struct membw_job {
+    uint8_t *buf;
+    size_t bytes;
+    bool fill;                 /* first job: write the pages instead of reading them */
+    _Atomic uint64_t checksum; /* keeps the reads alive */
+};
+
+static void membw_job_fn(void *ctx, int ith, int nth)
+{
+    struct membw_job *j = ctx;
+    int64_t c0, c1; /* in 4 KiB pages */
+    threadpool_split((int64_t)(j->bytes / 4096), ith, nth, &c0, &c1);
+    uint8_t *p = j->buf + (size_t)c0 * 4096;
+    size_t n = (size_t)(c1 - c0) * 4096;
+    if (j->fill) {
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t v = (uint64_t)(p + i) * 0x9E3779B97F4A7C15ull;
+            memcpy(p + i, &v, 8);
+        }
+        return;
+    }
+    atomic_fetch_xor_explicit(&j->checksum, membw_read(p, n), memory_order_relaxed);
+}
+
+static double membw_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int membw_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *out, char *err)
+{
+    if (bytes == 0)
+        bytes = (size_t)1 << 30;
+    if (passes <= 0)
+        passes = 5;
+    if (passes > 1000)
+        return err_set(err, ERR_INVALID_ARG, "membw: %d passes is more than the 1000 allowed", passes);
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    struct membw_job j = {.bytes = bytes, .fill = true};
+    j.buf = aligned_alloc(4096, bytes);
+    struct threadpool *tp = threadpool_create(n_threads);
+    double *gbs = malloc((size_t)passes * sizeof *gbs);
+    if (!j.buf || !tp || !gbs) {
+        free(j.buf);
+        threadpool_destroy(tp);
+        free(gbs);
+        return err_set(err, ERR_NOMEM, "membw: cannot allocate a %zu MiB buffer", bytes >> 20);
+    }
+    threadpool_run(tp, membw_job_fn, &j);
+    j.fill = false;
+    threadpool_run(tp, membw_job_fn, &j); /* warm-up pass: threads awake, TLB and prefetchers settled */
+    for (int i = 0; i < passes; i++) {
+        double t0 = membw_now();
+        threadpool_run(tp, membw_job_fn, &j);
+        gbs[i] = (double)bytes / (membw_now() - t0) / 1e9;
+    }
+    qsort(gbs, (size_t)passes, sizeof *gbs, membw_cmp_double);
+    out->median_gbs = passes % 2 ? gbs[passes / 2] : 0.5 * (gbs[passes / 2 - 1] + gbs[passes / 2]);
+    out->best_gbs = gbs[passes - 1];
+    out->worst_gbs = gbs[0];
+    out->passes = passes;
+    out->threads = threadpool_size(tp);
+    out->bytes = bytes;
+    /* the checksum must be used or the reads could be dropped; a fill of nonzero words never XORs to a
+     * value worth reporting, so it only goes through a volatile sink */
+    volatile uint64_t sink = atomic_load(&j.checksum);
+    (void)sink;
+    threadpool_destroy(tp);
+    free(j.buf);
+    free(gbs);
+    return 0;
+}

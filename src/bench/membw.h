@@ -1,0 +1,35 @@
+/*
+ * membw: how fast this machine reads memory, the ceiling of decode speed (every generated token reads every
+ * weight once). A STREAM-style probe: the engine's thread pool reads a buffer far larger than the caches,
+ * each thread its own contiguous share, with wide loads and nothing written, several passes; the result is
+ * bytes read per second.
+ */
+#ifndef WAFER_BENCH_MEMBW_H
+#define WAFER_BENCH_MEMBW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct membw_result {
+    double median_gbs; /* median over passes, GB/s (1e9 bytes per second) */
+    double best_gbs;   /* fastest pass */
+    double worst_gbs;  /* slowest pass */
+    int passes;
+    int threads;
+    size_t bytes;      /* buffer size read per pass */
+};
+
+/* Reads a fresh buffer of `bytes` (rounded up to 4 KiB; 0 means 1 GiB) `passes` times (0 means 5) with
+ * n_threads threads (<= 0: one per CPU). The buffer is written first, page by page by the thread that
+ * later reads it, so every page is really backed (an untouched page would read the shared zero page).
+ * 0, or ERR_NOMEM / ERR_INVALID_ARG with a message. */
+int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *out, char *err);
+
+/* Reads n bytes (multiple of 128, 32-byte aligned) and returns a checksum of them, so the compiler cannot
+ * drop the loads. The scalar and AVX2 versions return the same value for the same bytes (the test checks). */
+uint64_t membw_read_scalar(const void *p, size_t n);
+uint64_t membw_read_avx2(const void *p, size_t n);
+/* The version picked for this CPU (AVX2 when kernel_cpu_has_avx2()). */
+uint64_t membw_read(const void *p, size_t n);
+
+#endif

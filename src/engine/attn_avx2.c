@@ -1,0 +1,135 @@
+/*
+ * attn_avx2: AVX2 + FMA + F16C versions of the attention kernels (compiled with -mavx2 -mfma -mf16c; only
+ * handed out when kernel_cpu_has_avx2() says the CPU has them). Every float operation is the one attn.c's
+ * scalar loops perform, on the same operands in the same order (explicit FMAs only, so the compiler has no
+ * mul+add to contract differently), so the results are bit-identical.
+ */
+#include "engine/attn.h"
+
+#include "engine/dtype.h"
+#include "engine/kernels.h"
+
+#include <immintrin.h>
+
+#define AA_INLINE static inline __attribute__((always_inline))
+
+AA_INLINE float aa_fold(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    a0 = _mm256_add_ps(a0, a2);
+    a1 = _mm256_add_ps(a1, a3);
+    a0 = _mm256_add_ps(a0, a1);
+    __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    __m128 t1 = _mm_hadd_ps(t0, t0);
+    return _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+}
+
+AA_INLINE __m256 aa_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+static void aa_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s, size_t lds)
+{
+    int np = hd & ~31;
+    for (int j = 0; j < n; j++) {
+        const uint16_t *kr = k + (size_t)j * hd;
+        for (int g = 0; g < nq; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < np; i += 32) {
+                a0 = _mm256_fmadd_ps(aa_load_f16(kr + i), _mm256_loadu_ps(qr + i), a0);
+                a1 = _mm256_fmadd_ps(aa_load_f16(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
+                a2 = _mm256_fmadd_ps(aa_load_f16(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
+                a3 = _mm256_fmadd_ps(aa_load_f16(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+            }
+            double sum = aa_fold(a0, a1, a2, a3);
+            for (int i = np; i < hd; i++) {
+                float p = _cvtsh_ss(kr[i]) * qr[i];
+                sum += (double)p;
+            }
+            s[(size_t)g * lds + j] = (float)sum * scale;
+        }
+    }
+}
+
+static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n, float scale, float *s, size_t lds)
+{
+    int np = hd & ~31;
+    for (int j = 0; j < n; j++) {
+        const float *kr = k + (size_t)j * hd;
+        for (int g = 0; g < nq; g++) {
+            const float *qr = q + (size_t)g * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int i = 0; i < np; i += 32) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(qr + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+            }
+            float sum = aa_fold(a0, a1, a2, a3);
+            for (int i = np; i < hd; i++) {
+                /* product and sum rounded separately, as in attn.c (no contraction into an FMA) */
+                volatile float p = kr[i] * qr[i];
+                sum += p;
+            }
+            s[(size_t)g * lds + j] = sum * scale;
+        }
+    }
+}
+
+static void aa_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o)
+{
+    int np = hd & ~7;
+    for (int j = 0; j < n; j++) {
+        const uint16_t *vr = v + (size_t)j * hd;
+        for (int g = 0; g < nq; g++) {
+            float w = p[(size_t)g * ldp + j];
+            __m256 vw = _mm256_set1_ps(w);
+            float *og = o + (size_t)g * hd;
+            int i = 0;
+            for (; i < np; i += 8)
+                _mm256_storeu_ps(og + i, _mm256_fmadd_ps(vw, aa_load_f16(vr + i), _mm256_loadu_ps(og + i)));
+            for (; i < hd; i++)
+                og[i] = __builtin_fmaf(w, _cvtsh_ss(vr[i]), og[i]);
+        }
+    }
+}
+
+static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
+{
+    int np = hd & ~7;
+    for (int j = 0; j < n; j++) {
+        const float *vr = v + (size_t)j * hd;
+        for (int g = 0; g < nq; g++) {
+            float w = p[(size_t)g * ldp + j];
+            __m256 vw = _mm256_set1_ps(w);
+            float *og = o + (size_t)g * hd;
+            int i = 0;
+            for (; i < np; i += 8)
+                _mm256_storeu_ps(og + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(og + i)));
+            for (; i < hd; i++)
+                og[i] = __builtin_fmaf(w, vr[i], og[i]);
+        }
+    }
+}
+
+static void aa_to_f16(const float *x, uint16_t *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT);
+}
+
+static void aa_round_f16(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++)
+        y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
+static const struct attn_kernels aa_kernels = {
+    aa_scores_f16, aa_scores_f32, aa_accum_f16, aa_accum_f32, aa_to_f16, aa_round_f16,
+};
+
+const struct attn_kernels *attn_kernels_avx2(void) { return kernel_cpu_has_avx2() ? &aa_kernels : NULL; }

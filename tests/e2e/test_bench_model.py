@@ -1,0 +1,78 @@
+"""End-to-end checks of `wafer bench --model` / `wafer bench --membw` (the engine benchmark) as a user runs it:
+the table, the JSON last line with the documented fields, skipped parts, and usage errors."""
+import json
+import os
+import subprocess
+
+import pytest
+
+WAFER = os.environ.get("WAFER_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "wafer"))
+SHARED = os.environ.get("WAFER_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
+STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+need_stories = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"shared model {STORIES} not found (set WAFER_SHARED)")
+
+FIELDS = ["model_bytes", "threads", "pp_tps", "tg_tps", "tg_gbs", "membw_gbs", "tg_roofline_pct", "batch",
+          "batch_tps", "peak_rss_bytes"]
+
+
+def bench(*args):
+    return subprocess.run([WAFER, "bench", *args], capture_output=True, text=True, timeout=120)
+
+
+@need_stories
+def test_bench_json_all_parts():
+    r = bench("--model", STORIES, "-p", "32", "-n", "8", "-r", "2", "-t", "2", "--batch", "3", "--membw-mib", "32", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    for f in FIELDS:
+        assert f in j, f
+    assert j["threads"] == 2 and j["batch"] == 3 and j["n_prompt"] == 32 and j["n_gen"] == 8
+    assert j["model_bytes"] == os.path.getsize(STORIES)
+    assert j["pp_tps"] > 0 and j["tg_tps"] > 0 and j["batch_tps"] > 0 and j["membw_gbs"] > 0
+    assert j["tg_gbs"] == pytest.approx(j["tg_tps"] * j["weight_bytes"] / 1e9, rel=1e-4)
+    assert j["tg_roofline_pct"] == pytest.approx(100 * j["tg_gbs"] / j["membw_gbs"], rel=1e-4)
+    assert j["peak_rss_bytes"] > j["model_bytes"]
+    assert "| pp32 |" in r.stdout and "| tg8 |" in r.stdout and "| tg8 x3 |" in r.stdout
+    assert "peak RSS" in r.stderr
+
+
+@need_stories
+def test_bench_skips_parts():
+    r = bench("--model", STORIES, "-p", "0", "-n", "4", "-r", "1", "--no-membw", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["pp_tps"] is None and j["tg_tps"] > 0 and j["membw_gbs"] is None and j["tg_roofline_pct"] is None
+    assert j["batch_tps"] is None
+    r = bench("--model", STORIES, "-p", "8", "-n", "0", "-r", "1", "--no-membw", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["pp_tps"] > 0 and j["tg_tps"] is None and j["tg_gbs"] is None
+
+
+def test_bench_membw_only():
+    r = bench("--membw", "--membw-mib", "16", "--threads", "1", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "read bandwidth:" in r.stdout
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["membw_gbs"] > 0 and j["threads"] == 1 and j["buffer_bytes"] == 16 << 20
+
+
+def test_bench_usage_errors(tmp_path):
+    r = bench("--help")
+    assert r.returncode == 0 and "wafer bench --model M" in r.stdout and "wafer bench --membw" in r.stdout
+    r = bench("--model", "x.gguf", "--help")
+    assert r.returncode == 0 and "usage: wafer bench --model" in r.stdout
+    r = bench("-p", "8")
+    assert r.returncode == 2 and "--model is required" in r.stderr
+    r = bench("--model", "x.gguf", "-p", "0", "-n", "0")
+    assert r.returncode == 2 and "nothing to measure" in r.stderr
+    r = bench("--model", "x.gguf", "-r", "0")
+    assert r.returncode == 2 and "--repeat" in r.stderr
+    r = bench("--model", str(tmp_path / "missing.gguf"), "--no-membw")
+    assert r.returncode == 1 and "missing.gguf" in r.stderr
+
+
+@need_stories
+def test_bench_context_too_long():
+    r = bench("--model", STORIES, "-p", "100000", "-n", "8", "--no-membw")
+    assert r.returncode == 1 and "more than the model's context" in r.stderr

@@ -1,0 +1,202 @@
+/*
+ * attention kernel tests: the AVX2 kernels give bit-identical results to the scalar ones (scores, V
+ * accumulation, F16 conversions) for head sizes with and without a tail past the 32-element steps, any
+ * group size and row count; both compute what they claim (checked against a double-precision dot product);
+ * the F16 conversions round exactly as f32_to_fp16 does, including ties, subnormals and overflow.
+ */
+#include "testutil.h"
+
+#include "engine/attn.h"
+#include "engine/dtype.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct attn_kernels *avx2_or_skip(void)
+{
+    const struct attn_kernels *k = attn_kernels_avx2();
+    if (!k) {
+        print_message("[  SKIPPED ] no AVX2+FMA+F16C on this CPU (or WAFER_NO_SIMD set)\n");
+        skip();
+    }
+    return k;
+}
+
+struct attn_case {
+    int hd, nq, n;
+    float *q, *kf, *vf, *p, *o;
+    uint16_t *kh, *vh;
+};
+
+static void case_init(struct attn_case *c, int hd, int nq, int n, uint64_t seed)
+{
+    c->hd = hd, c->nq = nq, c->n = n;
+    c->q = malloc(sizeof(float) * nq * hd);
+    c->kf = malloc(sizeof(float) * n * hd);
+    c->vf = malloc(sizeof(float) * n * hd);
+    c->p = malloc(sizeof(float) * nq * n);
+    c->o = malloc(sizeof(float) * nq * hd);
+    c->kh = malloc(2 * (size_t)n * hd);
+    c->vh = malloc(2 * (size_t)n * hd);
+    for (int i = 0; i < nq * hd; i++)
+        c->q[i] = fp16_to_f32(f32_to_fp16(3 * test_rand_f32(&seed)));
+    for (int i = 0; i < n * hd; i++) {
+        c->kf[i] = 2 * test_rand_f32(&seed);
+        c->vf[i] = 2 * test_rand_f32(&seed);
+        c->kh[i] = f32_to_fp16(c->kf[i]);
+        c->vh[i] = f32_to_fp16(c->vf[i]);
+    }
+    for (int i = 0; i < nq * n; i++)
+        c->p[i] = fabsf(test_rand_f32(&seed));
+    for (int i = 0; i < nq * hd; i++)
+        c->o[i] = test_rand_f32(&seed);
+}
+
+static void case_free(struct attn_case *c)
+{
+    free(c->q), free(c->kf), free(c->vf), free(c->p), free(c->o), free(c->kh), free(c->vh);
+}
+
+static void test_scores_match(void **state)
+{
+    (void)state;
+    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
+    const int nqs[] = {1, 2, 4, 7};
+    uint64_t seed = 11;
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+        for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++) {
+            int hd = hds[a], nq = nqs[b], n = 1 + (int)(test_rand_u64(&seed) % 16);
+            struct attn_case c;
+            case_init(&c, hd, nq, n, seed + a * 31 + b);
+            size_t lds = (size_t)n + 3;
+            float *s1 = calloc((size_t)nq * lds, sizeof(float)), *s2 = calloc((size_t)nq * lds, sizeof(float));
+            float scale = 1.0f / sqrtf((float)hd);
+            sc->scores_f16(hd, nq, c.q, c.kh, n, scale, s1, lds);
+            av->scores_f16(hd, nq, c.q, c.kh, n, scale, s2, lds);
+            if (memcmp(s1, s2, sizeof(float) * nq * lds))
+                fail_msg("scores_f16 hd %d nq %d n %d: AVX2 differs from scalar", hd, nq, n);
+            for (int g = 0; g < nq; g++)
+                for (int j = 0; j < n; j++) {
+                    double ref = 0;
+                    for (int i = 0; i < hd; i++)
+                        ref += (double)c.q[g * hd + i] * fp16_to_f32(c.kh[j * hd + i]);
+                    assert_true(fabs(ref * scale - s1[g * lds + j]) < 1e-5 * hd);
+                }
+            sc->scores_f32(hd, nq, c.q, c.kf, n, scale, s1, lds);
+            av->scores_f32(hd, nq, c.q, c.kf, n, scale, s2, lds);
+            if (memcmp(s1, s2, sizeof(float) * nq * lds))
+                fail_msg("scores_f32 hd %d nq %d n %d: AVX2 differs from scalar", hd, nq, n);
+            for (int g = 0; g < nq; g++)
+                for (int j = 0; j < n; j++) {
+                    double ref = 0;
+                    for (int i = 0; i < hd; i++)
+                        ref += (double)c.q[g * hd + i] * c.kf[j * hd + i];
+                    assert_true(fabs(ref * scale - s1[g * lds + j]) < 1e-5 * hd);
+                }
+            free(s1), free(s2);
+            case_free(&c);
+        }
+}
+
+static void test_accum_match(void **state)
+{
+    (void)state;
+    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    const int hds[] = {8, 12, 64, 100, 128};
+    uint64_t seed = 5;
+    for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+        for (int nq = 1; nq <= 4; nq++) {
+            int hd = hds[a], n = 1 + (int)(test_rand_u64(&seed) % 16);
+            struct attn_case c;
+            case_init(&c, hd, nq, n, seed + a * 7 + nq);
+            float *o1 = malloc(sizeof(float) * nq * hd), *o2 = malloc(sizeof(float) * nq * hd);
+            for (int kind = 0; kind < 2; kind++) {
+                memcpy(o1, c.o, sizeof(float) * nq * hd);
+                memcpy(o2, c.o, sizeof(float) * nq * hd);
+                if (kind == 0) {
+                    sc->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o1);
+                    av->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o2);
+                } else {
+                    sc->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o1);
+                    av->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o2);
+                }
+                if (memcmp(o1, o2, sizeof(float) * nq * hd))
+                    fail_msg("accum_%s hd %d nq %d n %d: AVX2 differs from scalar", kind ? "f32" : "f16", hd, nq, n);
+                for (int g = 0; g < nq; g++)
+                    for (int i = 0; i < hd; i++) {
+                        double ref = c.o[g * hd + i];
+                        for (int j = 0; j < n; j++)
+                            ref += (double)c.p[g * n + j] * (kind ? c.vf[j * hd + i] : fp16_to_f32(c.vh[j * hd + i]));
+                        assert_true(fabs(ref - o1[g * hd + i]) < 1e-4);
+                    }
+            }
+            free(o1), free(o2);
+            case_free(&c);
+        }
+}
+
+static void test_f16_conversions(void **state)
+{
+    (void)state;
+    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    enum { N = 1 << 16 };
+    float *x = malloc(sizeof(float) * N), *r1 = malloc(sizeof(float) * N), *r2 = malloc(sizeof(float) * N);
+    uint16_t *h1 = malloc(2 * N), *h2 = malloc(2 * N);
+    uint64_t seed = 3;
+    int i = 0;
+    /* ties between two F16 values (normal and subnormal), the edges of the range, zero, infinity */
+    for (uint32_t h = 0; h < 0x7bff && i < 4000; h += 17) {
+        float a = fp16_to_f32((uint16_t)h), b = fp16_to_f32((uint16_t)(h + 1));
+        x[i++] = (a + b) / 2, x[i++] = -(a + b) / 2;
+    }
+    const float specials[] = {0.0f, -0.0f, 65504.0f, 65519.0f, 65520.0f, 1e9f, -1e9f, INFINITY, -INFINITY,
+                              5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 1e-30f, 6.1035156e-5f};
+    for (size_t k = 0; k < sizeof specials / sizeof specials[0]; k++)
+        x[i++] = specials[k];
+    /* random bit patterns over the exponents an activation can have */
+    while (i < N) {
+        uint32_t bits = (uint32_t)test_rand_u64(&seed);
+        uint32_t e = 90 + (bits >> 24) % 60; /* 2^-37 .. 2^22 */
+        bits = (bits & 0x807fffffu) | (e << 23);
+        memcpy(&x[i++], &bits, 4);
+    }
+    sc->to_f16(x, h1, N);
+    for (int k = 0; k < N; k++)
+        assert_int_equal(h1[k], f32_to_fp16(x[k]));
+    for (int n = N; n >= N - 9; n--) { /* lengths with every tail size */
+        memset(h2, 0, 2 * N);
+        av->to_f16(x, h2, n);
+        if (memcmp(h1, h2, 2 * (size_t)n))
+            fail_msg("to_f16 (n %d): AVX2 differs from f32_to_fp16", n);
+        av->round_f16(x, r2, n);
+        sc->round_f16(x, r1, n);
+        if (memcmp(r1, r2, sizeof(float) * n))
+            fail_msg("round_f16 (n %d): AVX2 differs from scalar", n);
+    }
+    /* in place */
+    memcpy(r2, x, sizeof(float) * N);
+    av->round_f16(r2, r2, N);
+    assert_memory_equal(r1, r2, sizeof(float) * N);
+    free(x), free(r1), free(r2), free(h1), free(h2);
+}
+
+static void test_dispatch(void **state)
+{
+    (void)state;
+    assert_ptr_equal(attn_kernels_get(true), attn_kernels_scalar());
+    const struct attn_kernels *av = attn_kernels_avx2();
+    assert_ptr_equal(attn_kernels_get(false), av ? av : attn_kernels_scalar());
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scores_match),
+        cmocka_unit_test(test_accum_match),
+        cmocka_unit_test(test_f16_conversions),
+        cmocka_unit_test(test_dispatch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
