@@ -420,8 +420,8 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
     size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
     int64_t pr = engine_panel_rows(w->row_bytes, n_rows);
     const uint8_t *wb = w->data;
-    for (int64_t p = r0; p < r1; p += pr) {
-        int64_t n = r1 - p < pr ? r1 - p : pr;
+    for (int64_t p = r0, n; p < r1; p += n) { /* p += pr could overflow: pr is INT64_MAX in decode */
+        n = r1 - p < pr ? r1 - p : pr;
         ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
                   a->row_bytes);
     }
