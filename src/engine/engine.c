@@ -174,6 +174,11 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     if (!e->kv)
         goto fail;
     e->seqs = calloc((size_t)p->max_seqs, sizeof *e->seqs);
+    /* A model of a few MB is done in microseconds per op: splitting it only adds barrier waits (and a
+     * barrier can stall for a scheduler slice when another process holds a core), so by default it runs
+     * on one thread. An explicit n_threads is always honoured. */
+    if (p->n_threads <= 0 && m->weight_bytes < ((size_t)8 << 20))
+        p->n_threads = 1;
     e->tp = threadpool_create(p->n_threads);
     if (!e->seqs || !e->tp)
         goto oom;
