@@ -33,6 +33,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/attn.h"
+#include "engine/gemv.h"
 #include "engine/kernels.h"
 #include "engine/threadpool.h"
 #include "engine/tokenizer.h"
@@ -82,6 +83,9 @@ struct engine {
     const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
     const struct attn_kernels *attn;
     const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
+    const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
+    uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
+    size_t gemv_aux_cap;
     float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
     size_t scratch_floats;
 
@@ -243,6 +247,16 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
                 goto fail;
             }
     }
+    /* decode kernels (bit-identical to the gemm the batched path uses) with their per-thread scratch */
+    if (!p->force_scalar)
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (e->ops[t] && e->ops[t] == kernel_ops_avx2((enum dtype)t) && (e->gemv[t] = gemv_ops_avx2((enum dtype)t))) {
+                size_t need = (e->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
+                if (need > e->gemv_aux_cap)
+                    e->gemv_aux_cap = need;
+            }
+    if (e->gemv_aux_cap && !(e->gemv_aux = aligned_alloc(64, (size_t)p->n_threads * e->gemv_aux_cap)))
+        goto oom;
     const char *prof = getenv("WAFER_PROFILE");
     e->prof_on = prof && *prof && strcmp(prof, "0") != 0;
     return e;
@@ -305,6 +319,7 @@ void engine_destroy(struct engine *e)
     for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
         free(e->act_buf[i]);
     free(e->act);
+    free(e->gemv_aux);
     free(e);
 }
 
@@ -398,10 +413,10 @@ static const struct engine_act *op_norm_prepare(struct engine *e, const float *w
 /* Rows of a weight panel: enough to amortize a call, few enough (about 96 KiB) that the panel stays in L2
  * while every activation row of the batch passes over it. A multiple of 12 so the kernels' 2-, 3- and
  * 4-row tiles divide it. */
-static int64_t engine_panel_rows(size_t row_bytes, int n_tok)
+static int64_t engine_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
 {
     if (n_tok <= 1)
-        return INT64_MAX; /* decode: each weight row is used once, no reuse to protect */
+        return n_rows > 0 ? n_rows : 1; /* decode: each weight row is used once, no reuse to protect */
     int64_t r = (int64_t)((96u << 10) / row_bytes);
     r -= r % 12;
     return r < 12 ? 12 : r;
@@ -418,8 +433,18 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
     threadpool_split(w->rows, ith, nth, &r0, &r1);
     float *dst = accumulate ? e->tmp : out;
     size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
-    int64_t pr = engine_panel_rows(w->row_bytes, n_rows);
     const uint8_t *wb = w->data;
+    const struct gemv_ops *gv = e->gemv[w->type];
+    if (n_rows == 1 && gv && r1 > r0) {
+        uint8_t *aux = e->gemv_aux + (size_t)ith * e->gemv_aux_cap;
+        gv->prep(w->cols, a->buf, aux);
+        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
+        if (accumulate)
+            for (int64_t r = r0; r < r1; r++)
+                out[r] = out[r] + dst[r];
+        return;
+    }
+    int64_t pr = engine_panel_rows(w->row_bytes, n_rows, r1 - r0);
     for (int64_t p = r0; p < r1; p += pr) {
         int64_t n = r1 - p < pr ? r1 - p : pr;
         ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
