@@ -52,7 +52,7 @@ static void bench_model_usage(FILE *f)
             "  -b, --batch B         also decode B sequences together and report aggregate tokens/s\n"
             "                        (default 1: no batched test)\n"
             "  -r, --repeat R        timed repetitions of each test (default 5)\n"
-            "      --kv-type T       f16 (default) or f32\n"
+            "      --kv-type T       f16 (default), f32 or q8_0\n"
             "      --no-simd         portable scalar kernels\n"
             "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
             "      --membw           measure only the read bandwidth\n"
@@ -234,8 +234,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 'b': if (cli_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
         case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
         case 1:
-            if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32)) {
-                fprintf(stderr, "wafer bench: --kv-type: expected f16 or f32, got '%s'\n", optarg);
+            if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32 && o->kv_type != DTYPE_Q8_0)) {
+                fprintf(stderr, "wafer bench: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -29,7 +29,7 @@ static void ppl_usage(FILE *f)
                "  -c, --ctx N        window size (default 512)\n"
                "  -b, --batch N      tokens per forward call (default: the window, at most 512)\n"
                "  -t, --threads N    compute threads (default: all cores)\n"
-               "      --kv-type T    f16 (default) or f32\n"
+               "      --kv-type T    f16 (default), f32 or q8_0\n"
                "      --no-simd      portable scalar kernels\n"
                "      --json         machine-readable result\n");
 }
@@ -71,8 +71,8 @@ int cmd_perplexity_main(int argc, char **argv)
         case 't': if (cli_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 1: json = true; break;
         case 2:
-            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32)) {
-                fprintf(stderr, "wafer perplexity: --kv-type: expected f16 or f32, got '%s'\n", optarg);
+            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {
+                fprintf(stderr, "wafer perplexity: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -33,7 +33,7 @@ static void run_usage(FILE *f)
             "      --seed S             RNG seed (default: random)\n"
             "  -t, --threads N          compute threads (default: all cores)\n"
             "  -c, --ctx-size N         context size (default: the model's, at most 4096)\n"
-            "      --kv-type T          f16 (default) or f32\n"
+            "      --kv-type T          f16 (default), f32 or q8_0\n"
             "      --ignore-eos         keep generating past end-of-sequence tokens\n"
             "      --no-simd            use the portable scalar kernels\n"
             "  -h, --help               this help\n");
@@ -79,8 +79,8 @@ int cmd_run_main(int argc, char **argv)
         case 't': if (cli_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'c': if (cli_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
         case 7:
-            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32)) {
-                fprintf(stderr, "wafer run: --kv-type: expected f16 or f32, got '%s'\n", optarg);
+            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {
+                fprintf(stderr, "wafer run: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
                 return 2;
             }
             break;

@@ -33,6 +33,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/attn.h"
+#include "engine/gemv.h"
 #include "engine/kernels.h"
 #include "engine/threadpool.h"
 #include "engine/tokenizer.h"
@@ -81,7 +82,12 @@ struct engine {
     float rope_freq_scale;  /* 1 / linear scaling factor */
     const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
     const struct attn_kernels *attn;
+    const struct kernel_ops *kv_ops; /* Q8_0 kernels for a Q8_0 cache, else NULL */
+    size_t kv_row_bytes;             /* one cached row (position, KV head) */
     const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
+    const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
+    uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
+    size_t gemv_aux_cap;
     float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
     size_t scratch_floats;
 
@@ -147,7 +153,7 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         p->max_seqs = 1;
     if (p->block_size <= 0)
         p->block_size = 16;
-    if (p->kv_type != DTYPE_F32)
+    if (p->kv_type != DTYPE_F32 && p->kv_type != DTYPE_Q8_0)
         p->kv_type = DTYPE_F16;
 
     struct kv_pool_params kp = {
@@ -193,11 +199,19 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
     e->rope_ff = model_rope_freqs(m);
     int group = hp->n_heads / hp->n_kv_heads;
-    e->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd);
-    e->scratch = malloc((size_t)p->n_threads * e->scratch_floats * sizeof(float));
+    /* scores [group][n_ctx], queries [group][hd], a dequantized V block [block_size][hd], quantized queries */
+    e->kv_row_bytes = kv_pool_row_bytes(&kp);
+    e->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd) + (size_t)p->block_size * hd +
+                        ((size_t)group * e->kv_row_bytes + 3) / 4;
+    e->scratch_floats = (e->scratch_floats + 15) & ~(size_t)15; /* keep each thread's part 64-byte aligned */
+    e->scratch = aligned_alloc(64, (size_t)p->n_threads * e->scratch_floats * sizeof(float));
     if (!e->scratch)
         goto oom;
     e->attn = attn_kernels_get(p->force_scalar);
+    if (p->kv_type == DTYPE_Q8_0 && !(e->kv_ops = engine_ops(e, DTYPE_Q8_0))) {
+        err_set(err, ERR_UNSUPPORTED, "no kernels for a q8_0 KV cache");
+        goto fail;
+    }
 
     size_t T = (size_t)p->max_batch_tokens;
     size_t q_dim = (size_t)hp->n_heads * hd, kv_dim = (size_t)hp->n_kv_heads * hd;
@@ -248,6 +262,16 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
                 goto fail;
             }
     }
+    /* decode kernels (bit-identical to the gemm the batched path uses) with their per-thread scratch */
+    if (!p->force_scalar)
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (e->ops[t] && e->ops[t] == kernel_ops_avx2((enum dtype)t) && (e->gemv[t] = gemv_ops_avx2((enum dtype)t))) {
+                size_t need = (e->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
+                if (need > e->gemv_aux_cap)
+                    e->gemv_aux_cap = need;
+            }
+    if (e->gemv_aux_cap && !(e->gemv_aux = aligned_alloc(64, (size_t)p->n_threads * e->gemv_aux_cap)))
+        goto oom;
     const char *prof = getenv("WAFER_PROFILE");
     e->prof_on = prof && *prof && strcmp(prof, "0") != 0;
     return e;
@@ -310,6 +334,7 @@ void engine_destroy(struct engine *e)
     for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
         free(e->act_buf[i]);
     free(e->act);
+    free(e->gemv_aux);
     free(e);
 }
 
@@ -403,10 +428,10 @@ static const struct engine_act *op_norm_prepare(struct engine *e, const float *w
 /* Rows of a weight panel: enough to amortize a call, few enough (about 96 KiB) that the panel stays in L2
  * while every activation row of the batch passes over it. A multiple of 12 so the kernels' 2-, 3- and
  * 4-row tiles divide it. */
-static int64_t engine_panel_rows(size_t row_bytes, int n_tok)
+static int64_t engine_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
 {
     if (n_tok <= 1)
-        return INT64_MAX; /* decode: each weight row is used once, no reuse to protect */
+        return n_rows > 0 ? n_rows : 1; /* decode: each weight row is used once, no reuse to protect */
     int64_t r = (int64_t)((96u << 10) / row_bytes);
     r -= r % 12;
     return r < 12 ? 12 : r;
@@ -423,10 +448,20 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
     threadpool_split(w->rows, ith, nth, &r0, &r1);
     float *dst = accumulate ? e->tmp : out;
     size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
-    int64_t pr = engine_panel_rows(w->row_bytes, n_rows);
     const uint8_t *wb = w->data;
-    for (int64_t p = r0, n; p < r1; p += n) { /* p += pr could overflow: pr is INT64_MAX in decode */
-        n = r1 - p < pr ? r1 - p : pr;
+    const struct gemv_ops *gv = e->gemv[w->type];
+    if (n_rows == 1 && gv && r1 > r0) {
+        uint8_t *aux = e->gemv_aux + (size_t)ith * e->gemv_aux_cap;
+        gv->prep(w->cols, a->buf, aux);
+        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
+        if (accumulate)
+            for (int64_t r = r0; r < r1; r++)
+                out[r] = out[r] + dst[r];
+        return;
+    }
+    int64_t pr = engine_panel_rows(w->row_bytes, n_rows, r1 - r0);
+    for (int64_t p = r0; p < r1; p += pr) {
+        int64_t n = r1 - p < pr ? r1 - p : pr;
         ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
                   a->row_bytes);
     }
@@ -479,9 +514,10 @@ static void op_rope_head(const struct engine *e, float *x, const float *cs)
 /* Thread ith's attention scratch: scores [group][n_ctx], then the rounded queries [group][head_dim]. */
 static float *engine_scratch(const struct engine *e, int ith) { return e->scratch + (size_t)ith * e->scratch_floats; }
 
-static inline size_t engine_kv_offset(const struct engine *e, int kvh, int slot)
+/* The cached row of KV head kvh at slot `slot` of a block's K or V storage. */
+static inline void *engine_kv_row(const struct engine *e, void *blk, int kvh, int slot)
 {
-    return ((size_t)kvh * e->p.block_size + (size_t)slot) * e->m->hp.head_dim;
+    return (uint8_t *)blk + ((size_t)kvh * e->p.block_size + (size_t)slot) * e->kv_row_bytes;
 }
 
 /* Biases, RoPE on q and k, and the k, v rows stored into each token's KV slot; tokens split over threads. */
@@ -511,13 +547,17 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
         int slot = bt->pos % e->p.block_size;
         void *kb = kv_block_k(e->kv, layer, blk), *vb = kv_block_v(e->kv, layer, blk);
         for (int h = 0; h < hp->n_kv_heads; h++) {
-            size_t off = engine_kv_offset(e, h, slot);
+            void *kr = engine_kv_row(e, kb, h, slot), *vr = engine_kv_row(e, vb, h, slot);
+            const float *ks = k + (size_t)h * hd, *vs = v + (size_t)h * hd;
             if (e->p.kv_type == DTYPE_F32) {
-                memcpy((float *)kb + off, k + (size_t)h * hd, (size_t)hd * sizeof(float));
-                memcpy((float *)vb + off, v + (size_t)h * hd, (size_t)hd * sizeof(float));
+                memcpy(kr, ks, (size_t)hd * sizeof(float));
+                memcpy(vr, vs, (size_t)hd * sizeof(float));
+            } else if (e->p.kv_type == DTYPE_Q8_0) {
+                e->kv_ops->from_f32(ks, kr, hd);
+                e->kv_ops->from_f32(vs, vr, hd);
             } else {
-                e->attn->to_f16(k + (size_t)h * hd, (uint16_t *)kb + off, hd);
-                e->attn->to_f16(v + (size_t)h * hd, (uint16_t *)vb + off, hd);
+                e->attn->to_f16(ks, kr, hd);
+                e->attn->to_f16(vs, vr, hd);
             }
         }
     }
@@ -526,10 +566,16 @@ static void op_rope_store(struct engine *e, const struct model_layer *L, int lay
 /* Causal attention for every (token, KV head) pair: the KV head's `group` query heads together, so each
  * cached row is read once for all of them, over positions 0..pos of the token's sequence read block by
  * block in position order. Pairs are dealt to threads round-robin, which balances a prefill (later tokens
- * attend to more positions). With an F16 cache the rounding follows llama.cpp's non-flash attention: the
- * query is rounded to F16 for the K products, softmax is exact (max, then sum in double), and the
- * normalized probabilities are rounded to F16 for the V products. Every sum runs over the token's own
- * positions in a fixed order, so batching never changes the result. */
+ * attend to more positions). Softmax is exact and in two passes (max, then exp and a double sum).
+ * Rounding by cache type:
+ *   F16  as llama.cpp's non-flash attention: the query is rounded to F16 for the K products, and the
+ *        normalized probabilities are rounded to F16 for the V products (attn.h fixes the sum orders).
+ *   F32  no rounding.
+ *   Q8_0 as llama.cpp does for a Q8_0 K: the query is quantized to Q8_0 and the products are Q8_0 dot
+ *        products (kernel_ops, so SIMD and scalar builds differ as they do for Q8_0 weights); V rows are
+ *        dequantized and the F32 probabilities applied. (llama.cpp can only run a quantized V in its flash
+ *        attention, which uses an online softmax; this stays exact and two-pass.)
+ * Every sum runs over the token's own positions in a fixed order, so batching never changes the result. */
 static void op_attention(struct engine *e, int layer, int ith, int nth)
 {
     const struct model_hparams *hp = &e->m->hp;
@@ -539,26 +585,35 @@ static void op_attention(struct engine *e, int layer, int ith, int nth)
     int bs = e->p.block_size;
     size_t lds = (size_t)e->p.n_ctx;
     float scale = 1.0f / sqrtf((float)hd);
-    bool f32 = e->p.kv_type == DTYPE_F32;
-    float *sc = engine_scratch(e, ith), *qr = sc + (size_t)group * lds;
+    enum dtype kt = e->p.kv_type;
+    float *sc = engine_scratch(e, ith), *qr = sc + (size_t)group * lds, *vtmp = qr + (size_t)group * hd;
+    uint8_t *qq = (uint8_t *)(vtmp + (size_t)bs * hd); /* [group][kv_row_bytes] quantized queries */
     for (int64_t pi = ith; pi < (int64_t)b->n * n_kv; pi += nth) {
         int t = (int)(pi / n_kv), kvh = (int)(pi % n_kv);
         const struct batch_token *bt = &b->tok[t];
         const struct kv_seq *s = &e->seqs[bt->seq];
         const float *q = e->q + (size_t)t * q_dim + (size_t)kvh * group * hd;
         int n_pos = bt->pos + 1;
-        if (f32)
+        if (kt == DTYPE_F16)
+            ak->round_f16(q, qr, (int64_t)group * hd);
+        else if (kt == DTYPE_F32)
             memcpy(qr, q, (size_t)group * hd * sizeof(float));
         else
-            ak->round_f16(q, qr, (int64_t)group * hd);
+            for (int g = 0; g < group; g++)
+                e->kv_ops->from_f32(q + (size_t)g * hd, qq + (size_t)g * e->kv_row_bytes, hd);
         for (int p0 = 0; p0 < n_pos; p0 += bs) {
             int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *kb = (const uint8_t *)kv_block_k(e->kv, layer, s->blocks[p0 / bs]) +
-                             engine_kv_offset(e, kvh, 0) * (f32 ? 4 : 2);
-            if (f32)
-                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
-            else
+            const void *kb = engine_kv_row(e, kv_block_k(e->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+            if (kt == DTYPE_F16) {
                 ak->scores_f16(hd, group, qr, kb, n, scale, sc + p0, lds);
+            } else if (kt == DTYPE_F32) {
+                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
+            } else {
+                e->kv_ops->gemm(hd, n, group, sc + p0, lds, kb, e->kv_row_bytes, qq, e->kv_row_bytes);
+                for (int g = 0; g < group; g++)
+                    for (int j = 0; j < n; j++)
+                        sc[(size_t)g * lds + p0 + j] *= scale;
+            }
         }
         for (int g = 0; g < group; g++) {
             float *sg = sc + (size_t)g * lds;
@@ -574,19 +629,23 @@ static void op_attention(struct engine *e, int layer, int ith, int nth)
             float inv = (float)(1.0 / sum);
             for (int p = 0; p < n_pos; p++)
                 sg[p] *= inv;
-            if (!f32)
+            if (kt == DTYPE_F16)
                 ak->round_f16(sg, sg, n_pos);
         }
         float *o = e->att + (size_t)t * q_dim + (size_t)kvh * group * hd;
         memset(o, 0, (size_t)group * hd * sizeof(float));
         for (int p0 = 0; p0 < n_pos; p0 += bs) {
             int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *vb = (const uint8_t *)kv_block_v(e->kv, layer, s->blocks[p0 / bs]) +
-                             engine_kv_offset(e, kvh, 0) * (f32 ? 4 : 2);
-            if (f32)
-                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
-            else
+            const void *vb = engine_kv_row(e, kv_block_v(e->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+            if (kt == DTYPE_F16) {
                 ak->accum_f16(hd, group, sc + p0, lds, vb, n, o);
+            } else if (kt == DTYPE_F32) {
+                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
+            } else {
+                for (int j = 0; j < n; j++)
+                    e->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * e->kv_row_bytes, vtmp + (size_t)j * hd, hd);
+                ak->accum_f32(hd, group, sc + p0, lds, vtmp, n, o);
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ struct engine_params {
     int block_size;       /* positions per KV block (default 16) */
     int64_t kv_blocks;    /* pool size in blocks; 0: from kv_bytes, else max_seqs * n_ctx positions */
     size_t kv_bytes;      /* KV memory budget in bytes (used when kv_blocks is 0 and kv_bytes > 0) */
-    enum dtype kv_type;   /* DTYPE_F16 (default) or DTYPE_F32 */
+    enum dtype kv_type;   /* DTYPE_F16 (default), DTYPE_F32 or DTYPE_Q8_0 (smaller, head_dim % 32 == 0) */
     bool force_scalar;    /* use the portable scalar kernels (tests) */
 };
 

@@ -7,6 +7,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -24,16 +25,22 @@ struct kv_pool {
     int64_t n_free;
 };
 
+size_t kv_pool_row_bytes(const struct kv_pool_params *p) { return dtype_row_bytes(p->type, p->head_dim); }
+
 size_t kv_pool_block_bytes(const struct kv_pool_params *p)
 {
-    size_t el = p->type == DTYPE_F32 ? 4 : 2;
-    return 2 * (size_t)p->n_layers * (size_t)p->n_kv_heads * (size_t)p->block_size * (size_t)p->head_dim * el;
+    return 2 * (size_t)p->n_layers * (size_t)p->n_kv_heads * (size_t)p->block_size * kv_pool_row_bytes(p);
 }
 
 struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err)
 {
-    if (p->type != DTYPE_F16 && p->type != DTYPE_F32) {
-        err_set(err, ERR_UNSUPPORTED, "KV cache type %s is not supported (use f16 or f32)", dtype_name(p->type));
+    if (p->type != DTYPE_F16 && p->type != DTYPE_F32 && p->type != DTYPE_Q8_0) {
+        err_set(err, ERR_UNSUPPORTED, "KV cache type %s is not supported (use f16, f32 or q8_0)", dtype_name(p->type));
+        return NULL;
+    }
+    if (p->type == DTYPE_Q8_0 && p->head_dim % QK8_0 != 0) {
+        err_set(err, ERR_UNSUPPORTED, "a q8_0 KV cache needs a head dimension divisible by %d (this model's is %d); "
+                "use f16", QK8_0, p->head_dim);
         return NULL;
     }
     if (p->n_blocks <= 0 || p->block_size <= 0 || p->n_layers <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0) {
@@ -45,8 +52,7 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err)
     if (!pool)
         goto oom;
     pool->p = *p;
-    size_t el = p->type == DTYPE_F32 ? 4 : 2;
-    pool->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * (size_t)p->head_dim * el;
+    pool->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * kv_pool_row_bytes(p);
     pool->layer_bytes = pool->block_layer_bytes * (size_t)p->n_blocks;
     pool->map_bytes = 2 * pool->layer_bytes * (size_t)p->n_layers;
     /* anonymous mapping: pages are zero and only touched pages cost memory */

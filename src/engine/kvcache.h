@@ -4,8 +4,8 @@
  * reference-counted so sequences sharing a prompt prefix share blocks; a block that is shared and must be
  * written is copied first (copy on write). Only the engine thread touches a pool.
  *
- * Storage of one block for one layer, K and V alike: [n_kv_heads][block_size][head_dim] elements of the
- * pool's type (F16 by default, or F32), so one head's keys for a block are contiguous.
+ * Storage of one block for one layer, K and V alike: [n_kv_heads][block_size] rows of head_dim elements of
+ * the pool's type (F16 by default, F32, or Q8_0 blocks of 32), so one head's keys for a block are contiguous.
  */
 #ifndef WAFER_ENGINE_KVCACHE_H
 #define WAFER_ENGINE_KVCACHE_H
@@ -21,7 +21,7 @@ struct kv_pool_params {
     int head_dim;
     int block_size;   /* positions per block */
     int64_t n_blocks; /* blocks in the pool */
-    enum dtype type;  /* DTYPE_F16 or DTYPE_F32 */
+    enum dtype type;  /* DTYPE_F16, DTYPE_F32 or DTYPE_Q8_0 (head_dim a multiple of 32) */
 };
 
 struct kv_pool;
@@ -31,10 +31,12 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err);
 void kv_pool_destroy(struct kv_pool *pool);
 const struct kv_pool_params *kv_pool_params(const struct kv_pool *pool);
 int64_t kv_pool_free_blocks(const struct kv_pool *pool);
+/* Bytes of one cached row (one position, one KV head, K or V). */
+size_t kv_pool_row_bytes(const struct kv_pool_params *p);
 /* Bytes of one block across all layers, K and V. */
 size_t kv_pool_block_bytes(const struct kv_pool_params *p);
 
-/* Storage of block b in layer l: [n_kv_heads][block_size][head_dim] of the pool's type. */
+/* Storage of block b in layer l: [n_kv_heads][block_size] rows of kv_pool_row_bytes. */
 void *kv_block_k(struct kv_pool *pool, int layer, int32_t b);
 void *kv_block_v(struct kv_pool *pool, int layer, int32_t b);
 

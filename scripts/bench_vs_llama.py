@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Runs `wafer bench` and llama.cpp's `llama-bench` back to back on the same GGUF files and prints a markdown
+table (the one in docs/performance.md).
+
+The machine is shared and its speed drifts by 10% or more between minutes, so each round runs wafer and then
+every llama-bench build on one model before moving on, rounds repeat the whole set, and the table reports
+medians over rounds and the ratio of the medians. wafer's bench measures the read bandwidth in the same run;
+llama.cpp's generation GB/s is set against the bandwidth wafer measured in the same round.
+
+usage: scripts/bench_vs_llama.py [--wafer build/wafer] [--llama NAME=PATH/llama-bench ...] [-t 2] [-p 512]
+                                 [-n 128] [-r 3] [--rounds 2] [--batch 8] [--json out.json] MODEL.gguf ...
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+
+def run_wafer(args, model):
+    cmd = [args.wafer, "bench", "--model", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
+           "-t", str(args.t), "--json"]
+    if args.batch > 1:
+        cmd += ["--batch", str(args.batch)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1]), " ".join(cmd)
+
+
+def run_llama(path, args, model):
+    cmd = [path, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-t", str(args.t), "-o", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    res = {"pp_tps": None, "tg_tps": None}
+    for e in json.loads(out.stdout):
+        if e["n_prompt"] > 0 and e["n_gen"] == 0:
+            res["pp_tps"] = e["avg_ts"]
+        elif e["n_gen"] > 0 and e["n_prompt"] == 0:
+            res["tg_tps"] = e["avg_ts"]
+    return res, " ".join(cmd)
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=1):
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--wafer", default=os.path.join(os.path.dirname(__file__), "..", "build", "wafer"))
+    ap.add_argument("--llama", action="append", default=[], help="NAME=path to llama-bench (repeatable)")
+    ap.add_argument("-t", type=int, default=2)
+    ap.add_argument("-p", type=int, default=512)
+    ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-r", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--json", help="also write every raw result here")
+    args = ap.parse_args()
+    llamas = [tuple(s.split("=", 1)) for s in args.llama]
+    raw = {}
+    commands = set()
+    for rnd in range(args.rounds):
+        for m in args.models:
+            name = os.path.basename(m)
+            w, c = run_wafer(args, m)
+            commands.add(c.replace(m, "MODEL"))
+            raw.setdefault(name, {}).setdefault("wafer", []).append(w)
+            print(f"round {rnd + 1} {name} wafer: pp {fmt(w['pp_tps'])} tg {fmt(w['tg_tps'], 2)} "
+                  f"({fmt(w['tg_roofline_pct'], 0)}% of {fmt(w['membw_gbs'])} GB/s) batch {fmt(w['batch_tps'])}",
+                  file=sys.stderr)
+            for ln, lp in llamas:
+                r, c = run_llama(lp, args, m)
+                commands.add(c.replace(m, "MODEL"))
+                r["membw_gbs"] = w["membw_gbs"]
+                raw[name].setdefault(ln, []).append(r)
+                print(f"round {rnd + 1} {name} {ln}: pp {fmt(r['pp_tps'])} tg {fmt(r['tg_tps'], 2)}", file=sys.stderr)
+    hdr = ["model", "weights MB/token", "read GB/s", "wafer pp", "wafer tg", "wafer tg % bw", f"wafer x{args.batch} tok/s",
+           "batch gain"]
+    for ln, _ in llamas:
+        hdr += [f"{ln} pp", f"{ln} tg", f"{ln} tg % bw", f"pp wafer/{ln}", f"tg wafer/{ln}"]
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for m in args.models:
+        name = os.path.basename(m)
+        ws = raw[name]["wafer"]
+        wgb = ws[0]["weight_bytes"] / 1e9
+        bw = med([w["membw_gbs"] for w in ws])
+        pp, tg, bt = med([w["pp_tps"] for w in ws]), med([w["tg_tps"] for w in ws]), med([w["batch_tps"] for w in ws])
+        pct = med([w["tg_roofline_pct"] for w in ws])
+        row = [name, f"{wgb * 1e3:.1f}", fmt(bw), fmt(pp), fmt(tg, 2), fmt(pct, 0) + "%", fmt(bt),
+               "-" if not bt or not tg else f"{bt / tg:.2f}x"]
+        for ln, _ in llamas:
+            ls = raw[name][ln]
+            lpp, ltg = med([r["pp_tps"] for r in ls]), med([r["tg_tps"] for r in ls])
+            lpct = med([100 * r["tg_tps"] * wgb / r["membw_gbs"] for r in ls if r["tg_tps"] and r["membw_gbs"]])
+            row += [fmt(lpp), fmt(ltg, 2), fmt(lpct, 0) + "%", "-" if not (pp and lpp) else f"{pp / lpp:.2f}x",
+                    "-" if not (tg and ltg) else f"{tg / ltg:.2f}x"]
+        print("| " + " | ".join(row) + " |")
+    print("\ncommands (MODEL = each file above):")
+    for c in sorted(commands):
+        print("    " + c)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(raw, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,361 @@
+/*
+ * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C. Compiled with -mavx2
+ * -mfma -mf16c; gemv_ops_avx2 hands them out only when kernel_cpu_has_avx2() says the CPU has them.
+ *
+ * Each kernel reproduces the float operations of the kernel_ops vec_dot of its type exactly (kernels_avx2.c):
+ *   Q8_0, Q4_0 x Q8_0: per 32-element block, 8 int32 lanes (lane l = sum of elements 4l..4l+3 of w*x),
+ *     converted to float and added by acc = fma(d_w * d_x, lanes, acc); at the end the 8 lanes are folded
+ *     as (l + l+4), then (0+2, 1+3), then the two.
+ *   Q4_K, Q6_K x Q8_K: per 256-element super-block exact int32 lanes, then the same FMAs (Q4_K: scale then
+ *     min term with fnmadd) in the same order.
+ *   F16 x F32: 2 chains of 8 lanes over 16-element steps, 8-element steps into chain 0, a zero-padded tail
+ *     into chain 0, then chain 0 + chain 1 and the fold.
+ * Integer work is free to differ (it is exact): Q4_0 multiplies the unsigned nibbles (0..15) with the
+ * activation and subtracts 8 * the activation's lane sums, precomputed once per row by prep, instead of
+ * moving signs around per block; scale products d_w * d_x are made 8 blocks at a time (one F16 conversion
+ * and one multiply instead of eight) and broadcast per block with a lane permute.
+ *
+ * Prefetch: the rows of a call are one contiguous stream, and a tile of NR rows reads NR row-sized pieces of
+ * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
+ * (tile start + the fraction of the tile done), one prefetch per cache line. Measured on the 2-core test
+ * machine, per thread, Q8_0 from DRAM: 7.1 GB/s with per-row prefetch, 12.3-12.9 GB/s like this.
+ */
+#include "engine/gemv.h"
+
+#include "engine/kernels.h"
+#include "engine/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define GV_INLINE static inline __attribute__((always_inline))
+#define GV_PF (12 << 10) /* prefetch distance in bytes ahead along the stream of rows */
+
+/* The fold of kernels_avx2.c's ka_hsum: (l + l+4), then (0+2, 1+3), then the two. */
+GV_INLINE float gv_hsum(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+/* Prefetches [p, p + n) one cache line at a time. */
+GV_INLINE void gv_prefetch(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T0);
+}
+
+/* The 8 F16 scales at p, p + stride, ..., p + 7 * stride as floats. */
+GV_INLINE __m256 gv_load_scales8(const uint8_t *p, size_t stride)
+{
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++)
+        memcpy(&h[k], p + (size_t)k * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+GV_INLINE __m256 gv_lane(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
+
+static inline float gv_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* ---- Q8_0 / Q4_0 ---- */
+
+/* aux for Q8_0 activations: float dx[nb rounded up to 8], then for Q4_0 int32 xs8[nb][8]: 8 * the lane sums of
+ * the activation's codes (lane l = elements 4l..4l+3). */
+static size_t gv_dx_floats(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
+
+static size_t gv_aux_bytes_q8_0(int64_t n) { return gv_dx_floats(n / QK8_0) * sizeof(float); }
+static size_t gv_aux_bytes_q4_0(int64_t n) { return gv_aux_bytes_q8_0(n) + (size_t)(n / QK8_0) * 32; }
+
+static void gv_prep_q8_0(int64_t n, const void *x, void *aux)
+{
+    const struct block_q8_0 *bx = x;
+    float *dx = aux;
+    int64_t nb = n / QK8_0;
+    for (int64_t b = 0; b < nb; b++)
+        dx[b] = gv_h2f(bx[b].d);
+    for (int64_t b = nb; b < (int64_t)gv_dx_floats(nb); b++)
+        dx[b] = 0;
+}
+
+static void gv_prep_q4_0(int64_t n, const void *x, void *aux)
+{
+    gv_prep_q8_0(n, x, aux);
+    const struct block_q8_0 *bx = x;
+    int64_t nb = n / QK8_0;
+    __m256i *xs = (__m256i *)((uint8_t *)aux + gv_aux_bytes_q8_0(n));
+    const __m256i eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++)
+        _mm256_store_si256(xs + b, _mm256_madd_epi16(_mm256_maddubs_epi16(eight, _mm256_loadu_si256((const __m256i *)bx[b].qs)), ones));
+}
+
+/* One Q4_0 block of one row: the 8 lanes of sum((w - 8) * x). */
+GV_INLINE __m256i gv_q4_0_lanes(const struct block_q4_0 *bw, __m256i xq, __m256i xs)
+{
+    __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bw->qs));
+    q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1)), xs);
+}
+
+/* One Q8_0 block of one row: the 8 lanes of sum(w * x), as vec_dot forms them. */
+GV_INLINE __m256i gv_q8_0_lanes(const struct block_q8_0 *bw, __m256i xq)
+{
+    __m256i q = _mm256_loadu_si256((const __m256i *)bw->qs);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q)), _mm256_set1_epi16(1));
+}
+
+GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
+                         const struct block_q8_0 *x, const void *aux)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const float *dx = aux;
+    const __m256i *xs = (const __m256i *)((const uint8_t *)aux + gv_dx_floats(nb) * sizeof(float));
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, 8 * NR * bb);
+        __m256 d8 = _mm256_loadu_ps(dx + b), s8[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            s8[r] = _mm256_mul_ps(gv_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb), d8);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)x[b + k].qs);
+            __m256i xk = is_q4 ? _mm256_load_si256(xs + b + k) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b + k) * bb;
+                __m256i p = is_q4 ? gv_q4_0_lanes((const struct block_q4_0 *)blk, xq, xk)
+                                  : gv_q8_0_lanes((const struct block_q8_0 *)blk, xq);
+                acc[r] = _mm256_fmadd_ps(gv_lane(s8[r], k), _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    for (; b < nb; b++) {
+        __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
+            uint16_t dw;
+            memcpy(&dw, blk, 2);
+            __m256i p = is_q4 ? gv_q4_0_lanes((const struct block_q4_0 *)blk, xq, _mm256_load_si256(xs + b))
+                              : gv_q8_0_lanes((const struct block_q8_0 *)blk, xq);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gv_h2f(dw) * dx[b]), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = gv_hsum(acc[r]);
+}
+
+/* ---- Q4_K / Q6_K x Q8_K: the integer lanes exactly as kernels_avx2.c forms them ---- */
+
+/* The 8 six-bit scales and mins of a Q4_K block. */
+GV_INLINE void gv_q4_k_scales(const uint8_t *p, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t a0, a1, a2, t;
+    memcpy(&a0, p, 4);
+    memcpy(&a1, p + 4, 4);
+    memcpy(&a2, p + 8, 4);
+    t = a0 & 0x3f3f3f3f;
+    memcpy(sc, &t, 4);
+    t = a1 & 0x3f3f3f3f;
+    memcpy(m, &t, 4);
+    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
+    memcpy(sc + 4, &t, 4);
+    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
+    memcpy(m + 4, &t, 4);
+}
+
+GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
+                            const struct block_q8_k *x, const void *aux)
+{
+    const size_t bb = sizeof(struct block_q4_k);
+    const __m256i m4 = _mm256_set1_epi8(15);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
+        const struct block_q8_k *bx = x + b;
+        uint8_t sc[4][8], mn[4][8];
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            gv_q4_k_scales(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
+            sumi[r] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 4; k++) {
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k + 32));
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(bw->qs + 32 * k));
+                __m256i lo = _mm256_and_si256(raw, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), _mm256_set1_epi16(sc[r][2 * k])),
+                                             _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), _mm256_set1_epi16(sc[r][2 * k + 1])));
+                sumi[r] = _mm256_add_epi32(sumi[r], p);
+            }
+        }
+        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
+            __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn[r]));
+            __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+            __m256i mm = _mm256_madd_epi16(bsums, mins);
+            float d = gv_h2f(bw->d), dmin = gv_h2f(bw->dmin);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * bx->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * bx->d), _mm256_cvtepi32_ps(mm), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = gv_hsum(acc[r]);
+}
+
+GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
+                            const struct block_q8_k *x, const void *aux)
+{
+    const size_t bb = sizeof(struct block_q6_k);
+    const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
+        const struct block_q8_k *bx = x + b;
+        __m256i sumi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            sumi[r] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(bx->qs + 128 * h + 32 * qt));
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
+                    __m256i ql = _mm256_loadu_si256((const __m256i *)(bw->ql + 64 * h + 32 * (qt & 1)));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(bw->qh + 32 * h));
+                    __m256i lo = qt < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+                    __m256i hb = qt == 0   ? _mm256_slli_epi16(qh, 4)
+                                 : qt == 1 ? _mm256_slli_epi16(qh, 2)
+                                 : qt == 2 ? qh
+                                           : _mm256_srli_epi16(qh, 2);
+                    __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hb, m2h)); /* 0..63, offset 32 */
+                    const int8_t *scl = bw->scales + 8 * h + 2 * qt;
+                    __m256i sv = _mm256_set_m128i(_mm_set1_epi16(scl[1]), _mm_set1_epi16(scl[0]));
+                    sumi[r] = _mm256_add_epi32(sumi[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yv), sv));
+                }
+            }
+        }
+        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
+            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bw->scales));
+            __m256i off = _mm256_madd_epi16(bsums, sc16);
+            __m256i t = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(off, 5));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gv_h2f(bw->d) * bx->d), _mm256_cvtepi32_ps(t), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = gv_hsum(acc[r]);
+}
+
+/* ---- F16 x F32 ---- */
+
+GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
+                           const void *aux)
+{
+    __m256 a0[4], a1[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        a0[r] = a1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if ((i & 31) == 0) /* one line per row per 32 elements: NR * 64 bytes of the stream */
+            gv_prefetch(w + GV_PF + (size_t)i * 2 * NR, 64 * NR);
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint16_t *wr = (const uint16_t *)(w + (size_t)r * ldw) + i;
+            a0[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr)), x0, a0[r]);
+            a1[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 8))), x1, a1[r]);
+        }
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 x0 = _mm256_loadu_ps(x + i);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            a0[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)(w + (size_t)r * ldw) + i))),
+                                    x0, a0[r]);
+    }
+    if (i < n) { /* tail: zero-padded copies, so the padding adds exact zeros */
+        size_t rem = (size_t)(n - i);
+        float xt[8] = {0};
+        memcpy(xt, x + i, rem * 4);
+        __m256 x0 = _mm256_loadu_ps(xt);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            uint16_t wt[8] = {0};
+            memcpy(wt, (const uint16_t *)(w + (size_t)r * ldw) + i, rem * 2);
+            a0[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wt)), x0, a0[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = gv_hsum(_mm256_add_ps(a0[r], a1[r]));
+}
+
+static size_t gv_aux_none(int64_t n) { return 0; }
+static void gv_prep_none(int64_t n, const void *x, void *aux) {}
+
+#define GV_DEFINE(name, TILE, NR, NB)                                                                        \
+    static void gv_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        const uint8_t *W = w;                                                                              \
+        int64_t i = 0;                                                                                     \
+        for (; i + NR <= nr; i += NR)                                                                      \
+            TILE(NB, NR, y + i, W + (size_t)i * ldw, ldw, x, aux);                                         \
+        for (; i < nr; i++)                                                                                \
+            TILE(NB, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);                                          \
+    }
+
+#define GV_TILE_Q4_0(...) gv_tile_q(1, __VA_ARGS__)
+#define GV_TILE_Q8_0(...) gv_tile_q(0, __VA_ARGS__)
+GV_DEFINE(q4_0, GV_TILE_Q4_0, 4, n / QK4_0)
+GV_DEFINE(q8_0, GV_TILE_Q8_0, 4, n / QK8_0)
+GV_DEFINE(q4_k, gv_tile_q4_k, 2, n / QK_K)
+GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
+GV_DEFINE(f16, gv_tile_f16, 4, n)
+
+static const struct gemv_ops gv_ops[] = {
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0},
+    {DTYPE_Q8_0, gv_aux_bytes_q8_0, gv_prep_q8_0, gv_gemv_q8_0},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k},
+    {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16},
+};
+
+const struct gemv_ops *gemv_ops_avx2(enum dtype t)
+{
+    if (!kernel_cpu_has_avx2())
+        return NULL;
+    for (size_t i = 0; i < sizeof gv_ops / sizeof gv_ops[0]; i++)
+        if (gv_ops[i].type == t)
+            return &gv_ops[i];
+    return NULL;
+}
