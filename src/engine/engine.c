@@ -55,6 +55,8 @@ struct engine_act {
     const float *src;    /* which float buffer it was converted from */
     size_t row_bytes;    /* bytes per converted row */
     uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
+    uint8_t *aux;        /* [T][act_aux_cap] gemv_ops prep of each row, or NULL when not prepared */
+    uint8_t *aux_buf;    /* the slot's aux buffer */
 };
 
 enum engine_op {
@@ -88,6 +90,10 @@ struct engine {
     const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
     uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
     size_t gemv_aux_cap;
+    /* per activation format: the prep shared by the gemv_ops with a gemm for it (see gemv.h), or NULL */
+    void (*act_prep[DTYPE_COUNT])(int64_t n, const void *x, void *aux);
+    size_t act_aux_cap;                        /* bytes of prep output per activation row */
+    uint8_t *act_aux_buf[ENGINE_ACT_SLOTS];    /* [T][act_aux_cap] */
     float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
     size_t scratch_floats;
 
@@ -109,7 +115,7 @@ struct engine {
 
     bool prof_on;
     double prof_last;
-    struct engine_prof prof[2]; /* [0] decode passes (one token per sequence), [1] the others */
+    struct engine_prof prof[3]; /* [0] one token, [1] several sequences one token each, [2] others (prefill) */
 
     /* the job being run */
     const struct batch *b;
@@ -262,16 +268,27 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
                 goto fail;
             }
     }
-    /* decode kernels (bit-identical to the gemm the batched path uses) with their per-thread scratch */
+    /* decode kernels and VNNI gemm (bit-identical to kernel_ops vec_dot and gemm) with their scratch */
     if (!p->force_scalar)
         for (int t = 0; t < DTYPE_COUNT; t++)
-            if (e->ops[t] && e->ops[t] == kernel_ops_avx2((enum dtype)t) && (e->gemv[t] = gemv_ops_avx2((enum dtype)t))) {
+            if (e->ops[t] && e->ops[t] == kernel_ops_avx2((enum dtype)t) && (e->gemv[t] = gemv_ops_best((enum dtype)t))) {
                 size_t need = (e->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
                 if (need > e->gemv_aux_cap)
                     e->gemv_aux_cap = need;
+                if (e->gemv[t]->gemm) {
+                    e->act_prep[e->ops[t]->vec_type] = e->gemv[t]->prep;
+                    if (need > e->act_aux_cap)
+                        e->act_aux_cap = need;
+                }
             }
     if (e->gemv_aux_cap && !(e->gemv_aux = aligned_alloc(64, (size_t)p->n_threads * e->gemv_aux_cap)))
         goto oom;
+    for (int i = 0; i < ENGINE_ACT_SLOTS && e->act_aux_cap; i++)
+        if (!(e->act_aux_buf[i] = aligned_alloc(64, T * e->act_aux_cap)))
+            goto oom;
+    for (int t = 0; t < p->n_threads; t++)
+        for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
+            e->act[t * ENGINE_ACT_SLOTS + i].aux_buf = e->act_aux_buf[i];
     const char *prof = getenv("WAFER_PROFILE");
     e->prof_on = prof && *prof && strcmp(prof, "0") != 0;
     return e;
@@ -291,7 +308,9 @@ static double engine_now(void)
 
 static void engine_prof_print(const struct engine *e)
 {
-    for (int k = 0; k < 2; k++) {
+    static const char *const kinds[3] = {"decode, one sequence", "decode, several sequences (one token each)",
+                                         "prefill (several tokens of a sequence)"};
+    for (int k = 0; k < 3; k++) {
         const struct engine_prof *pr = &e->prof[k];
         if (!pr->passes)
             continue;
@@ -299,7 +318,7 @@ static void engine_prof_print(const struct engine *e)
         for (int i = 0; i < OP_COUNT; i++)
             total += pr->t[i];
         fprintf(stderr, "engine profile, %s: %lld passes, %lld tokens, %.1f ms per pass, %d threads\n",
-                k ? "batches (prefill or several sequences)" : "decode (one token per pass)", (long long)pr->passes,
+                kinds[k], (long long)pr->passes,
                 (long long)pr->tokens, total / (double)pr->passes * 1e3, e->p.n_threads);
         for (int i = 0; i < OP_COUNT; i++)
             fprintf(stderr, "  %-20s %9.3f ms per pass %5.1f%%\n", engine_op_names[i], pr->t[i] / (double)pr->passes * 1e3,
@@ -335,6 +354,8 @@ void engine_destroy(struct engine *e)
         free(e->act_buf[i]);
     free(e->act);
     free(e->gemv_aux);
+    for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
+        free(e->act_aux_buf[i]);
     free(e);
 }
 
@@ -347,13 +368,18 @@ void engine_seq_truncate(struct engine *e, int seq, int n_pos) { kv_seq_truncate
 
 /* ---- ops, each called by every thread (ith of nth) inside the job ---- */
 
+static inline int engine_prof_kind(const struct engine *e)
+{
+    return e->b->n == 1 ? 0 : e->b->n == e->n_seqs_in_batch ? 1 : 2;
+}
+
 /* Thread 0 charges the time since its last mark to op k. */
 static inline void engine_mark(struct engine *e, int ith, enum engine_op k)
 {
     if (ith != 0 || !e->prof_on)
         return;
     double now = engine_now();
-    e->prof[e->b->n > e->n_seqs_in_batch].t[k] += now - e->prof_last;
+    e->prof[engine_prof_kind(e)].t[k] += now - e->prof_last;
     e->prof_last = now;
 }
 
@@ -403,11 +429,16 @@ static const struct engine_act *op_act_prepare(struct engine *e, const float *x,
     size_t rb = dtype_row_bytes(ops->vec_type, cols);
     int64_t r0, r1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++)
+    void (*prep)(int64_t, const void *, void *) = n_rows > 1 ? e->act_prep[ops->vec_type] : NULL;
+    for (int64_t r = r0; r < r1; r++) {
         ops->from_f32(x + (size_t)r * cols, a->buf + (size_t)r * rb, cols);
+        if (prep)
+            prep(cols, a->buf + (size_t)r * rb, a->aux_buf + (size_t)r * e->act_aux_cap);
+    }
     a->vec_type = ops->vec_type;
     a->src = x;
     a->row_bytes = rb;
+    a->aux = prep ? a->aux_buf : NULL;
     threadpool_barrier(e->tp);
     return a;
 }
@@ -460,10 +491,15 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
         return;
     }
     int64_t pr = engine_panel_rows(w->row_bytes, n_rows, r1 - r0);
+    bool vnni = gv && gv->gemm && a->aux;
     for (int64_t p = r0; p < r1; p += pr) {
         int64_t n = r1 - p < pr ? r1 - p : pr;
-        ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                  a->row_bytes);
+        if (vnni)
+            gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                     a->row_bytes, a->aux, e->act_aux_cap);
+        else
+            ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                      a->row_bytes);
     }
     if (accumulate)
         for (int t = 0; t < n_rows; t++) {
@@ -805,7 +841,7 @@ int engine_forward(struct engine *e, const struct batch *b, float *logits, char 
         e->prof_last = engine_now();
     threadpool_run(e->tp, engine_job, e);
     if (e->prof_on) {
-        struct engine_prof *pr = &e->prof[b->n > e->n_seqs_in_batch];
+        struct engine_prof *pr = &e->prof[engine_prof_kind(e)];
         pr->passes++;
         pr->tokens += b->n;
     }

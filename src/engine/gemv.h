@@ -1,40 +1,59 @@
 /*
  * gemv: matrix-vector kernels for decode (one activation row against a block of weight rows), the product
- * that decides generation speed. Decode reads every weight once per token, so these kernels are built to
- * stream weights at the memory's speed: they prefetch linearly through the contiguous block of rows they
- * are given (the kernel_ops gemm prefetches along each row, which for short rows lands inside the rows a
- * tile is already reading, and a row-major matrix is one long stream anyway), and they spend as few vector
- * instructions per weight byte as the fixed numerics allow, with per-block scale products done 8 blocks at a
- * time and, for Q4_0, unsigned nibbles against precomputed activation lane sums.
+ * that decides generation speed, and, where the CPU has AVX-VNNI, matrix-matrix kernels for prefill and
+ * batched decode of Q4_0 and Q8_0 weights.
  *
- * Numerics: every output is bit-identical to kernel_ops vec_dot (and so to the gemm tiles) of the same type
- * on the same CPU: the integer parts are exact, and every float operation (per-block scale product, FMA into
- * the same 8 lanes in the same order, the final fold) is the one vec_dot performs. So a sequence decoded
- * alone (gemv) and in a batch (gemm) gets the same logits. tests/unit/test_gemv.c checks this per type.
+ * Decode reads every weight once per token, so the gemv kernels are built to stream weights at the memory's
+ * speed: they prefetch linearly through the contiguous block of rows they are given (the kernel_ops gemm
+ * prefetches along each row, which for short rows lands inside the rows a tile is already reading), and they
+ * spend as few vector instructions per weight byte as the fixed numerics allow (per-block scale products 8
+ * blocks at a time; Q4_0 as unsigned nibbles against precomputed activation lane sums).
  *
- * Only AVX2 versions exist; where they are NULL the engine uses kernel_ops gemm.
+ * AVX-VNNI (vpdpbusd: 4 unsigned x signed byte products summed into each int32 lane, with an accumulator)
+ * does in one instruction what AVX2 needs maddubs + madd (+ a subtraction) for, so prefill and batched decode
+ * of Q4_0 / Q8_0 weights, which are bound by those instructions, run on it when the CPU has it.
+ *
+ * Numerics: every output is bit-identical to kernel_ops vec_dot (and so to the kernel_ops gemm tiles) of the
+ * same type on an AVX2 CPU: the integer parts are exact, and every float operation (per-block scale
+ * product, FMA into the same 8 lanes in the same order, the final fold) is the one vec_dot performs. So a
+ * sequence gets the same logits decoded alone (gemv) or in a batch (gemm), with or without VNNI.
+ * tests/unit/test_gemv.c checks this per type and per instruction set.
  */
 #ifndef WAFER_ENGINE_GEMV_H
 #define WAFER_ENGINE_GEMV_H
 
 #include "engine/dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct gemv_ops {
-    enum dtype type; /* weight type; the activation row is in kernel_ops_get(type)->vec_type format */
-    /* Bytes of per-activation data prep writes for rows of n elements (0: none needed). */
+    enum dtype type; /* weight type; activation rows are in kernel_ops_get(type)->vec_type format */
+    /* Bytes of per-activation-row data prep writes for rows of n elements (0: none needed); a multiple of 32. */
     size_t (*aux_bytes)(int64_t n);
-    /* Precomputes what gemv needs from activation row x (n elements) into aux (32-byte aligned). */
+    /* Precomputes what the kernels need from activation row x (n elements) into aux (32-byte aligned). Every
+     * gemv_ops of one activation format and instruction set shares one prep, so one aux serves them all. */
     void (*prep)(int64_t n, const void *x, void *aux);
     /* y[i] = dot(w row i, x) for i < nr; w rows are ldw bytes apart and, for the prefetch to help, contiguous
-     * (ldw = row bytes). Bit-identical to kernel_ops vec_dot. aux from prep on the same x. */
+     * (ldw = row bytes). aux from prep on the same x. */
     void (*gemv)(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux);
+    /* NULL, or s[j * lds + i] = dot(w row i, x row j) for i < nr, j < nc: x rows ldx bytes apart, their aux
+     * ldaux bytes apart. */
+    void (*gemm)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x, size_t ldx,
+                 const void *aux, size_t ldaux);
 };
 
-/* AVX2 gemv for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (the type has
- * none, or the CPU lacks them, or WAFER_NO_SIMD is set). */
+/* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel
+ * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm is NULL in these. */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
+/* AVX-VNNI kernels (Q4_0, Q8_0) when the CPU has AVX-VNNI besides AVX2+FMA+F16C; else NULL. */
+const struct gemv_ops *gemv_ops_vnni(enum dtype t);
+/* The best of the above for this CPU, or NULL. */
+const struct gemv_ops *gemv_ops_best(enum dtype t);
+
+/* true when the CPU has AVX-VNNI (and AVX2+FMA+F16C, and WAFER_NO_SIMD is not set; WAFER_NO_VNNI=1 also
+ * turns it off, to measure or test the AVX2 path on a VNNI machine). */
+bool gemv_cpu_has_vnni(void);
 
 #endif

@@ -342,13 +342,20 @@ GV_DEFINE(q4_k, gv_tile_q4_k, 2, n / QK_K)
 GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
 
+/* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
-    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0},
-    {DTYPE_Q8_0, gv_aux_bytes_q8_0, gv_prep_q8_0, gv_gemv_q8_0},
-    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k},
-    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k},
-    {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16},
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, NULL},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, NULL},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL},
+    {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL},
 };
+
+const struct gemv_ops *gemv_ops_best(enum dtype t)
+{
+    const struct gemv_ops *g = gemv_ops_vnni(t);
+    return g ? g : gemv_ops_avx2(t);
+}
 
 const struct gemv_ops *gemv_ops_avx2(enum dtype t)
 {

@@ -1,8 +1,9 @@
 /*
- * gemv tests: the decode kernels give outputs bit-identical to kernel_ops vec_dot (and so to the gemm tiles
- * the batched path uses) for every type they cover, for row counts that leave every tile remainder, block
- * counts that are and are not multiples of 8, F16 rows with tails, and extreme codes (all-max, all-min).
- * Also checks that each result is the dot product it claims (against quant_row_to_f32 in double).
+ * gemv tests: the decode kernels (AVX2 and AVX-VNNI) and the AVX-VNNI gemm give outputs bit-identical to
+ * kernel_ops vec_dot (and so to the gemm tiles the batched path uses) for every type they cover, for row and
+ * column counts that leave every tile remainder and cross column cache blocks, block counts that are and are
+ * not multiples of 8, F16 rows with tails, and extreme codes (all-max, all-min). Also checks that each result
+ * is the dot product it claims (against quant_row_to_f32 in double).
  */
 #include "testutil.h"
 
@@ -15,10 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void check_type(enum dtype t, int64_t n, int64_t nr, uint64_t seed, int extreme)
+static void check_ops(const struct gemv_ops *gv, enum dtype t, int64_t n, int64_t nr, uint64_t seed, int extreme)
 {
     const struct kernel_ops *ops = kernel_ops_get(t);
-    const struct gemv_ops *gv = gemv_ops_avx2(t);
     assert_non_null(ops);
     assert_non_null(gv);
     size_t rb = dtype_row_bytes(t, n);
@@ -45,12 +45,8 @@ static void check_type(enum dtype t, int64_t n, int64_t nr, uint64_t seed, int e
             fail_msg("%s n %lld nr %lld row %lld: gemv %.9g, vec_dot %.9g", dtype_name(t), (long long)n, (long long)nr,
                      (long long)r, got[r], want[r]);
     /* the value itself: against dequantized weights and activations, in double */
-    const struct kernel_ops *xo = kernel_ops_scalar(ops->vec_type);
     float *xd = malloc(sizeof(float) * (size_t)n);
-    if (xo)
-        xo->to_f32(x, xd, n);
-    else
-        memcpy(xd, x, sizeof(float) * (size_t)n);
+    assert_int_equal(quant_row_to_f32(ops->vec_type, x, xd, n), 0);
     for (int64_t r = 0; r < nr; r++) {
         assert_int_equal(quant_row_to_f32(t, w + (size_t)r * rb, deq, n), 0);
         double ref = 0, mag = 0;
@@ -60,6 +56,66 @@ static void check_type(enum dtype t, int64_t n, int64_t nr, uint64_t seed, int e
             fail_msg("%s n %lld row %lld: gemv %.9g, reference %.9g", dtype_name(t), (long long)n, (long long)r, got[r], ref);
     }
     free(w), free(f), free(deq), free(x), free(aux), free(want), free(got), free(xd);
+}
+
+static void check_type(enum dtype t, int64_t n, int64_t nr, uint64_t seed, int extreme)
+{
+    check_ops(gemv_ops_avx2(t), t, n, nr, seed, extreme);
+    if (gemv_ops_vnni(t))
+        check_ops(gemv_ops_vnni(t), t, n, nr, seed, extreme);
+}
+
+/* gemm of nr weight rows x nc activation rows against vec_dot for every pair. */
+static void check_gemm(const struct gemv_ops *gv, enum dtype t, int64_t n, int nr, int nc, uint64_t seed)
+{
+    const struct kernel_ops *ops = kernel_ops_get(t);
+    size_t rb = dtype_row_bytes(t, n), xb = dtype_row_bytes(ops->vec_type, n) + 8; /* padded: ldx != row bytes */
+    size_t ab = (gv->aux_bytes(n) + 31) & ~(size_t)31;
+    uint8_t *w = malloc(rb * (size_t)nr), *x = malloc(xb * (size_t)nc);
+    uint8_t *aux = aligned_alloc(32, ab * (size_t)nc);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int r = 0; r < nr; r++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = test_rand_f32(&seed) * (1 + r % 3);
+        quant_row_from_f32(t, f, w + (size_t)r * rb, n);
+    }
+    for (int c = 0; c < nc; c++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = test_rand_f32(&seed) * (c % 4 ? 1.0f : 40.0f);
+        ops->from_f32(f, x + (size_t)c * xb, n);
+        gv->prep(n, x + (size_t)c * xb, aux + (size_t)c * ab);
+    }
+    size_t lds = (size_t)nr + 3;
+    float *s = malloc(sizeof(float) * lds * (size_t)nc);
+    gv->gemm(n, nr, nc, s, lds, w, rb, x, xb, aux, ab);
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < nr; r++) {
+            float want;
+            ops->vec_dot(n, &want, w + (size_t)r * rb, x + (size_t)c * xb);
+            if (memcmp(&want, &s[(size_t)c * lds + r], sizeof(float)))
+                fail_msg("%s gemm n %lld nr %d nc %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n, nr,
+                         nc, r, c, s[(size_t)c * lds + r], want);
+        }
+    free(w), free(x), free(aux), free(f), free(s);
+}
+
+static void test_vnni_gemm(void **state)
+{
+    (void)state;
+    if (!gemv_ops_vnni(DTYPE_Q4_0)) {
+        print_message("[  SKIPPED ] no AVX-VNNI on this CPU (or WAFER_NO_SIMD / WAFER_NO_VNNI set)\n");
+        skip();
+    }
+    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0};
+    for (size_t a = 0; a < 2; a++) {
+        const struct gemv_ops *gv = gemv_ops_vnni(ts[a]);
+        assert_non_null(gv->gemm);
+        for (int nr = 1; nr <= 5; nr++)
+            for (int nc = 1; nc <= 9; nc += 2)
+                check_gemm(gv, ts[a], 32 * (3 + nr + nc), nr, nc, 7 + (uint64_t)(nr * 16 + nc));
+        check_gemm(gv, ts[a], 2048, 3, 47, 5); /* several column cache blocks */
+        check_gemm(gv, ts[a], 256, 7, 8, 6);
+    }
 }
 
 static void skip_without_avx2(void)
@@ -131,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_k_quants),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_coverage),
+        cmocka_unit_test(test_vnni_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

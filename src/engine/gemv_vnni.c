@@ -1,0 +1,294 @@
+/*
+ * gemv_vnni: Q4_0 and Q8_0 weights x Q8_0 activations with AVX-VNNI's vpdpbusd (see gemv.h), for decode
+ * (gemv) and for prefill and batched decode (gemm). The functions are compiled for AVX2+FMA+F16C+AVX-VNNI
+ * by the target pragma below and only handed out when gemv_cpu_has_vnni() says the CPU has all of them.
+ *
+ * Bit-identical to kernel_ops vec_dot (kernels_avx2.c): per 32-element block the 8 int32 lanes (lane l = sum
+ * of elements 4l..4l+3 of w*x) are the same integers, then acc = fma(d_w * d_x, float(lanes), acc) in block
+ * order, then the same fold. vpdpbusd multiplies unsigned by signed bytes, so the weights are made unsigned
+ * and the activation's lane sums, precomputed once per activation row by prep, start the accumulator:
+ *   Q4_0: nibble u = w + 8,   lanes = dpbusd(-8 * sum4(x), u, x)
+ *   Q8_0: u = w + 128 (w ^ 0x80), lanes = dpbusd(-128 * sum4(x), u, x)
+ * which per (row, column, block) is one integer instruction where AVX2 needs maddubs, madd and a sign or
+ * subtraction. The scale products d_w * d_x of 8 blocks are made with one multiply per (row, column).
+ *
+ * aux of an activation row (n elements, nb = n / 32 blocks): float dx[nb rounded up to 8], then per block
+ * int32 m8[8] = -8 * sum4(x) and m128[8] = -128 * sum4(x).
+ *
+ * gemm is blocked like kernel_ops gemm: columns in groups whose activations stay in L2, and within a group
+ * tiles of GN_R rows x GN_C columns held in registers, so each weight block loaded serves GN_C columns and
+ * each activation block GN_R rows.
+ */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avxvnni"))), apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c,avxvnni")
+#endif
+
+#include "engine/gemv.h"
+
+#include "engine/kernels.h"
+#include "engine/quant.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GN_INLINE static inline __attribute__((always_inline))
+#define GN_PF (12 << 10) /* gemv prefetch distance along the stream of rows, bytes */
+
+bool gemv_cpu_has_vnni(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const char *off = getenv("WAFER_NO_VNNI");
+        has = kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+              ((a >> 4) & 1);
+    }
+    return has;
+}
+
+GN_INLINE float gn_hsum(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+GN_INLINE __m256 gn_load_scales8(const uint8_t *p, size_t stride)
+{
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++)
+        memcpy(&h[k], p + (size_t)k * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+}
+
+static inline float gn_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+static size_t gn_dx_floats(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
+
+static size_t gn_aux_bytes(int64_t n) { return gn_dx_floats(n / QK8_0) * sizeof(float) + (size_t)(n / QK8_0) * 64; }
+
+static void gn_prep(int64_t n, const void *x, void *aux)
+{
+    const struct block_q8_0 *bx = x;
+    int64_t nb = n / QK8_0;
+    float *dx = aux;
+    __m256i *m = (__m256i *)((uint8_t *)aux + gn_dx_floats(nb) * sizeof(float));
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        dx[b] = gn_h2f(bx[b].d);
+        __m256i s4 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ones8, _mm256_loadu_si256((const __m256i *)bx[b].qs));
+        _mm256_store_si256(m + 2 * b, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3)));
+        _mm256_store_si256(m + 2 * b + 1, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
+    }
+    for (int64_t b = nb; b < (int64_t)gn_dx_floats(nb); b++)
+        dx[b] = 0;
+}
+
+/* The weights of one block as unsigned bytes in the lane order of the activation. */
+GN_INLINE __m256i gn_unsigned(int is_q4, const uint8_t *blk)
+{
+    if (is_q4) {
+        __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const struct block_q4_0 *)blk)->qs));
+        return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+    }
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs), _mm256_set1_epi8((char)0x80));
+}
+
+/* ---- decode: NR rows x one activation row ---- */
+
+GN_INLINE void gn_tile_gemv(int is_q4, int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
+                            const struct block_q8_0 *x, const void *aux)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const float *dx = aux;
+    const __m256i *m = (const __m256i *)((const uint8_t *)aux + gn_dx_floats(nb) * sizeof(float)) + (is_q4 ? 0 : 1);
+    __m256 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        acc[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        for (size_t i = 0; i < 8 * NR * bb; i += 64)
+            _mm_prefetch((const char *)w + GN_PF + (size_t)b * NR * bb + i, _MM_HINT_T0);
+        __m256 d8 = _mm256_loadu_ps(dx + b), s8[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            s8[r] = _mm256_mul_ps(gn_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb), d8);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i xq = _mm256_loadu_si256((const __m256i *)x[b + k].qs), mk = _mm256_load_si256(m + 2 * (b + k));
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m256i p = _mm256_dpbusd_avx_epi32(mk, gn_unsigned(is_q4, w + (size_t)r * ldw + (size_t)(b + k) * bb), xq);
+                acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s8[r], _mm256_set1_epi32(k)), _mm256_cvtepi32_ps(p), acc[r]);
+            }
+        }
+    }
+    for (; b < nb; b++) {
+        __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs), mk = _mm256_load_si256(m + 2 * b);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
+            uint16_t dw;
+            memcpy(&dw, blk, 2);
+            __m256i p = _mm256_dpbusd_avx_epi32(mk, gn_unsigned(is_q4, blk), xq);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gn_h2f(dw) * dx[b]), _mm256_cvtepi32_ps(p), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+        y[r] = gn_hsum(acc[r]);
+}
+
+#define GN_GEMV(name, IS_Q4, NR, QK)                                                                         \
+    static void gn_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        const uint8_t *W = w;                                                                              \
+        int64_t i = 0;                                                                                     \
+        for (; i + NR <= nr; i += NR)                                                                      \
+            gn_tile_gemv(IS_Q4, n / QK, NR, y + i, W + (size_t)i * ldw, ldw, x, aux);                      \
+        for (; i < nr; i++)                                                                                \
+            gn_tile_gemv(IS_Q4, n / QK, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);                       \
+    }
+
+GN_GEMV(q4_0, 1, 4, QK4_0)
+GN_GEMV(q8_0, 0, 4, QK8_0)
+
+/* ---- prefill / batched decode: NR rows x NC activation rows ---- */
+
+#define GN_R 4
+#define GN_C 2
+
+GN_INLINE void gn_tile_gemm(int is_q4, int64_t nb, const int NR, const int NC, float *s, size_t lds, const uint8_t *w,
+                            size_t ldw, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const size_t moff = gn_dx_floats(nb) * sizeof(float);
+    __m256 acc[GN_R][GN_C];
+    float sc[GN_R][GN_C][8] __attribute__((aligned(32))); /* d_w * d_x of 8 blocks per (row, column) */
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256 dw8[GN_R];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+            dw8[r] = gn_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            __m256 d8 = _mm256_loadu_ps((const float *)(aux + (size_t)c * ldaux) + b);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                _mm256_store_ps(sc[r][c], _mm256_mul_ps(dw8[r], d8));
+        }
+        for (int k = 0; k < 8; k++) {
+            __m256i u[GN_R];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                u[r] = gn_unsigned(is_q4, w + (size_t)r * ldw + (size_t)(b + k) * bb);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * ldx) + b + k;
+                __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
+                __m256i mk = _mm256_load_si256((const __m256i *)(aux + (size_t)c * ldaux + moff) + 2 * (b + k) + (is_q4 ? 0 : 1));
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++)
+                    acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[r][c][k]),
+                                                _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(mk, u[r], xq)), acc[r][c]);
+            }
+        }
+    }
+    for (; b < nb; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
+            uint16_t dwh;
+            memcpy(&dwh, blk, 2);
+            float dw = gn_h2f(dwh);
+            __m256i u = gn_unsigned(is_q4, blk);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) {
+                const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * ldx) + b;
+                float dx = ((const float *)(aux + (size_t)c * ldaux))[b];
+                __m256i mk = _mm256_load_si256((const __m256i *)(aux + (size_t)c * ldaux + moff) + 2 * b + (is_q4 ? 0 : 1));
+                __m256i p = _mm256_dpbusd_avx_epi32(mk, u, _mm256_loadu_si256((const __m256i *)bx->qs));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            s[(size_t)c * lds + r] = gn_hsum(acc[r][c]);
+}
+
+/* Columns per cache block: a block's activations and aux stay in L2 while every row tile passes over them. */
+static int gn_col_block(size_t bytes_per_col)
+{
+    size_t cols = ((size_t)256 << 10) / (bytes_per_col ? bytes_per_col : 1);
+    cols -= cols % GN_C;
+    return cols < GN_C ? GN_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
+}
+
+#define GN_GEMM(name, IS_Q4, QK)                                                                             \
+    static void gn_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
+    {                                                                                                      \
+        const uint8_t *W = w, *X = x, *A = aux;                                                            \
+        int64_t nb = n / QK;                                                                               \
+        int jb = gn_col_block(ldx + gn_aux_bytes(n));                                                      \
+        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
+            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
+            int i = 0;                                                                                     \
+            for (; i + GN_R <= nr; i += GN_R) {                                                            \
+                int j = j0;                                                                                \
+                for (; j + GN_C <= j1; j += GN_C)                                                          \
+                    gn_tile_gemm(IS_Q4, nb, GN_R, GN_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
+                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
+                for (; j < j1; j++)                                                                        \
+                    gn_tile_gemm(IS_Q4, nb, GN_R, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
+                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
+            }                                                                                              \
+            for (; i < nr; i++) {                                                                          \
+                int j = j0;                                                                                \
+                for (; j + GN_C <= j1; j += GN_C)                                                          \
+                    gn_tile_gemm(IS_Q4, nb, 1, GN_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
+                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
+                for (; j < j1; j++)                                                                        \
+                    gn_tile_gemm(IS_Q4, nb, 1, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,  \
+                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+GN_GEMM(q4_0, 1, QK4_0)
+GN_GEMM(q8_0, 0, QK8_0)
+
+static const struct gemv_ops gn_ops[] = {
+    {DTYPE_Q4_0, gn_aux_bytes, gn_prep, gn_gemv_q4_0, gn_gemm_q4_0},
+    {DTYPE_Q8_0, gn_aux_bytes, gn_prep, gn_gemv_q8_0, gn_gemm_q8_0},
+};
+
+const struct gemv_ops *gemv_ops_vnni(enum dtype t)
+{
+    if (!gemv_cpu_has_vnni())
+        return NULL;
+    for (size_t i = 0; i < sizeof gn_ops / sizeof gn_ops[0]; i++)
+        if (gn_ops[i].type == t)
+            return &gn_ops[i];
+    return NULL;
+}
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
