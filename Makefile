@@ -87,6 +87,14 @@ fuzz: fuzz-build
 deps:
 	@bash scripts/install-deps.sh
 
+# make bench BENCH_MODELS="a.gguf b.gguf" [LLAMA_BENCH="native=/path/llama-bench ..."] [BENCH_ARGS="-r 3 --rounds 2"]
+# wafer bench on each model, and llama-bench back to back when given; prints the docs/performance.md table.
+BENCH_MODELS ?=
+bench: $(BUILD)/wafer
+	@test -n "$(BENCH_MODELS)" || { echo 'make bench: set BENCH_MODELS="model.gguf ..." (see docs/performance.md)'; exit 2; }
+	$(BUILD)/wafer bench --membw
+	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer $(foreach l,$(LLAMA_BENCH),--llama $(l)) $(BENCH_ARGS) $(BENCH_MODELS)
+
 clean:
 	rm -rf build build-asan
 

@@ -25,27 +25,54 @@ AA_INLINE float aa_fold(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 
 AA_INLINE __m256 aa_load_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
+/* Rows converted per chunk: a KV block is block_size rows (16 by default); larger blocks go in chunks. */
+#define AA_CHUNK 32
+#define AA_MAXHD 256
+
+/* F16 -> F32 of n * hd values (exact). */
+static void aa_rows_f32(const uint16_t *h, float *f, size_t count)
+{
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < count; i++)
+        f[i] = _cvtsh_ss(h[i]);
+}
+
+static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n, float scale, float *s, size_t lds);
+
+/* The keys are converted to F32 once per chunk (exact) rather than once per query head. */
 static void aa_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s, size_t lds)
 {
-    int np = hd & ~31;
-    for (int j = 0; j < n; j++) {
-        const uint16_t *kr = k + (size_t)j * hd;
-        for (int g = 0; g < nq; g++) {
-            const float *qr = q + (size_t)g * hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int i = 0; i < np; i += 32) {
-                a0 = _mm256_fmadd_ps(aa_load_f16(kr + i), _mm256_loadu_ps(qr + i), a0);
-                a1 = _mm256_fmadd_ps(aa_load_f16(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
-                a2 = _mm256_fmadd_ps(aa_load_f16(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
-                a3 = _mm256_fmadd_ps(aa_load_f16(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+    if (hd % 32 != 0 || hd > AA_MAXHD) { /* the tail sums in double: keep the direct loop */
+        int np = hd & ~31;
+        for (int j = 0; j < n; j++) {
+            const uint16_t *kr = k + (size_t)j * hd;
+            for (int g = 0; g < nq; g++) {
+                const float *qr = q + (size_t)g * hd;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                for (int i = 0; i < np; i += 32) {
+                    a0 = _mm256_fmadd_ps(aa_load_f16(kr + i), _mm256_loadu_ps(qr + i), a0);
+                    a1 = _mm256_fmadd_ps(aa_load_f16(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
+                    a2 = _mm256_fmadd_ps(aa_load_f16(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
+                    a3 = _mm256_fmadd_ps(aa_load_f16(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+                }
+                double sum = aa_fold(a0, a1, a2, a3);
+                for (int i = np; i < hd; i++) {
+                    float p = _cvtsh_ss(kr[i]) * qr[i];
+                    sum += (double)p;
+                }
+                s[(size_t)g * lds + j] = (float)sum * scale;
             }
-            double sum = aa_fold(a0, a1, a2, a3);
-            for (int i = np; i < hd; i++) {
-                float p = _cvtsh_ss(kr[i]) * qr[i];
-                sum += (double)p;
-            }
-            s[(size_t)g * lds + j] = (float)sum * scale;
         }
+        return;
+    }
+    float kf[AA_CHUNK * AA_MAXHD] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < n; j0 += AA_CHUNK) {
+        int m = n - j0 < AA_CHUNK ? n - j0 : AA_CHUNK;
+        aa_rows_f32(k + (size_t)j0 * hd, kf, (size_t)m * hd);
+        /* hd % 32 == 0: no tail, and (double)fold -> float is the fold itself, as in the scalar loop */
+        aa_scores_f32(hd, nq, q, kf, m, scale, s + j0, lds);
     }
 }
 
@@ -74,38 +101,65 @@ static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n,
     }
 }
 
+static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o);
+
+/* Values converted to F32 once per chunk (exact), then accumulated as aa_accum_f32 does. */
 static void aa_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o)
 {
-    int np = hd & ~7;
-    for (int j = 0; j < n; j++) {
-        const uint16_t *vr = v + (size_t)j * hd;
-        for (int g = 0; g < nq; g++) {
-            float w = p[(size_t)g * ldp + j];
-            __m256 vw = _mm256_set1_ps(w);
-            float *og = o + (size_t)g * hd;
-            int i = 0;
-            for (; i < np; i += 8)
-                _mm256_storeu_ps(og + i, _mm256_fmadd_ps(vw, aa_load_f16(vr + i), _mm256_loadu_ps(og + i)));
-            for (; i < hd; i++)
-                og[i] = __builtin_fmaf(w, _cvtsh_ss(vr[i]), og[i]);
-        }
+    if (hd > AA_MAXHD) {
+        for (int j = 0; j < n; j++)
+            for (int g = 0; g < nq; g++) {
+                float w = p[(size_t)g * ldp + j];
+                const uint16_t *vr = v + (size_t)j * hd;
+                float *og = o + (size_t)g * hd;
+                int i = 0;
+                for (; i + 8 <= hd; i += 8)
+                    _mm256_storeu_ps(og + i, _mm256_fmadd_ps(_mm256_set1_ps(w), aa_load_f16(vr + i), _mm256_loadu_ps(og + i)));
+                for (; i < hd; i++)
+                    og[i] = __builtin_fmaf(w, _cvtsh_ss(vr[i]), og[i]);
+            }
+        return;
+    }
+    float vf[AA_CHUNK * AA_MAXHD] __attribute__((aligned(32)));
+    for (int j0 = 0; j0 < n; j0 += AA_CHUNK) {
+        int m = n - j0 < AA_CHUNK ? n - j0 : AA_CHUNK;
+        aa_rows_f32(v + (size_t)j0 * hd, vf, (size_t)m * hd);
+        aa_accum_f32(hd, nq, p + j0, ldp, vf, m, o);
     }
 }
 
+/* o[g][i] accumulates over the rows j in order (the order attn.h fixes for each element); the loop keeps 64
+ * outputs of one head in registers across all rows instead of loading and storing them per row. */
 static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
 {
-    int np = hd & ~7;
-    for (int j = 0; j < n; j++) {
-        const float *vr = v + (size_t)j * hd;
-        for (int g = 0; g < nq; g++) {
-            float w = p[(size_t)g * ldp + j];
-            __m256 vw = _mm256_set1_ps(w);
-            float *og = o + (size_t)g * hd;
-            int i = 0;
-            for (; i < np; i += 8)
-                _mm256_storeu_ps(og + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(og + i)));
-            for (; i < hd; i++)
-                og[i] = __builtin_fmaf(w, vr[i], og[i]);
+    for (int g = 0; g < nq; g++) {
+        const float *pg = p + (size_t)g * ldp;
+        float *og = o + (size_t)g * hd;
+        int i = 0;
+        for (; i + 64 <= hd; i += 64) {
+            __m256 r[8];
+            for (int c = 0; c < 8; c++)
+                r[c] = _mm256_loadu_ps(og + i + 8 * c);
+            for (int j = 0; j < n; j++) {
+                __m256 w = _mm256_broadcast_ss(pg + j);
+                const float *vr = v + (size_t)j * hd + i;
+                for (int c = 0; c < 8; c++)
+                    r[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * c), r[c]);
+            }
+            for (int c = 0; c < 8; c++)
+                _mm256_storeu_ps(og + i + 8 * c, r[c]);
+        }
+        for (; i + 8 <= hd; i += 8) {
+            __m256 r = _mm256_loadu_ps(og + i);
+            for (int j = 0; j < n; j++)
+                r = _mm256_fmadd_ps(_mm256_broadcast_ss(pg + j), _mm256_loadu_ps(v + (size_t)j * hd + i), r);
+            _mm256_storeu_ps(og + i, r);
+        }
+        for (; i < hd; i++) {
+            float a = og[i];
+            for (int j = 0; j < n; j++)
+                a = __builtin_fmaf(pg[j], v[(size_t)j * hd + i], a);
+            og[i] = a;
         }
     }
 }

@@ -275,7 +275,7 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
                 size_t need = (e->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
                 if (need > e->gemv_aux_cap)
                     e->gemv_aux_cap = need;
-                if (e->gemv[t]->gemm) {
+                if (e->gemv[t]->gemm && e->gemv[t]->aux_bytes((int64_t)max_cols) > 0) {
                     e->act_prep[e->ops[t]->vec_type] = e->gemv[t]->prep;
                     if (need > e->act_aux_cap)
                         e->act_aux_cap = need;
@@ -491,10 +491,11 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
         return;
     }
     int64_t pr = engine_panel_rows(w->row_bytes, n_rows, r1 - r0);
-    bool vnni = gv && gv->gemm && a->aux;
+    /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
+    bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
     for (int64_t p = r0; p < r1; p += pr) {
         int64_t n = r1 - p < pr ? r1 - p : pr;
-        if (vnni)
+        if (own)
             gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
                      a->row_bytes, a->aux, e->act_aux_cap);
         else

@@ -7,13 +7,19 @@
  * of elements 4l..4l+3 of w*x) are the same integers, then acc = fma(d_w * d_x, float(lanes), acc) in block
  * order, then the same fold. vpdpbusd multiplies unsigned by signed bytes, so the weights are made unsigned
  * and the activation's lane sums, precomputed once per activation row by prep, start the accumulator:
- *   Q4_0: nibble u = w + 8,   lanes = dpbusd(-8 * sum4(x), u, x)
  *   Q8_0: u = w + 128 (w ^ 0x80), lanes = dpbusd(-128 * sum4(x), u, x)
+ *   Q4_0: u = w + 8 (the nibble), lanes = dpbusd(-8 * sum4(x), u, x), except that the high nibbles (lanes
+ *         4-7) are not shifted down: u = 16 * nibble there and the accumulator starts at -128 * sum4(x), so
+ *         those lanes hold 16 * the true value. One AND unpacks a block. float(16 v) = 16 float(v) exactly
+ *         (|v| < 2^20), and fma(s, 16 v, 16 acc) = 16 fma(s, v, acc) exactly (scaling by a power of two
+ *         commutes with rounding away from the subnormal range, which these sums cannot reach: every term is
+ *         a multiple of 2^-72), so lanes 4-7 of acc are 16 x vec_dot's, and one exact multiply by 1/16 before
+ *         the fold gives vec_dot's result bit for bit.
  * which per (row, column, block) is one integer instruction where AVX2 needs maddubs, madd and a sign or
  * subtraction. The scale products d_w * d_x of 8 blocks are made with one multiply per (row, column).
  *
  * aux of an activation row (n elements, nb = n / 32 blocks): float dx[nb rounded up to 8], then per block
- * int32 m8[8] = -8 * sum4(x) and m128[8] = -128 * sum4(x).
+ * int32 mq4[8] = (-8 * sum4(x) in lanes 0-3, -128 * sum4(x) in lanes 4-7) and m128[8] = -128 * sum4(x).
  *
  * gemm is blocked like kernel_ops gemm: columns in groups whose activations stay in L2, and within a group
  * tiles of GN_R rows x GN_C columns held in registers, so each weight block loaded serves GN_C columns and
@@ -36,7 +42,10 @@
 #include <string.h>
 
 #define GN_INLINE static inline __attribute__((always_inline))
-#define GN_PF (12 << 10) /* gemv prefetch distance along the stream of rows, bytes */
+/* gemv prefetch distance along the stream of rows, in bytes, into L2 (see gemv_avx2.c). Measured with two
+ * threads streaming, as a fraction of the read probe: Q8_0 88% (T0, 12 KiB) -> 93% (T1, 24 KiB); Q4_0 ~83%
+ * either way (it is bound by instructions: 22 GB/s per thread from L1). */
+#define GN_PF (24 << 10)
 
 bool gemv_cpu_has_vnni(void)
 {
@@ -50,6 +59,12 @@ bool gemv_cpu_has_vnni(void)
     return has;
 }
 
+/* Q4_0 accumulators hold lanes 4-7 times 16 (see the top of the file): undo that exactly. */
+GN_INLINE __m256 gn_unscale(int is_q4, __m256 v)
+{
+    return is_q4 ? _mm256_mul_ps(v, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)) : v;
+}
+
 GN_INLINE float gn_hsum(__m256 v)
 {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -58,12 +73,15 @@ GN_INLINE float gn_hsum(__m256 v)
     return _mm_cvtss_f32(a);
 }
 
+/* The F16 scales of 8 consecutive blocks (at p, p + stride, ...) as floats: one gather of the 32-bit words
+ * at the block starts, their low halves packed and converted. Built from scalar loads and inserts instead, the
+ * 8 scales cost more shuffle-port instructions than the block products themselves. */
 GN_INLINE __m256 gn_load_scales8(const uint8_t *p, size_t stride)
 {
-    uint16_t h[8];
-    for (int k = 0; k < 8; k++)
-        memcpy(&h[k], p + (size_t)k * stride, 2);
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)stride));
+    __m256i g = _mm256_and_si256(_mm256_i32gather_epi32((const int *)p, idx, 1), _mm256_set1_epi32(0xffff));
+    g = _mm256_permute4x64_epi64(_mm256_packus_epi32(g, g), 0x08); /* [g0..g3, g4..g7] in the low 128 bits */
+    return _mm256_cvtph_ps(_mm256_castsi256_si128(g));
 }
 
 static inline float gn_h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -82,8 +100,10 @@ static void gn_prep(int64_t n, const void *x, void *aux)
     for (int64_t b = 0; b < nb; b++) {
         dx[b] = gn_h2f(bx[b].d);
         __m256i s4 = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ones8, _mm256_loadu_si256((const __m256i *)bx[b].qs));
-        _mm256_store_si256(m + 2 * b, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3)));
-        _mm256_store_si256(m + 2 * b + 1, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7)));
+        __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
+        __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
+        _mm256_store_si256(m + 2 * b, _mm256_blend_epi32(m8, m128, 0xF0));
+        _mm256_store_si256(m + 2 * b + 1, m128);
     }
     for (int64_t b = nb; b < (int64_t)gn_dx_floats(nb); b++)
         dx[b] = 0;
@@ -92,9 +112,10 @@ static void gn_prep(int64_t n, const void *x, void *aux)
 /* The weights of one block as unsigned bytes in the lane order of the activation. */
 GN_INLINE __m256i gn_unsigned(int is_q4, const uint8_t *blk)
 {
-    if (is_q4) {
+    if (is_q4) { /* low nibbles in lanes 0-3, high nibbles * 16 in lanes 4-7 */
         __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const struct block_q4_0 *)blk)->qs));
-        return _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+        return _mm256_and_si256(q, _mm256_setr_epi64x(0x0f0f0f0f0f0f0f0f, 0x0f0f0f0f0f0f0f0f, (long long)0xf0f0f0f0f0f0f0f0ull,
+                                                       (long long)0xf0f0f0f0f0f0f0f0ull));
     }
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs), _mm256_set1_epi8((char)0x80));
 }
@@ -114,18 +135,19 @@ GN_INLINE void gn_tile_gemv(int is_q4, int64_t nb, const int NR, float *y, const
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
         for (size_t i = 0; i < 8 * NR * bb; i += 64)
-            _mm_prefetch((const char *)w + GN_PF + (size_t)b * NR * bb + i, _MM_HINT_T0);
-        __m256 d8 = _mm256_loadu_ps(dx + b), s8[4];
+            _mm_prefetch((const char *)w + GN_PF + (size_t)b * NR * bb + i, _MM_HINT_T1);
+        __m256 d8 = _mm256_loadu_ps(dx + b);
+        float s8[4][8] __attribute__((aligned(32))); /* broadcast per block from memory: no shuffle port */
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++)
-            s8[r] = _mm256_mul_ps(gn_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb), d8);
+            _mm256_store_ps(s8[r], _mm256_mul_ps(gn_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb), d8));
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m256i xq = _mm256_loadu_si256((const __m256i *)x[b + k].qs), mk = _mm256_load_si256(m + 2 * (b + k));
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
                 __m256i p = _mm256_dpbusd_avx_epi32(mk, gn_unsigned(is_q4, w + (size_t)r * ldw + (size_t)(b + k) * bb), xq);
-                acc[r] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s8[r], _mm256_set1_epi32(k)), _mm256_cvtepi32_ps(p), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&s8[r][k]), _mm256_cvtepi32_ps(p), acc[r]);
             }
         }
     }
@@ -142,7 +164,7 @@ GN_INLINE void gn_tile_gemv(int is_q4, int64_t nb, const int NR, float *y, const
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gn_hsum(acc[r]);
+        y[r] = gn_hsum(gn_unscale(is_q4, acc[r]));
 }
 
 #define GN_GEMV(name, IS_Q4, NR, QK)                                                                         \
@@ -229,7 +251,7 @@ GN_INLINE void gn_tile_gemm(int is_q4, int64_t nb, const int NR, const int NC, f
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = gn_hsum(acc[r][c]);
+            s[(size_t)c * lds + r] = gn_hsum(gn_unscale(is_q4, acc[r][c]));
 }
 
 /* Columns per cache block: a block's activations and aux stay in L2 while every row tile passes over them. */

@@ -67,7 +67,7 @@ static void test_scores_match(void **state)
     uint64_t seed = 11;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++) {
-            int hd = hds[a], nq = nqs[b], n = 1 + (int)(test_rand_u64(&seed) % 16);
+            int hd = hds[a], nq = nqs[b], n = 1 + (int)(test_rand_u64(&seed) % 40); /* > 32: chunked */
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 31 + b);
             size_t lds = (size_t)n + 3;
@@ -104,11 +104,11 @@ static void test_accum_match(void **state)
 {
     (void)state;
     const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
-    const int hds[] = {8, 12, 64, 100, 128};
+    const int hds[] = {8, 12, 64, 100, 128, 200, 320};
     uint64_t seed = 5;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (int nq = 1; nq <= 4; nq++) {
-            int hd = hds[a], n = 1 + (int)(test_rand_u64(&seed) % 16);
+            int hd = hds[a], n = 1 + (int)(test_rand_u64(&seed) % 40);
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 7 + nq);
             float *o1 = malloc(sizeof(float) * nq * hd), *o2 = malloc(sizeof(float) * nq * hd);

@@ -72,7 +72,7 @@ static void check_gemm(const struct gemv_ops *gv, enum dtype t, int64_t n, int n
     size_t rb = dtype_row_bytes(t, n), xb = dtype_row_bytes(ops->vec_type, n) + 8; /* padded: ldx != row bytes */
     size_t ab = (gv->aux_bytes(n) + 31) & ~(size_t)31;
     uint8_t *w = malloc(rb * (size_t)nr), *x = malloc(xb * (size_t)nc);
-    uint8_t *aux = aligned_alloc(32, ab * (size_t)nc);
+    uint8_t *aux = aligned_alloc(32, ab ? ab * (size_t)nc : 32);
     float *f = malloc(sizeof(float) * (size_t)n);
     for (int r = 0; r < nr; r++) {
         for (int64_t i = 0; i < n; i++)
@@ -164,6 +164,7 @@ static void test_f16(void **state)
     for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
         for (int64_t nr = 1; nr <= 9; nr += 4)
             check_type(DTYPE_F16, ns[b], nr + (int64_t)b, 300 + b, 0);
+
 }
 
 static void test_coverage(void **state)
