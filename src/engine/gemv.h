@@ -51,8 +51,17 @@ struct gemv_ops {
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
 /* AVX-VNNI kernels (Q4_0, Q8_0) when the CPU has AVX-VNNI besides AVX2+FMA+F16C; else NULL. */
 const struct gemv_ops *gemv_ops_vnni(enum dtype t);
+/* AVX-512 kernels (512-bit registers; AVX512F/BW/VL/DQ + AVX512-VNNI) when the CPU has them: Q4_0 and Q8_0
+ * in gemv_avx512q.c, F16 and the K-quants (Q4_K, Q6_K) in gemv_avx512k.c. NULL for other types or without
+ * AVX-512. Same numerics contract as every gemv_ops: bit-identical to kernel_ops vec_dot on AVX2. */
+const struct gemv_ops *gemv_ops_avx512q(enum dtype t);
+const struct gemv_ops *gemv_ops_avx512k(enum dtype t);
 /* The best of the above for this CPU, or NULL. */
 const struct gemv_ops *gemv_ops_best(enum dtype t);
+
+/* true when the CPU and OS support AVX512F, DQ, BW, VL and AVX512-VNNI besides AVX2+FMA+F16C, and neither
+ * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
+bool gemv_cpu_has_avx512(void);
 
 /* true when the CPU has AVX-VNNI (and AVX2+FMA+F16C, and WAFER_NO_SIMD is not set; WAFER_NO_VNNI=1 also
  * turns it off, to measure or test the AVX2 path on a VNNI machine). */

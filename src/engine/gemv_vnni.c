@@ -65,6 +65,26 @@ GN_INLINE __m256 gn_unscale(int is_q4, __m256 v)
     return is_q4 ? _mm256_mul_ps(v, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)) : v;
 }
 
+bool gemv_cpu_has_avx512(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const char *off = getenv("WAFER_NO_AVX512");
+        has = 0;
+        if (kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+            bool cpu = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+            /* the OS must save the opmask and zmm state (XCR0 bits 5-7) besides ymm (bits 1-2) */
+            unsigned lo = 0, hi = 0;
+            if (cpu) {
+                __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+                has = (lo & 0xe6) == 0xe6;
+            }
+        }
+    }
+    return has;
+}
+
 GN_INLINE float gn_hsum(__m256 v)
 {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -1,0 +1,14 @@
+/*
+ * gemv_avx512q: AVX-512 kernels for Q4_0 and Q8_0 weights x Q8_0 activations (see gemv.h): decode gemv and
+ * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2.
+ * Handed out only when gemv_cpu_has_avx512() says the CPU has AVX-512 (with VNNI). Not written yet: no types.
+ */
+#include "engine/gemv.h"
+
+#include <stddef.h>
+
+const struct gemv_ops *gemv_ops_avx512q(enum dtype t)
+{
+    (void)t;
+    return NULL;
+}
