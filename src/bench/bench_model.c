@@ -54,6 +54,7 @@ static void bench_model_usage(FILE *f)
             "  -r, --repeat R        timed repetitions of each test (default 5)\n"
             "      --kv-type T       f16 (default), f32 or q8_0\n"
             "      --no-simd         portable scalar kernels\n"
+            "      --mmap            map the file instead of reading it into memory (faster start, slower decode)\n"
             "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
             "      --membw           measure only the read bandwidth\n"
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
@@ -65,7 +66,7 @@ static void bench_model_usage(FILE *f)
 struct bench_opts {
     const char *model_path;
     long n_prompt, n_gen, threads, batch, repeat, membw_mib;
-    bool json, no_simd, no_membw, membw_only;
+    bool json, no_simd, no_membw, membw_only, use_mmap;
     enum dtype kv_type;
 };
 
@@ -214,6 +215,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"kv-type", required_argument, 0, 1},   {"no-simd", no_argument, 0, 2},
         {"no-membw", no_argument, 0, 3},        {"membw", no_argument, 0, 4},
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
+        {"mmap", no_argument, 0, 7},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -244,6 +246,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 4: o->membw_only = true; break;
         case 5: if (cli_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
         case 6: o->json = true; break;
+        case 7: o->use_mmap = true; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -309,7 +312,7 @@ int bench_model_main(int argc, char **argv)
     }
 
     double t_load = cli_now();
-    c.m = model_load(o.model_path, c.err);
+    c.m = model_load_ex(o.model_path, o.use_mmap, c.err);
     if (!c.m) {
         fprintf(stderr, "wafer bench: %s\n", c.err);
         return 1;

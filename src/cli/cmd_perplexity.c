@@ -31,6 +31,7 @@ static void ppl_usage(FILE *f)
                "  -t, --threads N    compute threads (default: all cores)\n"
                "      --kv-type T    f16 (default), f32 or q8_0\n"
                "      --no-simd      portable scalar kernels\n"
+               "      --mmap         map the model file instead of reading it into memory\n"
                "      --json         machine-readable result\n");
 }
 
@@ -54,11 +55,11 @@ int cmd_perplexity_main(int argc, char **argv)
         {"ctx", required_argument, 0, 'c'},   {"batch", required_argument, 0, 'b'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 1},
         {"kv-type", required_argument, 0, 2}, {"no-simd", no_argument, 0, 3},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+        {"mmap", no_argument, 0, 4},          {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
     };
     const char *model_path = NULL, *file = NULL;
     long ctx = 512, threads = 0, nbatch = 0;
-    bool json = false, no_simd = false;
+    bool json = false, no_simd = false, use_mmap = false;
     enum dtype kv_type = DTYPE_F16;
     int c;
     optind = 1;
@@ -77,6 +78,7 @@ int cmd_perplexity_main(int argc, char **argv)
             }
             break;
         case 3: no_simd = true; break;
+        case 4: use_mmap = true; break;
         case 'h': ppl_usage(stdout); return 0;
         default: ppl_usage(stderr); return 2;
         }
@@ -121,7 +123,7 @@ int cmd_perplexity_main(int argc, char **argv)
     int32_t *toks = NULL;
     float *logits = NULL;
     struct batch b = {0};
-    struct model *m = model_load(model_path, err);
+    struct model *m = model_load_ex(model_path, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer perplexity: %s\n", err);
         free(text);

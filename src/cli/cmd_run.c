@@ -36,6 +36,8 @@ static void run_usage(FILE *f)
             "      --kv-type T          f16 (default), f32 or q8_0\n"
             "      --ignore-eos         keep generating past end-of-sequence tokens\n"
             "      --no-simd            use the portable scalar kernels\n"
+            "      --mmap               map the model file instead of reading it into memory\n"
+            "                           (faster start, shared page cache, ~15%% slower generation)\n"
             "  -h, --help               this help\n");
 }
 
@@ -49,11 +51,11 @@ int cmd_run_main(int argc, char **argv)
         {"seed", required_argument, 0, 6},         {"threads", required_argument, 0, 't'},
         {"ctx-size", required_argument, 0, 'c'},   {"kv-type", required_argument, 0, 7},
         {"ignore-eos", no_argument, 0, 8},         {"no-simd", no_argument, 0, 9},
-        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
+        {"mmap", no_argument, 0, 10},              {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
     };
     const char *model_path = NULL, *prompt = NULL;
     long max_tokens = 128, threads = 0, ctx = 0;
-    bool ignore_eos = false, no_simd = false, seeded = false;
+    bool ignore_eos = false, no_simd = false, seeded = false, use_mmap = false;
     enum dtype kv_type = DTYPE_F16;
     struct sampler_params sp;
     sampler_params_default(&sp);
@@ -86,6 +88,7 @@ int cmd_run_main(int argc, char **argv)
             break;
         case 8: ignore_eos = true; break;
         case 9: no_simd = true; break;
+        case 10: use_mmap = true; break;
         case 'h': run_usage(stdout); return 0;
         default: run_usage(stderr); return 2;
         }
@@ -110,7 +113,7 @@ int cmd_run_main(int argc, char **argv)
     float *logits = NULL;
     struct batch b = {0};
     double t_load = cli_now();
-    struct model *m = model_load(model_path, err);
+    struct model *m = model_load_ex(model_path, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
         return 1;

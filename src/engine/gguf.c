@@ -601,35 +601,37 @@ static struct gguf *gguf_open_impl(const uint8_t *base, size_t size, bool mapped
     return g;
 }
 
-struct gguf *gguf_open(const char *path, char *err)
+/* Opens path as a regular, non-empty file: the fd, and its size in *size; -1 with err set otherwise. */
+static int gguf_file_open(const char *path, size_t *size, char *err)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         err_set(err, errno == ENOENT ? ERR_NOT_FOUND : ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (fstat(fd, &st) != 0)
         err_set(err, ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
+    else if (S_ISDIR(st.st_mode))
         err_set(err, ERR_IO, "%s: is a directory, not a GGUF file", path);
-        close(fd);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    else if (!S_ISREG(st.st_mode))
         err_set(err, ERR_IO, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
-    }
-    if (st.st_size == 0) {
+    else if (st.st_size == 0)
         err_set(err, ERR_FORMAT, "%s: file is empty (0 bytes), not a GGUF file", path);
-        close(fd);
-        return NULL;
+    else {
+        *size = (size_t)st.st_size;
+        return fd;
     }
-    size_t size = (size_t)st.st_size;
+    close(fd);
+    return -1;
+}
+
+struct gguf *gguf_open(const char *path, char *err)
+{
+    size_t size = 0;
+    int fd = gguf_file_open(path, &size, err);
+    if (fd < 0)
+        return NULL;
     void *base = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int mmap_errno = errno;
     close(fd); /* the mapping keeps the file alive */
@@ -637,6 +639,41 @@ struct gguf *gguf_open(const char *path, char *err)
         err_set(err, ERR_IO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(mmap_errno));
         return NULL;
     }
+    return gguf_open_impl(base, size, true, path, err);
+}
+
+struct gguf *gguf_open_mem(const char *path, char *err)
+{
+    size_t size = 0;
+    int fd = gguf_file_open(path, &size, err);
+    if (fd < 0)
+        return NULL;
+    uint8_t *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) {
+        err_set(err, ERR_NOMEM, "%s: cannot allocate %zu bytes to load the file into memory: %s (try --mmap)", path,
+                size, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    size_t done = 0;
+    while (done < size) {
+        size_t want = size - done < ((size_t)1 << 30) ? size - done : (size_t)1 << 30;
+        ssize_t got = pread(fd, base + done, want, (off_t)done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            if (got < 0)
+                err_set(err, ERR_IO, "%s: read failed at offset %zu: %s", path, done, strerror(errno));
+            else
+                err_set(err, ERR_IO, "%s: file shrank while loading: ended at %zu of %zu bytes", path, done, size);
+            close(fd);
+            munmap(base, size);
+            return NULL;
+        }
+        done += (size_t)got;
+    }
+    close(fd);
+    (void)mprotect(base, size, PROT_READ); /* weights are read-only from here on */
     return gguf_open_impl(base, size, true, path, err);
 }
 

@@ -188,7 +188,9 @@ static int model_read_hparams(struct model *m, char *err)
     return 0;
 }
 
-struct model *model_load(const char *path, char *err)
+struct model *model_load(const char *path, char *err) { return model_load_ex(path, false, err); }
+
+struct model *model_load_ex(const char *path, bool use_mmap, char *err)
 {
     struct model_priv *mp = calloc(1, sizeof *mp);
     if (!mp) {
@@ -197,7 +199,7 @@ struct model *model_load(const char *path, char *err)
     }
     struct model *m = &mp->m;
     char sub[ERR_MSG_MAX];
-    m->gguf = gguf_open(path, err);
+    m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem(path, err);
     if (!m->gguf)
         goto fail;
     m->path = strdup(path);

@@ -80,6 +80,9 @@ struct model {
 /* Loads and validates a model. An unsupported architecture or weight type is refused with a message listing
  * what is supported. NULL and a message on failure; caller frees with model_destroy. */
 struct model *model_load(const char *path, char *err);
+/* Same; use_mmap maps the file (fast to open, page cache shared between processes) instead of reading it
+ * into anonymous memory as model_load does (streams about 15% faster in decode; see gguf_open_mem). */
+struct model *model_load_ex(const char *path, bool use_mmap, char *err);
 void model_destroy(struct model *m);
 
 /* Llama 3 per-dimension RoPE frequency divisors [head_dim / 2] (tensor rope_freqs.weight), or NULL. */

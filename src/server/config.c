@@ -41,6 +41,8 @@ static const struct cfg_item cfg_items[] = {
      "another name clients may use for the model (repeatable)"},
     {"model", "chat_template", "--chat-template", CK_STR, OFF(chat_template), 0, 0, 0,
      "chat template family (llama2, llama3, chatml, mistral-v1, mistral-v3, mistral-v7, zephyr, ...)"},
+    {"model", "mmap", "--mmap", CK_BOOL, OFF(use_mmap), 0, 0, 0,
+     "map the file instead of reading it into memory: faster start, page cache shared, slower decode (default false)"},
     {"server", "host", "--host", CK_STR, OFF(host), 0, 0, 0, "address to listen on (default 127.0.0.1)"},
     {"server", "port", "--port", CK_INT, OFF(port), 0, 0, 65535, "TCP port (default 8080; 0 picks one)"},
     {"server", "threads", "--threads", CK_INT, OFF(threads), 0, 0, 1024, "compute threads (0: all CPUs)"},

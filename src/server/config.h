@@ -28,6 +28,7 @@ struct server_config {
     char *aliases[CONFIG_MAX_LIST];
     int n_aliases;
     char *chat_template; /* family name override, or NULL (detect from the GGUF) */
+    bool use_mmap;       /* map the file rather than read it into memory (model_load_ex) */
 
     /* server */
     char *host;

@@ -756,7 +756,7 @@ static int server_load(struct server *srv)
     char err[ERR_MSG_MAX];
     const char *origin = cfg->model_path_origin ? cfg->model_path_origin : "--model";
     int64_t t0 = sched_now_ns();
-    srv->model = model_load(cfg->model_path, err);
+    srv->model = model_load_ex(cfg->model_path, cfg->use_mmap, err);
     if (!srv->model) {
         log_error("%s: cannot load model '%s': %s", origin, cfg->model_path, err);
         return 1;

@@ -19,11 +19,12 @@ def wafer(*args, timeout=300):
 
 
 @need_shared
-def test_run_greedy_equals_llama_cpp():
+@pytest.mark.parametrize("load", [[], ["--mmap"]], ids=["read-into-memory", "mmap"])
+def test_run_greedy_equals_llama_cpp(load):
     golden = json.load(open(os.path.join(GOLDEN, "stories260K_greedy.json")))
     for e in golden["entries"]:
         r = wafer("run", "--model", STORIES, "--prompt", e["prompt"], "--max-tokens", str(e["n_generated"]),
-                  "--temperature", "0")
+                  "--temperature", "0", *load)
         assert r.returncode == 0, r.stderr
         # stdout is only the generated text (plus a final newline)
         assert r.stdout == e["generated_text"] + "\n"

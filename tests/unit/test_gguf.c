@@ -163,6 +163,44 @@ static void test_open_errors(void **state)
     assert_non_null(strstr(err, "empty.gguf: file is empty"));
     assert_null(gguf_open_buffer(NULL, 0, err));
     assert_non_null(strstr(err, "file is empty"));
+    /* gguf_open_mem shares the checks */
+    assert_null(gguf_open_mem("/nonexistent/model.gguf", err));
+    assert_non_null(strstr(err, "/nonexistent/model.gguf: cannot open: No such file"));
+    assert_null(gguf_open_mem(dir, err));
+    assert_non_null(strstr(err, "is a directory"));
+    assert_null(gguf_open_mem(empty, err));
+    assert_non_null(strstr(err, "empty.gguf: file is empty"));
+    const char *bad = test_tmp_path("notgguf.gguf");
+    f = fopen(bad, "wb");
+    assert_non_null(f);
+    fputs("GGML this is not a gguf file at all, just text long enough", f);
+    fclose(f);
+    assert_null(gguf_open_mem(bad, err));
+    assert_non_null(strstr(err, "notgguf.gguf"));
+}
+
+/* A file read into memory (gguf_open_mem) gives the same metadata and tensor bytes as the mapped file, and the
+ * copy is read-only like the mapping. */
+static void test_open_mem_equals_mmap(void **state)
+{
+    (void)state;
+    const char *path = TEST_SHARED_OR_SKIP("models/stories260K/stories260K.gguf");
+    char err[ERR_MSG_MAX] = "";
+    struct gguf *a = gguf_open(path, err), *b = gguf_open_mem(path, err);
+    if (!a || !b)
+        fail_msg("%s", err);
+    assert_int_equal(gguf_file_size(a), gguf_file_size(b));
+    assert_int_equal(gguf_kv_count(a), gguf_kv_count(b));
+    assert_int_equal(gguf_tensor_count(a), gguf_tensor_count(b));
+    for (int64_t i = 0; i < gguf_tensor_count(a); i++) {
+        const struct gguf_tensor *ta = gguf_tensor_at(a, i), *tb = gguf_tensor_at(b, i);
+        assert_string_equal(ta->name, tb->name);
+        assert_int_equal(ta->nbytes, tb->nbytes);
+        assert_ptr_not_equal(ta->data, tb->data);
+        assert_memory_equal(ta->data, tb->data, ta->nbytes);
+    }
+    gguf_close(a);
+    gguf_close(b);
 }
 
 /* ---- writer -> reader round trip ---- */
@@ -653,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_writer_errors),
         cmocka_unit_test(test_writer_matches_python),
         cmocka_unit_test(test_corpus_table),
+        cmocka_unit_test(test_open_mem_equals_mmap),
         cmocka_unit_test(test_prefixes_and_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
