@@ -81,7 +81,7 @@ def main():
                 raw[name].setdefault(ln, []).append(r)
                 print(f"round {rnd + 1} {name} {ln}: pp {fmt(r['pp_tps'])} tg {fmt(r['tg_tps'], 2)}", file=sys.stderr)
     hdr = ["model", "weights MB/token", "read GB/s (median)", "wafer pp", "wafer tg", "wafer tg % bw", f"wafer x{args.batch} tok/s",
-           "batch gain"]
+           "batch gain", "peak RSS MiB (limit)", "load ms"]
     for ln, _ in llamas:
         hdr += [f"{ln} pp", f"{ln} tg", f"{ln} tg % bw", f"pp wafer/{ln}", f"tg wafer/{ln}"]
     print("| " + " | ".join(hdr) + " |")
@@ -93,8 +93,12 @@ def main():
         bw = statistics.median([w["membw_gbs"] for w in ws])
         pp, tg, bt = best([w["pp_tps"] for w in ws]), best([w["tg_tps"] for w in ws]), best([w["batch_tps"] for w in ws])
         pct = best([w["tg_roofline_pct"] for w in ws])
+        # the RSS target: model file + KV cache + 100 MiB
+        rss = max(w["peak_rss_bytes"] for w in ws) / 2**20
+        limit = (ws[0]["model_bytes"] + ws[0]["kv_bytes"]) / 2**20 + 100
+        load = statistics.median([w["load_ms"] for w in ws])
         row = [name, f"{wgb * 1e3:.1f}", fmt(bw), fmt(pp), fmt(tg, 2), fmt(pct, 0) + "%", fmt(bt),
-               "-" if not bt or not tg else f"{bt / tg:.2f}x"]
+               "-" if not bt or not tg else f"{bt / tg:.2f}x", f"{rss:.0f} ({limit:.0f})", f"{load:.0f}"]
         for ln, _ in llamas:
             ls = raw[name][ln]
             lpp, ltg = best([r["pp_tps"] for r in ls]), best([r["tg_tps"] for r in ls])

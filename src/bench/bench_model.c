@@ -22,6 +22,7 @@
 #include "cli/cli_common.h"
 #include "core/err.h"
 #include "engine/engine.h"
+#include "engine/gemv.h"
 #include "engine/kernels.h"
 #include "engine/tokenizer.h"
 
@@ -206,6 +207,20 @@ static void bench_json_stat(json_t *o, const char *key, const char *sd_key, stru
     json_object_set_new(o, sd_key, s.valid ? json_real(s.sd) : json_null());
 }
 
+/* The instruction set of the kernels the engine picks for weight type t (engine.c: gemv_ops_best over the AVX2
+ * kernel_ops), for the report. */
+static const char *bench_isa_name(enum dtype t, bool no_simd)
+{
+    if (no_simd || !kernel_ops_avx2(t))
+        return "scalar";
+    const struct gemv_ops *g = gemv_ops_best(t);
+    if (g && (g == gemv_ops_avx512q(t) || g == gemv_ops_avx512k(t)))
+        return "avx512";
+    if (g && g == gemv_ops_vnni(t))
+        return "avx-vnni";
+    return "avx2";
+}
+
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
     static const struct option opts[] = {
@@ -355,7 +370,7 @@ int bench_model_main(int argc, char **argv)
         fprintf(stderr, "wafer bench: out of memory\n");
         goto out;
     }
-    const char *simd = o.no_simd || !kernel_ops_avx2(c.m->main_type) ? "scalar" : "avx2";
+    const char *simd = bench_isa_name(c.m->main_type, o.no_simd);
     double wgb = (double)c.m->weight_bytes / 1e9;
     fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
                     "KV %s %.1f MiB, loaded in %.0f ms\n",
