@@ -221,12 +221,18 @@ bool kernel_cpu_has_avx2(void)
     const char *e = getenv("WAFER_NO_SIMD");
     if (e && *e && strcmp(e, "0") != 0)
         return false;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-        return false; /* these also cover the OS saving ymm state */
-    /* F16C by cpuid (leaf 1, ecx bit 29): clang's __builtin_cpu_supports does not know "f16c" */
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    /* cpuid once: in a virtual machine it traps to the hypervisor (microseconds), and kernels are looked up on
+     * hot paths (attention per call). The environment is read every time so tests can toggle it. */
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        unsigned a, b, c, d;
+        /* avx2/fma also cover the OS saving ymm state; F16C by cpuid (leaf 1, ecx bit 29): clang's
+         * __builtin_cpu_supports does not know "f16c" */
+        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+              (c & (1u << 29));
+    }
+    return has;
 }
 
 const struct kernel_ops *kernel_ops_get(enum dtype t)
