@@ -1,14 +1,308 @@
 /*
  * gemv_avx512q: AVX-512 kernels for Q4_0 and Q8_0 weights x Q8_0 activations (see gemv.h): decode gemv and
- * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2.
- * Handed out only when gemv_cpu_has_avx512() says the CPU has AVX-512 (with VNNI). Not written yet: no types.
+ * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2. Compiled for AVX-512 by the
+ * target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it (with VNNI).
+ *
+ * Numerics are those of gemv_vnni.c (read its header): per 32-element block 8 exact int32 lanes from vpdpbusd
+ * on unsigned weights (Q8_0: w ^ 0x80; Q4_0: the nibble, high nibbles left x16) started at the activation's
+ * precomputed -8 / -128 * sum4(x), then acc = fma(d_w * d_x, float(lanes), acc) per block in block order,
+ * Q4_0 lanes 4-7 scaled back by an exact 1/16, then vec_dot's fold.
+ *
+ * 512-bit registers without changing any of that: one zmm holds the 8-lane accumulators of TWO weight rows
+ * (A, B) for one activation row, interleaved by dword: zmm lane 2l = row A lane l, lane 2l + 1 = row B lane l.
+ * With that layout
+ *   - the weights of a row pair become one zmm with one two-source dword permute (+ the AND / XOR);
+ *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: prep
+ *     writes them so (it runs once per activation row), so they are plain loads;
+ *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
+ *     built per 8 blocks (one multiply of 16 weight scales, gathered interleaved, by the doubled activation
+ *     scales prep stored), so a (row pair, column, block) costs vpdpbusd + cvtdq2ps + fma and nothing else.
+ * The fold de-interleaves each zmm into the two rows' 8 lanes and folds them exactly as gn_hsum does.
+ *
+ * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8):
+ *   float dx2[2 * nb8]: the activation scale of block b at 2b and 2b + 1 (zero past nb)
+ *   then per block 192 bytes: int8 xd[64] (the 32 quants, each dword twice), int32 mq4d[16] (-8 * sum4(x) for
+ *   lanes 0-3, -128 * sum4(x) for lanes 4-7, each twice), int32 m128d[16] (-128 * sum4(x), each twice).
+ *
+ * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers (each weight pair unpacked once per
+ * block serves AQ_C columns), columns blocked so a block's aux stays in L2 while all rows pass over it. An odd
+ * last row runs as a pair with itself. gemv is the same tile with one column, plus a prefetch along the rows.
  */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
 #include "engine/gemv.h"
 
+#include "engine/quant.h"
+
+#include <immintrin.h>
 #include <stddef.h>
+#include <string.h>
+
+#define AQ_INLINE static inline __attribute__((always_inline))
+#define AQ_BLK 192 /* aux bytes per block: xd, mq4d, m128d */
+/* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
+#define AQ_PF (24 << 10)
+#define AQ_RP 2 /* gemm tile: row pairs */
+#define AQ_C 6  /* gemm tile: columns */
+#define AQ_GV_RP 2 /* gemv tile: row pairs */
+
+static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
+
+static size_t aq_aux_bytes(int64_t n) { return aq_nb8(n / QK8_0) * 2 * sizeof(float) + (size_t)(n / QK8_0) * AQ_BLK; }
+
+static void aq_prep(int64_t n, const void *x, void *aux)
+{
+    const struct block_q8_0 *bx = x;
+    int64_t nb = n / QK8_0;
+    size_t nb8 = aq_nb8(nb);
+    float *dx2 = aux;
+    uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    for (int64_t b = 0; b < nb; b++) {
+        dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
+        __m256i xq = _mm256_loadu_si256((const __m256i *)bx[b].qs);
+        __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, xq);
+        __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
+        __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
+        __m256i mq4 = _mm256_blend_epi32(m8, m128, 0xF0);
+        uint8_t *o = blk + (size_t)b * AQ_BLK;
+        _mm512_storeu_si512(o, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(xq)));
+        _mm512_storeu_si512(o + 64, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(mq4)));
+        _mm512_storeu_si512(o + 128, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(m128)));
+    }
+    for (size_t b = (size_t)nb; b < nb8; b++)
+        dx2[2 * b] = dx2[2 * b + 1] = 0;
+}
+
+/* Block k of rows A (at a) and B (at a + dab) as unsigned bytes, dword-interleaved (see the top). */
+AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
+{
+    if (is_q4) { /* per row: low nibbles in lanes 0-3, high nibbles x16 in lanes 4-7 */
+        const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 0, 16, 1, 17, 2, 18, 3, 19);
+        __m512i z = _mm512_permutex2var_epi32(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + 2))), idx,
+                                              _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + dab + 2))));
+        const __m512i mask = _mm512_setr_epi32(0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f,
+                                               0x0f0f0f0f, 0x0f0f0f0f, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
+                                               (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
+                                               (int)0xf0f0f0f0u);
+        return _mm512_and_si512(z, mask);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    __m512i z = _mm512_permutex2var_epi32(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 2))), idx,
+                                          _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + dab + 2))));
+    return _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+}
+
+/* The F16 scales of 8 consecutive blocks of rows A and B (A's at a, a + bb, ...; B's dab further), as floats
+ * interleaved [A0, B0, A1, B1, ...]: one gather of the 32-bit words at the block starts, truncated to 16 bits. */
+AQ_INLINE __m512 aq_scales16(const uint8_t *a, ptrdiff_t dab, size_t bb)
+{
+    const __m512i k = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i odd = _mm512_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+    __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(k, _mm512_set1_epi32((int)bb)), _mm512_mullo_epi32(odd, _mm512_set1_epi32((int)dab)));
+    __m512i g = _mm512_i32gather_epi32(idx, (const void *)a, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* vec_dot's fold (gn_hsum in gemv_vnni.c) of 8 lanes */
+AQ_INLINE float aq_hsum(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+/* The two rows' results of an interleaved accumulator: *ya = row A, *yb = row B. */
+AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
+{
+    if (is_q4) /* lanes 4-7 of both rows (zmm lanes 8-15) hold 16 x the value */
+        v = _mm512_mul_ps(v, _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f,
+                                            0.0625f, 0.0625f));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m512 d = _mm512_permutexvar_ps(even, v);
+    *ya = aq_hsum(_mm512_castps512_ps256(d));
+    *yb = aq_hsum(_mm512_extractf32x8_ps(d, 1));
+}
+
+/* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
+ * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv). */
+AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
+    const size_t moff = is_q4 ? 64 : 128;
+    __m512 acc[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP][AQ_C];
+    double tab[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP][AQ_C][8] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            acc[p][c] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        if (pf)
+            for (size_t i = 0; i < 8 * 2 * (size_t)RP * bb; i += 64)
+                _mm_prefetch((const char *)w + AQ_PF + (size_t)b * 2 * RP * bb + i, _MM_HINT_T1);
+        __m512 dw[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP];
+#pragma GCC unroll 8
+        for (int p = 0; p < RP; p++)
+            dw[p] = aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 d = _mm512_loadu_ps((const float *)(aux + (size_t)c * ldaux) + 2 * b);
+#pragma GCC unroll 8
+            for (int p = 0; p < RP; p++)
+                _mm512_store_pd(tab[p][c], _mm512_castps_pd(_mm512_mul_ps(dw[p], d)));
+        }
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i u[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP];
+#pragma GCC unroll 8
+            for (int p = 0; p < RP; p++)
+                u[p] = aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)(b + k) * AQ_BLK;
+                __m512i xd = _mm512_loadu_si512(blk);
+#pragma GCC unroll 8
+                for (int p = 0; p < RP; p++) {
+                    __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u[p], xd);
+                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tab[p][c][k])), _mm512_cvtepi32_ps(q),
+                                                acc[p][c]);
+                }
+            }
+        }
+    }
+    for (; b < nb; b++) {
+#pragma GCC unroll 8
+        for (int p = 0; p < RP; p++) {
+            const uint8_t *a = w + (size_t)(2 * p) * ldw + (size_t)b * bb;
+            uint16_t ha, hb;
+            memcpy(&ha, a, 2);
+            memcpy(&hb, a + dab, 2);
+            float fa = _cvtsh_ss(ha), fb = _cvtsh_ss(hb);
+            __m512i u = aq_unsigned(is_q4, a, dab);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
+                float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
+                __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
+                __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u, _mm512_loadu_si512(blk));
+                acc[p][c] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(q), acc[p][c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            float ya, yb;
+            aq_fold(is_q4, acc[p][c], &ya, &yb);
+            s[(size_t)c * lds + 2 * p] = ya;
+            if (dab)
+                s[(size_t)c * lds + 2 * p + 1] = yb;
+        }
+}
+
+/* ---- decode ---- */
+
+#define AQ_GEMV(name, IS_Q4, QK)                                                                             \
+    static void aq_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        (void)x;                                                                                           \
+        const uint8_t *W = w;                                                                              \
+        int64_t nb = n / QK, i = 0;                                                                        \
+        for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
+            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1);   \
+        for (; i + 2 <= nr; i += 2)                                                                        \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0);          \
+        if (i < nr)                                                                                        \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0);                       \
+    }
+
+AQ_GEMV(q4_0, 1, QK4_0)
+AQ_GEMV(q8_0, 0, QK8_0)
+
+/* ---- prefill / batched decode ---- */
+
+/* Columns per cache block: a block's aux stays in L2 (2 MiB per core here; half of it) while every row tile
+ * passes over it. */
+static int aq_col_block(size_t bytes_per_col)
+{
+    size_t cols = ((size_t)1 << 20) / (bytes_per_col ? bytes_per_col : 1);
+    cols -= cols % AQ_C;
+    return cols < AQ_C ? AQ_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
+}
+
+/* One row tile (RP pairs, or a single row when dab = 0) against columns j0..j1 in tiles of AQ_C. */
+#define AQ_COLS(IS_Q4, RP, DAB)                                                                              \
+    do {                                                                                                   \
+        int j = j0;                                                                                        \
+        for (; j + AQ_C <= j1; j += AQ_C)                                                                  \
+            aq_tile(IS_Q4, nb, RP, AQ_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,       \
+                    A + (size_t)j * ldaux, ldaux, 0);                                                      \
+        switch (j1 - j) {                                                                                  \
+        case 5: aq_tile(IS_Q4, nb, RP, 5, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
+                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        case 4: aq_tile(IS_Q4, nb, RP, 4, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
+                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        case 3: aq_tile(IS_Q4, nb, RP, 3, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
+                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        case 2: aq_tile(IS_Q4, nb, RP, 2, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
+                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        case 1: aq_tile(IS_Q4, nb, RP, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
+                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        default: break;                                                                                    \
+        }                                                                                                  \
+    } while (0)
+
+#define AQ_GEMM(name, IS_Q4, QK)                                                                             \
+    static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
+    {                                                                                                      \
+        (void)x, (void)ldx;                                                                                \
+        const uint8_t *W = w, *A = aux;                                                                    \
+        int64_t nb = n / QK;                                                                               \
+        int jb = aq_col_block(aq_aux_bytes(n));                                                            \
+        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
+            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
+            int i = 0;                                                                                     \
+            for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)                                                    \
+                AQ_COLS(IS_Q4, AQ_RP, (ptrdiff_t)ldw);                                                     \
+            for (; i + 2 <= nr; i += 2)                                                                    \
+                AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw);                                                         \
+            if (i < nr)                                                                                    \
+                AQ_COLS(IS_Q4, 1, 0);                                                                      \
+        }                                                                                                  \
+    }
+
+AQ_GEMM(q4_0, 1, QK4_0)
+AQ_GEMM(q8_0, 0, QK8_0)
+
+static const struct gemv_ops aq_ops[] = {
+    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_gemv_q4_0, aq_gemm_q4_0},
+    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_gemv_q8_0, aq_gemm_q8_0},
+};
 
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t)
 {
-    (void)t;
+    if (!gemv_cpu_has_avx512())
+        return NULL;
+    for (size_t i = 0; i < sizeof aq_ops / sizeof aq_ops[0]; i++)
+        if (aq_ops[i].type == t)
+            return &aq_ops[i];
     return NULL;
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
