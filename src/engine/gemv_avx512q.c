@@ -50,6 +50,9 @@
 #define AQ_RP 2 /* gemm tile: row pairs */
 #define AQ_C 6  /* gemm tile: columns */
 #define AQ_GV_RP 2 /* gemv tile: row pairs */
+/* 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
+#define AQ_MAGIC 12582912.0f
+#define AQ_MAGIC_BITS 0x4B400000
 
 static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 
@@ -63,14 +66,15 @@ static void aq_prep(int64_t n, const void *x, void *aux)
     float *dx2 = aux;
     uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
     const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256i ones8 = _mm256_set1_epi8(1), magic = _mm256_set1_epi32(AQ_MAGIC_BITS);
     for (int64_t b = 0; b < nb; b++) {
         dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
         __m256i xq = _mm256_loadu_si256((const __m256i *)bx[b].qs);
         __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, xq);
         __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
         __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
-        __m256i mq4 = _mm256_blend_epi32(m8, m128, 0xF0);
+        __m256i mq4 = _mm256_add_epi32(_mm256_blend_epi32(m8, m128, 0xF0), magic);
+        m128 = _mm256_add_epi32(m128, magic);
         uint8_t *o = blk + (size_t)b * AQ_BLK;
         _mm512_storeu_si512(o, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(xq)));
         _mm512_storeu_si512(o + 64, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(mq4)));
@@ -79,6 +83,10 @@ static void aq_prep(int64_t n, const void *x, void *aux)
     for (size_t b = (size_t)nb; b < nb8; b++)
         dx2[2 * b] = dx2[2 * b + 1] = 0;
 }
+
+/* The float value of lanes that dpbusd started at AQ_MAGIC_BITS + v: those bits are the float 1.5 * 2^23 + v
+ * (|v| < 2^22; here |v| <= 4 * 128 * 127 x 16), so one exact subtraction gives float(v), as vcvtdq2ps would. */
+AQ_INLINE __m512 aq_lanes_f32(__m512i q) { return _mm512_sub_ps(_mm512_castsi512_ps(q), _mm512_set1_ps(AQ_MAGIC)); }
 
 /* Block k of rows A (at a) and B (at a + dab) as unsigned bytes, dword-interleaved (see the top). */
 AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
@@ -162,6 +170,10 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
             for (int p = 0; p < RP; p++)
                 _mm512_store_pd(tab[p][c], _mm512_castps_pd(_mm512_mul_ps(dw[p], d)));
         }
+        /* read the table back through memory: the scales are then free broadcast loads, where the compiler,
+         * seeing through the stores, would otherwise extract them from registers with shuffles */
+        const double(*tb)[AQ_C][8] = tab;
+        __asm__ volatile("" : "+r"(tb) : : "memory");
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             __m512i u[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP];
@@ -175,7 +187,7 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
 #pragma GCC unroll 8
                 for (int p = 0; p < RP; p++) {
                     __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u[p], xd);
-                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tab[p][c][k])), _mm512_cvtepi32_ps(q),
+                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q),
                                                 acc[p][c]);
                 }
             }
@@ -196,7 +208,7 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
                 float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
                 __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
                 __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u, _mm512_loadu_si512(blk));
-                acc[p][c] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(q), acc[p][c]);
+                acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q), acc[p][c]);
             }
         }
     }
