@@ -47,9 +47,11 @@
 #define AQ_BLK 192 /* aux bytes per block: xd, mq4d, m128d */
 /* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
 #define AQ_PF (24 << 10)
-#define AQ_RP 2 /* gemm tile: row pairs */
-#define AQ_C 6  /* gemm tile: columns */
+#define AQ_RP 4 /* gemm tile: row pairs */
+#define AQ_C 4  /* gemm tile: columns */
 #define AQ_GV_RP 2 /* gemv tile: row pairs */
+#define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
+#define AQ_CMAX 8
 /* 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
 #define AQ_MAGIC 12582912.0f
 #define AQ_MAGIC_BITS 0x4B400000
@@ -147,8 +149,8 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
     const size_t moff = is_q4 ? 64 : 128;
-    __m512 acc[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP][AQ_C];
-    double tab[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP][AQ_C][8] __attribute__((aligned(64)));
+    __m512 acc[AQ_PMAX][AQ_CMAX];
+    double tab[AQ_PMAX][AQ_CMAX][8] __attribute__((aligned(64)));
 #pragma GCC unroll 8
     for (int p = 0; p < RP; p++)
 #pragma GCC unroll 8
@@ -159,7 +161,7 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         if (pf)
             for (size_t i = 0; i < 8 * 2 * (size_t)RP * bb; i += 64)
                 _mm_prefetch((const char *)w + AQ_PF + (size_t)b * 2 * RP * bb + i, _MM_HINT_T1);
-        __m512 dw[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP];
+        __m512 dw[AQ_PMAX];
 #pragma GCC unroll 8
         for (int p = 0; p < RP; p++)
             dw[p] = aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
@@ -172,11 +174,11 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         }
         /* read the table back through memory: the scales are then free broadcast loads, where the compiler,
          * seeing through the stores, would otherwise extract them from registers with shuffles */
-        const double(*tb)[AQ_C][8] = tab;
+        const double(*tb)[AQ_CMAX][8] = tab;
         __asm__ volatile("" : "+r"(tb) : : "memory");
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            __m512i u[AQ_RP > AQ_GV_RP ? AQ_RP : AQ_GV_RP];
+            __m512i u[AQ_PMAX];
 #pragma GCC unroll 8
             for (int p = 0; p < RP; p++)
                 u[p] = aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
@@ -263,16 +265,13 @@ static int aq_col_block(size_t bytes_per_col)
             aq_tile(IS_Q4, nb, RP, AQ_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,       \
                     A + (size_t)j * ldaux, ldaux, 0);                                                      \
         switch (j1 - j) {                                                                                  \
-        case 5: aq_tile(IS_Q4, nb, RP, 5, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
-                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
-        case 4: aq_tile(IS_Q4, nb, RP, 4, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
-                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
-        case 3: aq_tile(IS_Q4, nb, RP, 3, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
-                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
-        case 2: aq_tile(IS_Q4, nb, RP, 2, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
-                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
-        case 1: aq_tile(IS_Q4, nb, RP, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,     \
-                        A + (size_t)j * ldaux, ldaux, 0); break;                                           \
+        case 7: if (7 < AQ_C) aq_tile(IS_Q4, nb, RP, 7 < AQ_C ? 7 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 6: if (6 < AQ_C) aq_tile(IS_Q4, nb, RP, 6 < AQ_C ? 6 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 5: if (5 < AQ_C) aq_tile(IS_Q4, nb, RP, 5 < AQ_C ? 5 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 4: if (4 < AQ_C) aq_tile(IS_Q4, nb, RP, 4 < AQ_C ? 4 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 3: if (3 < AQ_C) aq_tile(IS_Q4, nb, RP, 3 < AQ_C ? 3 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 2: if (2 < AQ_C) aq_tile(IS_Q4, nb, RP, 2 < AQ_C ? 2 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 1: if (1 < AQ_C) aq_tile(IS_Q4, nb, RP, 1 < AQ_C ? 1 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
         default: break;                                                                                    \
         }                                                                                                  \
     } while (0)
