@@ -289,8 +289,12 @@ static int aq_col_block(size_t bytes_per_col)
             int i = 0;                                                                                     \
             for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)                                                    \
                 AQ_COLS(IS_Q4, AQ_RP, (ptrdiff_t)ldw);                                                     \
-            for (; i + 2 <= nr; i += 2)                                                                    \
-                AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw);                                                         \
+            if (nr - i >= 6)                                                                               \
+                { AQ_COLS(IS_Q4, 3, (ptrdiff_t)ldw); i += 6; }                                                 \
+            else if (nr - i >= 4)                                                                          \
+                { AQ_COLS(IS_Q4, 2, (ptrdiff_t)ldw); i += 4; }                                                 \
+            else if (nr - i >= 2)                                                                          \
+                { AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw); i += 2; }                                                 \
             if (i < nr)                                                                                    \
                 AQ_COLS(IS_Q4, 1, 0);                                                                      \
         }                                                                                                  \
