@@ -144,7 +144,7 @@ AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
 /* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
  * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv). */
 AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
-                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf)
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
@@ -161,6 +161,11 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         if (pf)
             for (size_t i = 0; i < 8 * 2 * (size_t)RP * bb; i += 64)
                 _mm_prefetch((const char *)w + AQ_PF + (size_t)b * 2 * RP * bb + i, _MM_HINT_T1);
+        if (nxt) /* the next row tile's weights (2 RP rows), as far along as this tile is */
+#pragma GCC unroll 8
+            for (int r = 0; r < 2 * RP; r++)
+                for (size_t i = 0; i <= 8 * bb; i += 64)
+                    _mm_prefetch((const char *)nxt + (size_t)r * ldw + (size_t)b * bb + i, _MM_HINT_T1);
         __m512 dw[AQ_PMAX];
 #pragma GCC unroll 8
         for (int p = 0; p < RP; p++)
@@ -236,11 +241,11 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         const uint8_t *W = w;                                                                              \
         int64_t nb = n / QK, i = 0;                                                                        \
         for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
-            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1);   \
+            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL);   \
         for (; i + 2 <= nr; i += 2)                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0);          \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL);          \
         if (i < nr)                                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0);                       \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL);                       \
     }
 
 AQ_GEMV(q4_0, 1, QK4_0)
@@ -258,20 +263,20 @@ static int aq_col_block(size_t bytes_per_col)
 }
 
 /* One row tile (RP pairs, or a single row when dab = 0) against columns j0..j1 in tiles of AQ_C. */
-#define AQ_COLS(IS_Q4, RP, DAB)                                                                              \
+#define AQ_COLS(IS_Q4, RP, DAB, NXT)                                                                            \
     do {                                                                                                   \
         int j = j0;                                                                                        \
         for (; j + AQ_C <= j1; j += AQ_C)                                                                  \
             aq_tile(IS_Q4, nb, RP, AQ_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,       \
-                    A + (size_t)j * ldaux, ldaux, 0);                                                      \
+                    A + (size_t)j * ldaux, ldaux, 0, j + 2 * AQ_C > j1 ? NXT : NULL);                      \
         switch (j1 - j) {                                                                                  \
-        case 7: if (7 < AQ_C) aq_tile(IS_Q4, nb, RP, 7 < AQ_C ? 7 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 6: if (6 < AQ_C) aq_tile(IS_Q4, nb, RP, 6 < AQ_C ? 6 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 5: if (5 < AQ_C) aq_tile(IS_Q4, nb, RP, 5 < AQ_C ? 5 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 4: if (4 < AQ_C) aq_tile(IS_Q4, nb, RP, 4 < AQ_C ? 4 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 3: if (3 < AQ_C) aq_tile(IS_Q4, nb, RP, 3 < AQ_C ? 3 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 2: if (2 < AQ_C) aq_tile(IS_Q4, nb, RP, 2 < AQ_C ? 2 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
-        case 1: if (1 < AQ_C) aq_tile(IS_Q4, nb, RP, 1 < AQ_C ? 1 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0); break; \
+        case 7: if (7 < AQ_C) aq_tile(IS_Q4, nb, RP, 7 < AQ_C ? 7 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 6: if (6 < AQ_C) aq_tile(IS_Q4, nb, RP, 6 < AQ_C ? 6 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 5: if (5 < AQ_C) aq_tile(IS_Q4, nb, RP, 5 < AQ_C ? 5 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 4: if (4 < AQ_C) aq_tile(IS_Q4, nb, RP, 4 < AQ_C ? 4 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 3: if (3 < AQ_C) aq_tile(IS_Q4, nb, RP, 3 < AQ_C ? 3 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 2: if (2 < AQ_C) aq_tile(IS_Q4, nb, RP, 2 < AQ_C ? 2 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
+        case 1: if (1 < AQ_C) aq_tile(IS_Q4, nb, RP, 1 < AQ_C ? 1 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
         default: break;                                                                                    \
         }                                                                                                  \
     } while (0)
@@ -288,15 +293,15 @@ static int aq_col_block(size_t bytes_per_col)
             int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
             int i = 0;                                                                                     \
             for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)                                                    \
-                AQ_COLS(IS_Q4, AQ_RP, (ptrdiff_t)ldw);                                                     \
+                AQ_COLS(IS_Q4, AQ_RP, (ptrdiff_t)ldw, i + 4 * AQ_RP <= nr ? W + (size_t)(i + 2 * AQ_RP) * ldw : NULL);                                                     \
             if (nr - i >= 6)                                                                               \
-                { AQ_COLS(IS_Q4, 3, (ptrdiff_t)ldw); i += 6; }                                                 \
+                { AQ_COLS(IS_Q4, 3, (ptrdiff_t)ldw, NULL); i += 6; }                                                 \
             else if (nr - i >= 4)                                                                          \
-                { AQ_COLS(IS_Q4, 2, (ptrdiff_t)ldw); i += 4; }                                                 \
+                { AQ_COLS(IS_Q4, 2, (ptrdiff_t)ldw, NULL); i += 4; }                                                 \
             else if (nr - i >= 2)                                                                          \
-                { AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw); i += 2; }                                                 \
+                { AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw, NULL); i += 2; }                                                 \
             if (i < nr)                                                                                    \
-                AQ_COLS(IS_Q4, 1, 0);                                                                      \
+                AQ_COLS(IS_Q4, 1, 0, NULL);                                                                      \
         }                                                                                                  \
     }
 
