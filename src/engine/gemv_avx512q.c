@@ -262,47 +262,59 @@ static int aq_col_block(size_t bytes_per_col)
     return cols < AQ_C ? AQ_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
 }
 
-/* One row tile (RP pairs, or a single row when dab = 0) against columns j0..j1 in tiles of AQ_C. */
-#define AQ_COLS(IS_Q4, RP, DAB, NXT)                                                                            \
-    do {                                                                                                   \
-        int j = j0;                                                                                        \
-        for (; j + AQ_C <= j1; j += AQ_C)                                                                  \
-            aq_tile(IS_Q4, nb, RP, AQ_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB,       \
-                    A + (size_t)j * ldaux, ldaux, 0, j + 2 * AQ_C > j1 ? NXT : NULL);                      \
-        switch (j1 - j) {                                                                                  \
-        case 7: if (7 < AQ_C) aq_tile(IS_Q4, nb, RP, 7 < AQ_C ? 7 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 6: if (6 < AQ_C) aq_tile(IS_Q4, nb, RP, 6 < AQ_C ? 6 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 5: if (5 < AQ_C) aq_tile(IS_Q4, nb, RP, 5 < AQ_C ? 5 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 4: if (4 < AQ_C) aq_tile(IS_Q4, nb, RP, 4 < AQ_C ? 4 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 3: if (3 < AQ_C) aq_tile(IS_Q4, nb, RP, 3 < AQ_C ? 3 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 2: if (2 < AQ_C) aq_tile(IS_Q4, nb, RP, 2 < AQ_C ? 2 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        case 1: if (1 < AQ_C) aq_tile(IS_Q4, nb, RP, 1 < AQ_C ? 1 : 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, DAB, A + (size_t)j * ldaux, ldaux, 0, NULL); break; \
-        default: break;                                                                                    \
-        }                                                                                                  \
-    } while (0)
+/* One row tile (RP pairs at w; a single row when dab = 0) against columns j0..j1: tiles of AQ_C columns, then
+ * one of the remainder. nxt: the next row tile, prefetched during the last full column tile (NULL: none). */
+AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, float *s, size_t lds, const uint8_t *w,
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
+{
+    int j = j0;
+    for (; j + AQ_C <= j1; j += AQ_C)
+        aq_tile(is_q4, nb, RP, AQ_C, s + (size_t)j * lds, lds, w, ldw, dab, aux + (size_t)j * ldaux, ldaux, 0,
+                j + 2 * AQ_C > j1 ? nxt : NULL);
+    float *sj = s + (size_t)j * lds;
+    const uint8_t *aj = aux + (size_t)j * ldaux;
+    _Static_assert(AQ_C <= 8 && AQ_CMAX >= 8, "remainder cases");
+    switch (j1 - j) { /* constant column counts, so the tile keeps its accumulators in registers */
+    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    default: break;
+    }
+}
+
+AQ_INLINE void aq_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, size_t ldw,
+                       const uint8_t *aux, size_t ldaux)
+{
+    int64_t nb = n / QK8_0;
+    ptrdiff_t d = (ptrdiff_t)ldw;
+    int jb = aq_col_block(aq_aux_bytes(n));
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb, i = 0;
+        for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)
+            aq_cols(is_q4, nb, AQ_RP, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux,
+                    i + 4 * AQ_RP <= nr ? w + (size_t)(i + 2 * AQ_RP) * ldw : NULL);
+        /* the remaining rows in one tile of 1-3 pairs (each pass over the columns reads all their aux) */
+        if (nr - i >= 6)
+            aq_cols(is_q4, nb, 3, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 6;
+        else if (nr - i >= 4)
+            aq_cols(is_q4, nb, 2, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 4;
+        else if (nr - i >= 2)
+            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 2;
+        if (i < nr) /* an odd last row: a pair with itself */
+            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, 0, aux, ldaux, NULL);
+    }
+}
 
 #define AQ_GEMM(name, IS_Q4, QK)                                                                             \
     static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
                                const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
     {                                                                                                      \
-        (void)x, (void)ldx;                                                                                \
-        const uint8_t *W = w, *A = aux;                                                                    \
-        int64_t nb = n / QK;                                                                               \
-        int jb = aq_col_block(aq_aux_bytes(n));                                                            \
-        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
-            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
-            int i = 0;                                                                                     \
-            for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)                                                    \
-                AQ_COLS(IS_Q4, AQ_RP, (ptrdiff_t)ldw, i + 4 * AQ_RP <= nr ? W + (size_t)(i + 2 * AQ_RP) * ldw : NULL);                                                     \
-            if (nr - i >= 6)                                                                               \
-                { AQ_COLS(IS_Q4, 3, (ptrdiff_t)ldw, NULL); i += 6; }                                                 \
-            else if (nr - i >= 4)                                                                          \
-                { AQ_COLS(IS_Q4, 2, (ptrdiff_t)ldw, NULL); i += 4; }                                                 \
-            else if (nr - i >= 2)                                                                          \
-                { AQ_COLS(IS_Q4, 1, (ptrdiff_t)ldw, NULL); i += 2; }                                                 \
-            if (i < nr)                                                                                    \
-                AQ_COLS(IS_Q4, 1, 0, NULL);                                                                      \
-        }                                                                                                  \
+        (void)x, (void)ldx; /* everything the kernel reads of the activations is in aux */                 \
+        aq_gemm(IS_Q4, n, nr, nc, s, lds, w, ldw, aux, ldaux);                                             \
     }
 
 AQ_GEMM(q4_0, 1, QK4_0)
