@@ -155,7 +155,8 @@ AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
 /* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
  * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv). */
 AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
-                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt)
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt,
+                       const float *dws)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
@@ -180,7 +181,8 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         __m512 dw[AQ_PMAX];
 #pragma GCC unroll 8
         for (int p = 0; p < RP; p++)
-            dw[p] = aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
+            dw[p] = dws ? _mm512_load_ps(dws + ((size_t)(b / 8) * RP + (size_t)p) * 16)
+                        : aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             __m512 d = _mm512_loadu_ps((const float *)(aux + (size_t)c * ldaux) + 2 * b);
@@ -252,11 +254,11 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         const uint8_t *W = w;                                                                              \
         int64_t nb = n / QK, i = 0;                                                                        \
         for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
-            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL);   \
+            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL, NULL);   \
         for (; i + 2 <= nr; i += 2)                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL);          \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL, NULL);          \
         if (i < nr)                                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL);                       \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL, NULL);                       \
     }
 
 AQ_GEMV(q4_0, 1, QK4_0)
@@ -278,21 +280,34 @@ static int aq_col_block(size_t bytes_per_col)
 AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, float *s, size_t lds, const uint8_t *w,
                        size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
+    /* the weight scales of the row tile as floats, interleaved per pair (as aq_scales16), made once for all
+     * its column tiles; past 16 KiB of them each tile gathers its own */
+    const size_t nws = ((size_t)nb / 8) * (size_t)RP * 16;
+    float wsbuf[nws <= (16u << 10) / sizeof(float) ? nws + 16 : 16] __attribute__((aligned(64)));
+    const float *dws = NULL;
+    if (nws <= (16u << 10) / sizeof(float) && j1 - j0 > AQ_C) {
+        const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+        for (int64_t b = 0; b + 8 <= nb; b += 8)
+            for (int p = 0; p < RP; p++)
+                _mm512_store_ps(wsbuf + ((size_t)(b / 8) * RP + (size_t)p) * 16,
+                                aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb));
+        dws = wsbuf;
+    }
     int j = j0;
     for (; j + AQ_C <= j1; j += AQ_C)
         aq_tile(is_q4, nb, RP, AQ_C, s + (size_t)j * lds, lds, w, ldw, dab, aux + (size_t)j * ldaux, ldaux, 0,
-                j + 2 * AQ_C > j1 ? nxt : NULL);
+                j + 2 * AQ_C > j1 ? nxt : NULL, dws);
     float *sj = s + (size_t)j * lds;
     const uint8_t *aj = aux + (size_t)j * ldaux;
     _Static_assert(AQ_C <= 8 && AQ_CMAX >= 8, "remainder cases");
     switch (j1 - j) { /* constant column counts, so the tile keeps its accumulators in registers */
-    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
-    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL); break;
+    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
     default: break;
     }
 }
