@@ -59,7 +59,7 @@
 #define AQ_PF (24 << 10)
 #define AQ_RP 4 /* gemm tile: row pairs */
 #define AQ_C 4  /* gemm tile: columns */
-#define AQ_GV_RP 4 /* gemv tile: row pairs */
+#define AQ_GV_RP 2 /* gemv tile: row pairs (4 rows; 8 rows were 20% slower in 2-thread decode, 2 rows slower hot) */
 #define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
 #define AQ_CMAX 8
 /* 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
