@@ -1,14 +1,366 @@
 /*
  * gemv_avx512q: AVX-512 kernels for Q4_0 and Q8_0 weights x Q8_0 activations (see gemv.h): decode gemv and
- * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2.
- * Handed out only when gemv_cpu_has_avx512() says the CPU has AVX-512 (with VNNI). Not written yet: no types.
+ * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2. Compiled for AVX-512 by the
+ * target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it (with VNNI).
+ *
+ * Numerics are those of gemv_vnni.c (read its header): per 32-element block 8 exact int32 lanes from vpdpbusd
+ * on unsigned weights (Q8_0: w ^ 0x80; Q4_0: the nibble, high nibbles left x16) started at the activation's
+ * precomputed -8 / -128 * sum4(x), then acc = fma(d_w * d_x, float(lanes), acc) per block in block order,
+ * Q4_0 lanes 4-7 scaled back by an exact 1/16, then vec_dot's fold.
+ *
+ * 512-bit registers without changing any of that: one zmm holds the 8-lane accumulators of TWO weight rows
+ * (A, B) for one activation row, interleaved by dword: zmm lane 2l = row A lane l, lane 2l + 1 = row B lane l.
+ * With that layout
+ *   - the weights of a row pair become one zmm with one two-source dword permute (+ the AND / XOR);
+ *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: prep
+ *     writes them so (it runs once per activation row), so they are plain loads;
+ *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
+ *     built per 8 blocks (one multiply of 16 weight scales, gathered interleaved, by the doubled activation
+ *     scales prep stored);
+ *   - the lanes become floats without vcvtdq2ps (measured ~8% faster in the gemm): prep adds the bits of
+ *     1.5 * 2^23 to the start values, so the exact lanes v come out as the float 1.5 * 2^23 + v (exact for
+ *     |v| < 2^22; here |v| <= 65024), and one exact subtraction gives float(v);
+ * so a (row pair, column, block) costs vpdpbusd + vsubps + vfmadd and nothing else, which bounds the gemm:
+ * measured about 1.7x the AVX-VNNI (256-bit) gemm per core. The fold de-interleaves each zmm into the two rows'
+ * 8 lanes and folds them exactly as gn_hsum does.
+ *
+ * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8):
+ *   float dx2[2 * nb8]: the activation scale of block b at 2b and 2b + 1 (zero past nb)
+ *   then per block 192 bytes: int8 xd[64] (the 32 quants, each dword twice), int32 mq4d[16] (-8 * sum4(x) for
+ *   lanes 0-3, -128 * sum4(x) for lanes 4-7, each twice), int32 m128d[16] (-128 * sum4(x), each twice); the
+ *   start values carry the 1.5 * 2^23 bits. 5.6x the activation row's own size, which the gemm's column blocks
+ *   account for (the kernels read only aux, never the activation row itself).
+ *
+ * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers (each weight pair unpacked once per
+ * block serves AQ_C columns; each aux load serves AQ_RP pairs: more rows per tile measured faster than more
+ * columns, the aux stream from L2 being the other limit), columns blocked so a block's aux stays in L2 while
+ * all rows pass over it, the next row tile's weights prefetched into L2 during a row tile's last column tile
+ * (they come from memory otherwise: -12%). An odd last row runs as a pair with itself. gemv is the same tile
+ * with one column, plus a prefetch along the rows. Weight rows must be less than 2 GiB apart (gather offsets).
  */
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
 #include "engine/gemv.h"
 
+#include "engine/quant.h"
+
+#include <immintrin.h>
 #include <stddef.h>
+#include <string.h>
+
+#define AQ_INLINE static inline __attribute__((always_inline))
+#define AQ_BLK 192 /* aux bytes per block: xd, mq4d, m128d */
+/* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
+#define AQ_PF (24 << 10)
+#define AQ_RP 4 /* gemm tile: row pairs */
+#define AQ_C 4  /* gemm tile: columns */
+#define AQ_GV_RP 2 /* gemv tile: row pairs (4 rows; 8 rows were 20% slower in 2-thread decode, 2 rows slower hot) */
+#define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
+#define AQ_CMAX 8
+/* 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
+#define AQ_MAGIC 12582912.0f
+#define AQ_MAGIC_BITS 0x4B400000
+
+static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
+
+static size_t aq_aux_bytes(int64_t n) { return aq_nb8(n / QK8_0) * 2 * sizeof(float) + (size_t)(n / QK8_0) * AQ_BLK; }
+
+static void aq_prep(int64_t n, const void *x, void *aux)
+{
+    const struct block_q8_0 *bx = x;
+    int64_t nb = n / QK8_0;
+    size_t nb8 = aq_nb8(nb);
+    float *dx2 = aux;
+    uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m256i ones8 = _mm256_set1_epi8(1), magic = _mm256_set1_epi32(AQ_MAGIC_BITS);
+    for (int64_t b = 0; b < nb; b++) {
+        dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
+        __m256i xq = _mm256_loadu_si256((const __m256i *)bx[b].qs);
+        __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, xq);
+        __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
+        __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
+        __m256i mq4 = _mm256_add_epi32(_mm256_blend_epi32(m8, m128, 0xF0), magic);
+        m128 = _mm256_add_epi32(m128, magic);
+        uint8_t *o = blk + (size_t)b * AQ_BLK;
+        _mm512_storeu_si512(o, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(xq)));
+        _mm512_storeu_si512(o + 64, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(mq4)));
+        _mm512_storeu_si512(o + 128, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(m128)));
+    }
+    for (size_t b = (size_t)nb; b < nb8; b++)
+        dx2[2 * b] = dx2[2 * b + 1] = 0;
+}
+
+/* The float value of lanes that dpbusd started at AQ_MAGIC_BITS + v: those bits are the float 1.5 * 2^23 + v
+ * (|v| < 2^22; here |v| <= 65024: 4 x 128 x 127, or Q4_0 high lanes 16 x 4 x 8 x 127), so one exact subtraction
+ * gives float(v), as vcvtdq2ps would. */
+AQ_INLINE __m512 aq_lanes_f32(__m512i q) { return _mm512_sub_ps(_mm512_castsi512_ps(q), _mm512_set1_ps(AQ_MAGIC)); }
+
+/* Block k of rows A (at a) and B (at a + dab) as unsigned bytes, dword-interleaved (see the top). */
+AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
+{
+    if (is_q4) { /* per row: low nibbles in lanes 0-3, high nibbles x16 in lanes 4-7 */
+        const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 0, 16, 1, 17, 2, 18, 3, 19);
+        __m512i z = _mm512_permutex2var_epi32(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + 2))), idx,
+                                              _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + dab + 2))));
+        const __m512i mask = _mm512_setr_epi32(0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f,
+                                               0x0f0f0f0f, 0x0f0f0f0f, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
+                                               (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
+                                               (int)0xf0f0f0f0u);
+        return _mm512_and_si512(z, mask);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    __m512i z = _mm512_permutex2var_epi32(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 2))), idx,
+                                          _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + dab + 2))));
+    return _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+}
+
+/* The F16 scales of 8 consecutive blocks of rows A and B (A's at a, a + bb, ...; B's dab further), as floats
+ * interleaved [A0, B0, A1, B1, ...]: one gather of the 32-bit words at the block starts, truncated to 16 bits. */
+AQ_INLINE __m512 aq_scales16(const uint8_t *a, ptrdiff_t dab, size_t bb)
+{
+    const __m512i k = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i odd = _mm512_setr_epi32(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1);
+    __m512i idx = _mm512_add_epi32(_mm512_mullo_epi32(k, _mm512_set1_epi32((int)bb)), _mm512_mullo_epi32(odd, _mm512_set1_epi32((int)dab)));
+    __m512i g = _mm512_i32gather_epi32(idx, (const void *)a, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+}
+
+/* vec_dot's fold (gn_hsum in gemv_vnni.c) of 8 lanes */
+AQ_INLINE float aq_hsum(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+/* The two rows' results of an interleaved accumulator: *ya = row A, *yb = row B. */
+AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
+{
+    if (is_q4) /* lanes 4-7 of both rows (zmm lanes 8-15) hold 16 x the value */
+        v = _mm512_mul_ps(v, _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f,
+                                            0.0625f, 0.0625f));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    __m512 d = _mm512_permutexvar_ps(even, v);
+    *ya = aq_hsum(_mm512_castps512_ps256(d));
+    *yb = aq_hsum(_mm512_extractf32x8_ps(d, 1));
+}
+
+/* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
+ * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv). */
+AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt,
+                       const float *dws)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
+    const size_t moff = is_q4 ? 64 : 128;
+    __m512 acc[AQ_PMAX][AQ_CMAX];
+    double tab[AQ_PMAX][AQ_CMAX][8] __attribute__((aligned(64)));
+#pragma GCC unroll 8
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            acc[p][c] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        if (pf)
+            for (size_t i = 0; i < 8 * 2 * (size_t)RP * bb; i += 64)
+                _mm_prefetch((const char *)w + AQ_PF + (size_t)b * 2 * RP * bb + i, _MM_HINT_T1);
+        if (nxt) /* the next row tile's weights (2 RP rows), as far along as this tile is */
+#pragma GCC unroll 8
+            for (int r = 0; r < 2 * RP; r++)
+                for (size_t i = 0; i <= 8 * bb; i += 64)
+                    _mm_prefetch((const char *)nxt + (size_t)r * ldw + (size_t)b * bb + i, _MM_HINT_T1);
+        __m512 dw[AQ_PMAX];
+#pragma GCC unroll 8
+        for (int p = 0; p < RP; p++)
+            dw[p] = dws ? _mm512_load_ps(dws + ((size_t)(b / 8) * RP + (size_t)p) * 16)
+                        : aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 d = _mm512_loadu_ps((const float *)(aux + (size_t)c * ldaux) + 2 * b);
+#pragma GCC unroll 8
+            for (int p = 0; p < RP; p++)
+                _mm512_store_pd(tab[p][c], _mm512_castps_pd(_mm512_mul_ps(dw[p], d)));
+        }
+        /* read the table back through memory: the scales are then free broadcast loads, where the compiler,
+         * seeing through the stores, would otherwise extract them from registers with shuffles */
+        const double(*tb)[AQ_CMAX][8] = tab;
+        __asm__ volatile("" : "+r"(tb) : : "memory");
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i u[AQ_PMAX];
+#pragma GCC unroll 8
+            for (int p = 0; p < RP; p++)
+                u[p] = aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)(b + k) * AQ_BLK;
+                __m512i xd = _mm512_loadu_si512(blk);
+#pragma GCC unroll 8
+                for (int p = 0; p < RP; p++) {
+                    __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u[p], xd);
+                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q),
+                                                acc[p][c]);
+                }
+            }
+        }
+    }
+    for (; b < nb; b++) {
+#pragma GCC unroll 8
+        for (int p = 0; p < RP; p++) {
+            const uint8_t *a = w + (size_t)(2 * p) * ldw + (size_t)b * bb;
+            uint16_t ha, hb;
+            memcpy(&ha, a, 2);
+            memcpy(&hb, a + dab, 2);
+            float fa = _cvtsh_ss(ha), fb = _cvtsh_ss(hb);
+            __m512i u = aq_unsigned(is_q4, a, dab);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
+                float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
+                __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
+                __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u, _mm512_loadu_si512(blk));
+                acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q), acc[p][c]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < RP; p++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            float ya, yb;
+            aq_fold(is_q4, acc[p][c], &ya, &yb);
+            s[(size_t)c * lds + 2 * p] = ya;
+            if (dab)
+                s[(size_t)c * lds + 2 * p + 1] = yb;
+        }
+}
+
+/* ---- decode ---- */
+
+#define AQ_GEMV(name, IS_Q4, QK)                                                                             \
+    static void aq_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        (void)x;                                                                                           \
+        const uint8_t *W = w;                                                                              \
+        int64_t nb = n / QK, i = 0;                                                                        \
+        for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
+            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL, NULL);   \
+        for (; i + 2 <= nr; i += 2)                                                                        \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL, NULL);          \
+        if (i < nr)                                                                                        \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL, NULL);                       \
+    }
+
+AQ_GEMV(q4_0, 1, QK4_0)
+AQ_GEMV(q8_0, 0, QK8_0)
+
+/* ---- prefill / batched decode ---- */
+
+/* Columns per cache block: a block's aux stays in L2 (2 MiB per core here; half of it) while every row tile
+ * passes over it. */
+static int aq_col_block(size_t bytes_per_col)
+{
+    size_t cols = ((size_t)1 << 20) / (bytes_per_col ? bytes_per_col : 1);
+    cols -= cols % AQ_C;
+    return cols < AQ_C ? AQ_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
+}
+
+/* One row tile (RP pairs at w; a single row when dab = 0) against columns j0..j1: tiles of AQ_C columns, then
+ * one of the remainder. nxt: the next row tile, prefetched during the last full column tile (NULL: none). */
+AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, float *s, size_t lds, const uint8_t *w,
+                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
+{
+    /* the weight scales of the row tile as floats, interleaved per pair (as aq_scales16), made once for all
+     * its column tiles; past 16 KiB of them each tile gathers its own */
+    const size_t nws = ((size_t)nb / 8) * (size_t)RP * 16;
+    float wsbuf[nws <= (16u << 10) / sizeof(float) ? nws + 16 : 16] __attribute__((aligned(64)));
+    const float *dws = NULL;
+    if (nws <= (16u << 10) / sizeof(float) && j1 - j0 > AQ_C) {
+        const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+        for (int64_t b = 0; b + 8 <= nb; b += 8)
+            for (int p = 0; p < RP; p++)
+                _mm512_store_ps(wsbuf + ((size_t)(b / 8) * RP + (size_t)p) * 16,
+                                aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb));
+        dws = wsbuf;
+    }
+    int j = j0;
+    for (; j + AQ_C <= j1; j += AQ_C)
+        aq_tile(is_q4, nb, RP, AQ_C, s + (size_t)j * lds, lds, w, ldw, dab, aux + (size_t)j * ldaux, ldaux, 0,
+                j + 2 * AQ_C > j1 ? nxt : NULL, dws);
+    float *sj = s + (size_t)j * lds;
+    const uint8_t *aj = aux + (size_t)j * ldaux;
+    _Static_assert(AQ_C <= 8 && AQ_CMAX >= 8, "remainder cases");
+    switch (j1 - j) { /* constant column counts, so the tile keeps its accumulators in registers */
+    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, NULL, dws); break;
+    default: break;
+    }
+}
+
+AQ_INLINE void aq_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, size_t ldw,
+                       const uint8_t *aux, size_t ldaux)
+{
+    int64_t nb = n / QK8_0;
+    ptrdiff_t d = (ptrdiff_t)ldw;
+    int jb = aq_col_block(aq_aux_bytes(n));
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb, i = 0;
+        for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)
+            aq_cols(is_q4, nb, AQ_RP, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux,
+                    i + 4 * AQ_RP <= nr ? w + (size_t)(i + 2 * AQ_RP) * ldw : NULL);
+        /* the remaining rows in one tile of 1-3 pairs (each pass over the columns reads all their aux) */
+        if (nr - i >= 6)
+            aq_cols(is_q4, nb, 3, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 6;
+        else if (nr - i >= 4)
+            aq_cols(is_q4, nb, 2, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 4;
+        else if (nr - i >= 2)
+            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 2;
+        if (i < nr) /* an odd last row: a pair with itself */
+            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, 0, aux, ldaux, NULL);
+    }
+}
+
+#define AQ_GEMM(name, IS_Q4, QK)                                                                             \
+    static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
+    {                                                                                                      \
+        (void)x, (void)ldx; /* everything the kernel reads of the activations is in aux */                 \
+        aq_gemm(IS_Q4, n, nr, nc, s, lds, w, ldw, aux, ldaux);                                             \
+    }
+
+AQ_GEMM(q4_0, 1, QK4_0)
+AQ_GEMM(q8_0, 0, QK8_0)
+
+static const struct gemv_ops aq_ops[] = {
+    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_gemv_q4_0, aq_gemm_q4_0},
+    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_gemv_q8_0, aq_gemm_q8_0},
+};
 
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t)
 {
-    (void)t;
+    if (!gemv_cpu_has_avx512())
+        return NULL;
+    for (size_t i = 0; i < sizeof aq_ops / sizeof aq_ops[0]; i++)
+        if (aq_ops[i].type == t)
+            return &aq_ops[i];
     return NULL;
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
