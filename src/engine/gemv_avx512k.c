@@ -72,9 +72,9 @@ AK_INLINE void ak_store2(__m512 v, float *s0, float *s1)
 }
 
 /* Columns per cache block: the activations of a block stay in L2 while every row tile passes over them. */
-static int ak_col_block(size_t bytes_per_col, int unit, int cap)
+static int ak_col_block(size_t budget, size_t bytes_per_col, int unit, int cap)
 {
-    size_t cols = ((size_t)512 << 10) / (bytes_per_col ? bytes_per_col : 1);
+    size_t cols = budget / (bytes_per_col ? bytes_per_col : 1);
     cols -= cols % (size_t)unit;
     return cols < (size_t)unit ? unit : cols > (size_t)cap ? cap : (int)cols;
 }
@@ -105,8 +105,15 @@ AK_INLINE __m256i ak_q4_k_mins(const uint8_t mn[8])
     return _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
 }
 
-#define AK_KR 4 /* K-quant gemm tile: rows */
-#define AK_KP 2 /* K-quant gemm tile: column pairs */
+#ifndef AK_XB
+#define AK_XB (512 << 10) /* K-quant gemm: bytes of activations per column cache block */
+#endif
+#ifndef AK_KR
+#define AK_KR 3 /* K-quant gemm tile: rows (panels are multiples of 12 rows) */
+#endif
+#ifndef AK_KP
+#define AK_KP 3 /* K-quant gemm tile: column pairs */
+#endif
 
 /* NR weight rows x NP column pairs; xc[2p], xc[2p + 1] are the columns of pair p (equal for a lone column),
  * sc_[c] where column c's results go (NULL: not stored). */
@@ -277,14 +284,24 @@ AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_
             ak_store2(acc[r][p], sc_[2 * p] + r, sc_[2 * p + 1] ? sc_[2 * p + 1] + r : NULL);
 }
 
-/* One K-quant tile call with the row count as a constant. */
+/* One K-quant tile call with the row and pair counts as constants (clamped only to keep unreachable cases
+ * compilable). */
+#define AK_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AK_TILE_NR(TILE, nb, nr_, NP, w, ldw, xc, sp)                                                           \
     do {                                                                                                     \
         switch (nr_) {                                                                                       \
-        case 4: TILE(nb, 4, NP, w, ldw, xc, sp); break;                                                     \
-        case 3: TILE(nb, 3, NP, w, ldw, xc, sp); break;                                                     \
-        case 2: TILE(nb, 2, NP, w, ldw, xc, sp); break;                                                     \
+        case 4: TILE(nb, AK_MIN(4, AK_KR), NP, w, ldw, xc, sp); break;                                      \
+        case 3: TILE(nb, AK_MIN(3, AK_KR), NP, w, ldw, xc, sp); break;                                      \
+        case 2: TILE(nb, AK_MIN(2, AK_KR), NP, w, ldw, xc, sp); break;                                      \
         default: TILE(nb, 1, NP, w, ldw, xc, sp); break;                                                    \
+        }                                                                                                    \
+    } while (0)
+#define AK_TILE(TILE, nb, nr_, np_, w, ldw, xc, sp)                                                             \
+    do {                                                                                                     \
+        switch (np_) {                                                                                       \
+        case 3: AK_TILE_NR(TILE, nb, nr_, AK_MIN(3, AK_KP), w, ldw, xc, sp); break;                         \
+        case 2: AK_TILE_NR(TILE, nb, nr_, AK_MIN(2, AK_KP), w, ldw, xc, sp); break;                         \
+        default: AK_TILE_NR(TILE, nb, nr_, 1, w, ldw, xc, sp); break;                                       \
         }                                                                                                    \
     } while (0)
 
@@ -294,7 +311,7 @@ AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_
     {                                                                                                      \
         const uint8_t *W = w, *X = x;                                                                      \
         int64_t nb = n / QK_K;                                                                             \
-        int jb = ak_col_block(ldx, 2 * AK_KP, 1 << 20);                                                    \
+        int jb = ak_col_block(AK_XB, ldx, 2 * AK_KP, 1 << 20);                                                    \
         for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
             int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
             for (int i = 0; i < nr; i += AK_KR) {                                                          \
@@ -310,10 +327,7 @@ AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_
                         xc[c] = X + (size_t)(j + cc) * ldx;                                                \
                         sp[c] = c < m ? s + (size_t)(j + c) * lds + i : NULL;                              \
                     }                                                                                      \
-                    if (m > 2 * (AK_KP - 1))                                                               \
-                        AK_TILE_NR(TILE, nb, nri, AK_KP, wi, ldw, xc, sp);                                 \
-                    else                                                                                   \
-                        AK_TILE_NR(TILE, nb, nri, 1, wi, ldw, xc, sp);                                     \
+                    AK_TILE(TILE, nb, nri, (m + 1) / 2, wi, ldw, xc, sp);                                  \
                 }                                                                                          \
             }                                                                                              \
         }                                                                                                  \
@@ -324,9 +338,18 @@ AK_KGEMM(q6_k, ak_tile_q6_k)
 
 /* ---- F16 x F32 gemm ---- */
 
+#ifndef AF_RP
 #define AF_RP 2     /* row pairs per tile */
-#define AF_C 5      /* columns per tile */
+#endif
+#ifndef AF_C
+#define AF_C 4      /* columns per tile */
+#endif
+#ifndef AF_XB
+#define AF_XB (1024 << 10) /* bytes of activations per column cache block */
+#endif
+#ifndef AF_KC
 #define AF_KC 1024  /* elements per chunk of converted weights (multiple of 16): AF_RP * 8 KiB of F32 */
+#endif
 #define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
 
 /* Converts elements [k0, k1) of rows a and b (F16) to wb: per 8-element group 16 floats, [8 of a | 8 of b];
@@ -358,7 +381,7 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
     __m512 a0[AF_RP][AF_C], a1[AF_RP][AF_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int rp = 0; rp < RP; rp++) {
             a0[rp][c] = k0 ? ch[c][rp][0] : _mm512_setzero_ps();
             a1[rp][c] = k0 ? ch[c][rp][1] : _mm512_setzero_ps();
@@ -370,7 +393,7 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
         for (int c = 0; c < NC; c++) {
             __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
             __m512 x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i + 8));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int rp = 0; rp < RP; rp++) {
                 a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
                 a1[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride + 16), x1, a1[rp][c]);
@@ -382,7 +405,7 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int rp = 0; rp < RP; rp++)
                     a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
             }
@@ -392,21 +415,21 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 __m512 x0 = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, xc[c] + i));
-#pragma GCC unroll 2
+#pragma GCC unroll 4
                 for (int rp = 0; rp < RP; rp++)
                     a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
             }
         }
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int rp = 0; rp < RP; rp++)
                 ak_store2(_mm512_add_ps(a0[rp][c], a1[rp][c]), s + (size_t)c * lds + 2 * rp,
                           2 * rp + 1 < rows ? s + (size_t)c * lds + 2 * rp + 1 : NULL);
     } else {
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
-#pragma GCC unroll 2
+#pragma GCC unroll 4
             for (int rp = 0; rp < RP; rp++) {
                 ch[c][rp][0] = a0[rp][c];
                 ch[c][rp][1] = a1[rp][c];
@@ -414,25 +437,37 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
     }
 }
 
+/* af_tile with RP and NC as constants (RP <= AF_RP, NC <= AF_C; the clamps only keep unreachable cases
+ * compilable). */
+#define AF_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AF_TILE_NC(RP, nc_, ...)                                                                             \
     do {                                                                                                     \
         switch (nc_) {                                                                                       \
-        case 5: af_tile(RP, 5, __VA_ARGS__); break;                                                          \
-        case 4: af_tile(RP, 4, __VA_ARGS__); break;                                                          \
-        case 3: af_tile(RP, 3, __VA_ARGS__); break;                                                          \
-        case 2: af_tile(RP, 2, __VA_ARGS__); break;                                                          \
+        case 5: af_tile(RP, AF_MIN(5, AF_C), __VA_ARGS__); break;                                           \
+        case 4: af_tile(RP, AF_MIN(4, AF_C), __VA_ARGS__); break;                                           \
+        case 3: af_tile(RP, AF_MIN(3, AF_C), __VA_ARGS__); break;                                           \
+        case 2: af_tile(RP, AF_MIN(2, AF_C), __VA_ARGS__); break;                                           \
         default: af_tile(RP, 1, __VA_ARGS__); break;                                                         \
+        }                                                                                                    \
+    } while (0)
+#define AF_TILE(rp_, nc_, ...)                                                                               \
+    do {                                                                                                     \
+        switch (rp_) {                                                                                       \
+        case 4: AF_TILE_NC(AF_MIN(4, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        case 3: AF_TILE_NC(AF_MIN(3, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        case 2: AF_TILE_NC(AF_MIN(2, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        default: AF_TILE_NC(1, nc_, __VA_ARGS__); break;                                                     \
         }                                                                                                    \
     } while (0)
 
 static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
                         size_t ldx, const void *aux, size_t ldaux)
 {
-    _Static_assert(AF_C == 5 && AF_RP == 2 && AF_KC % 16 == 0, "af_tile dispatch");
+    _Static_assert(AF_C <= 5 && AF_RP <= 4 && AF_KC % 16 == 0, "af_tile dispatch");
     float wb[AF_RP][AF_KC / 8 * 16] __attribute__((aligned(64)));
     __m512 ch[AF_JB][AF_RP][2];
     const uint8_t *W = w, *X = x;
-    int jb = ak_col_block(ldx, AF_C, AF_JB);
+    int jb = ak_col_block(AF_XB, ldx, AF_C, AF_JB);
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb;
         for (int i = 0; i < nr; i += 2 * AF_RP) {
@@ -450,13 +485,8 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                     const float *xc[AF_C];
                     for (int c = 0; c < m; c++)
                         xc[c] = (const float *)(X + (size_t)(j + c) * ldx);
-                    float *sj = s + (size_t)j * lds + i;
-                    if (rp_n == 2)
-                        AF_TILE_NC(2, m, n, k0, k1, wb[0], sizeof wb[0] / sizeof(float), xc, ch + (j - j0), sj, lds,
-                                   rows);
-                    else
-                        AF_TILE_NC(1, m, n, k0, k1, wb[0], sizeof wb[0] / sizeof(float), xc, ch + (j - j0), sj, lds,
-                                   rows);
+                    AF_TILE(rp_n, m, n, k0, k1, wb[0], sizeof wb[0] / sizeof(float), xc, ch + (j - j0), s + (size_t)j * lds + i,
+                            lds, rows);
                 }
             }
         }
