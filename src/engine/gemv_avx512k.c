@@ -12,7 +12,8 @@
  *     load, so the nibble / 6-bit unpacking is done once for two columns. Integer sums are exact whatever the
  *     instruction: vpdpwssd (AVX512-VNNI) replaces vec_dot's madd + add, same int32 lanes. Scale products
  *     d_w * d_x become [d_w * d_x(c) x8 | d_w * d_x(c+1) x8], the same IEEE multiply per lane.
- *   K-quants (gemv): half = weight row r / r+1 against the activation broadcast to both halves.
+ *   K-quants (gemv): half = weight row r / r+1 against the activation broadcast to both halves; the
+ *     per-sub-block scales of both rows are picked into place with one vpermw each.
  *   F16 (gemm): half = weight row r / r+1. The weights of a tile are converted to F32 once per chunk of
  *     AF_KC elements into an interleaved buffer ([8 of row r | 8 of row r+1] per 8-element group) that stays
  *     in L1 and is reused for every column of the cache block; activations are broadcast 8 floats to both
@@ -495,20 +496,206 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
 
 /* ---- gemv ---- */
 
+/* The AVX2 F16 gemv (memory-bound already), looked up once: gemv_ops_avx2 runs cpuid, which in a VM traps to
+ * the hypervisor and cost half the speed of L2-hot gemv calls when done per call. */
+static void (*af_gemv_avx2)(int64_t, int64_t, float *, const void *, size_t, const void *, const void *);
+
 static void af_gemv_f16(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
 {
-    gemv_ops_avx2(DTYPE_F16)->gemv(n, nr, y, w, ldw, x, aux);
+    __atomic_load_n(&af_gemv_avx2, __ATOMIC_RELAXED)(n, nr, y, w, ldw, x, aux);
 }
 
-static void ak_gemv_q4_k(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
+/* Decode: weight row pairs [r | r+1] in the two halves against the activation broadcast to both. The rows
+ * of a call are one contiguous stream; the prefetch runs AK_PF bytes ahead of the tile's position in it, into
+ * L2 (as gemv_avx2.c does, which measured this distance). */
+#define AK_PF (16 << 10)
+#define AK_GP 2 /* gemv tile: row pairs */
+
+AK_INLINE void ak_prefetch(const uint8_t *p, size_t n)
 {
-    gemv_ops_avx2(DTYPE_Q4_K)->gemv(n, nr, y, w, ldw, x, aux);
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
-static void ak_gemv_q6_k(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
+/* vpermw index: 16-bit lane j of half h takes lane h * 16 + (j < 8 ? a : b) of the source. */
+AK_INLINE __m512i ak_idx2(int a, int b)
 {
-    gemv_ops_avx2(DTYPE_Q6_K)->gemv(n, nr, y, w, ldw, x, aux);
+    return _mm512_set_epi16(16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + a, 16 + a, 16 + a, 16 + a,
+                            16 + a, 16 + a, 16 + a, 16 + a, b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
 }
+
+/* Q4_K mins index: lane j of half h takes min j / 2 (int16 lane 8 + j / 2 of the row's [scales | mins]). */
+AK_INLINE __m512i ak_q4_k_midx(void)
+{
+    return _mm512_set_epi16(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24, 15, 15, 14, 14, 13, 13, 12, 12,
+                            11, 11, 10, 10, 9, 9, 8, 8);
+}
+
+/* [8 scales, 8 mins of row a as int16 | the same of row b], unpacked as ak_q4_k_scales does but in vector
+ * registers (dwords a0 a1 a2 of the 12 bytes: scales 0-3 = a0 & 0x3f.., mins 0-3 = a1 & 0x3f..,
+ * scales 4-7 = (a2 & 0x0f..) | (top 2 bits of a0's bytes) << 4, mins 4-7 = (a2 >> 4 & 0x0f..) | (a1's) << 4). */
+AK_INLINE __m512i ak_q4_k_scm(const struct block_q4_k *ba, const struct block_q4_k *bb)
+{
+    /* 16 bytes from each: the 12 scale bytes and 4 of qs (ignored) */
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)ba->scales)),
+                                        _mm_loadu_si128((const __m128i *)bb->scales), 1);
+    __m256i lo = _mm256_srlv_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4));
+    lo = _mm256_and_si256(lo, _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                                                0x3f3f3f3f, 0x0f0f0f0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                  _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030));
+    /* dwords now: scales 0-3, scales 4-7, mins 0-3, mins 4-7 per row */
+    return _mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi));
+}
+
+/* [f(a) x8 | f(b) x8] and [f(a + 1) x8 | f(b + 1) x8] of the F16 pairs at a and b (d and dmin of a Q4_K
+ * block; the conversion is exact, as vec_dot's scalar one). */
+AK_INLINE void ak_h2f_pairs(const uint16_t *a, const uint16_t *b, __m512 *f0, __m512 *f1)
+{
+    uint32_t ua, ub;
+    memcpy(&ua, a, 4);
+    memcpy(&ub, b, 4);
+    __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_setr_epi32((int)ua, (int)ub, 0, 0)));
+    *f0 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), v);
+    *f1 = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), v);
+}
+
+/* NP row pairs; row 2p + 1 of the last pair is row 2p again when lone (then y[2p + 1] is not stored). */
+AK_INLINE void ak_gv_q4_k(int64_t nb, const int NP, float *y, const uint8_t *w, size_t ldw, int rows,
+                          const struct block_q8_k *x)
+{
+    const size_t bs = sizeof(struct block_q4_k);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[AK_GP];
+    const uint8_t *wr[2 * AK_GP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        acc[p] = _mm512_setzero_ps();
+        wr[2 * p] = w + (size_t)(2 * p) * ldw;
+        wr[2 * p + 1] = w + (size_t)(2 * p + 1 < rows ? 2 * p + 1 : 2 * p) * ldw;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        ak_prefetch(w + AK_PF + (size_t)b * (size_t)rows * bs, (size_t)rows * bs);
+        const struct block_q8_k *bx = x + b;
+        __m512i scm[AK_GP], sumi[AK_GP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            scm[p] = ak_q4_k_scm((const struct block_q4_k *)wr[2 * p] + b, (const struct block_q4_k *)wr[2 * p + 1] + b);
+            sumi[p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i y0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k)));
+            __m512i y1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k + 32)));
+            const __m512i ilo = ak_idx2(2 * k, 2 * k), ihi = ak_idx2(2 * k + 1, 2 * k + 1);
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                __m512i raw = ak_pair256(((const struct block_q4_k *)wr[2 * p] + b)->qs + 32 * k,
+                                         ((const struct block_q4_k *)wr[2 * p + 1] + b)->qs + 32 * k);
+                __m512i lo = _mm512_and_si512(raw, m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(lo, y0), _mm512_permutexvar_epi16(ilo, scm[p]));
+                sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(hi, y1), _mm512_permutexvar_epi16(ihi, scm[p]));
+            }
+        }
+        __m512i bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bx->bsums));
+        __m512 dx = _mm512_set1_ps(bx->d);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q4_k *ba = (const struct block_q4_k *)wr[2 * p] + b, *bb = (const struct block_q4_k *)wr[2 * p + 1] + b;
+            __m512i mm = _mm512_madd_epi16(bsums, _mm512_permutexvar_epi16(ak_q4_k_midx(), scm[p]));
+            __m512 d, dmin;
+            ak_h2f_pairs(&ba->d, &bb->d, &d, &dmin);
+            d = _mm512_mul_ps(d, dx);
+            dmin = _mm512_mul_ps(dmin, dx);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[p]), acc[p]);
+            acc[p] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++)
+        ak_store2(acc[p], y + 2 * p, 2 * p + 1 < rows ? y + 2 * p + 1 : NULL);
+}
+
+AK_INLINE void ak_gv_q6_k(int64_t nb, const int NP, float *y, const uint8_t *w, size_t ldw, int rows,
+                          const struct block_q8_k *x)
+{
+    const size_t bs = sizeof(struct block_q6_k);
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512 acc[AK_GP];
+    const uint8_t *wr[2 * AK_GP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        acc[p] = _mm512_setzero_ps();
+        wr[2 * p] = w + (size_t)(2 * p) * ldw;
+        wr[2 * p + 1] = w + (size_t)(2 * p + 1 < rows ? 2 * p + 1 : 2 * p) * ldw;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        ak_prefetch(w + AK_PF + (size_t)b * (size_t)rows * bs, (size_t)rows * bs);
+        const struct block_q8_k *bx = x + b;
+        __m512i sc[AK_GP], sumi[AK_GP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b, *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+            sc[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ba->scales))),
+                                       _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bb->scales)), 1);
+            sumi[p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 128 * h + 32 * qt)));
+                const __m512i sidx = ak_idx2(8 * h + 2 * qt, 8 * h + 2 * qt + 1);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b;
+                    const struct block_q6_k *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+                    __m512i ql = ak_pair256(ba->ql + 64 * h + 32 * (qt & 1), bb->ql + 64 * h + 32 * (qt & 1));
+                    __m512i qh = ak_pair256(ba->qh + 32 * h, bb->qh + 32 * h);
+                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                                 : qt == 2 ? qh
+                                           : _mm512_srli_epi16(qh, 2);
+                    __m512i q = _mm512_or_si512(lo, _mm512_and_si512(hb, m2h));
+                    sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(q, yv), _mm512_permutexvar_epi16(sidx, sc[p]));
+                }
+            }
+        }
+        __m512i bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bx->bsums));
+        __m512 dx = _mm512_set1_ps(bx->d);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b, *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+            __m512i off = _mm512_madd_epi16(bsums, sc[p]);
+            __m512i t = _mm512_sub_epi32(sumi[p], _mm512_slli_epi32(off, 5));
+            __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_setr_epi16((short)ba->d, (short)bb->d, 0, 0, 0, 0, 0, 0)));
+            d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), d);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++)
+        ak_store2(acc[p], y + 2 * p, 2 * p + 1 < rows ? y + 2 * p + 1 : NULL);
+}
+
+#define AK_GEMV(name, GV)                                                                                    \
+    static void ak_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        const uint8_t *W = w;                                                                              \
+        int64_t nb = n / QK_K, i = 0;                                                                      \
+        for (; i + 2 * AK_GP <= nr; i += 2 * AK_GP)                                                        \
+            GV(nb, AK_GP, y + i, W + (size_t)i * ldw, ldw, 2 * AK_GP, x);                                  \
+        for (; i < nr; i += 2) {                                                                           \
+            int rows = nr - i < 2 ? 1 : 2;                                                                 \
+            GV(nb, 1, y + i, W + (size_t)i * ldw, ldw, rows, x);                                           \
+        }                                                                                                  \
+    }
+
+AK_GEMV(q4_k, ak_gv_q4_k)
+AK_GEMV(q6_k, ak_gv_q6_k)
 
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
@@ -527,8 +714,9 @@ static const struct gemv_ops ak_ops[] = {
 
 const struct gemv_ops *gemv_ops_avx512k(enum dtype t)
 {
-    if (!gemv_cpu_has_avx512())
+    if (!gemv_cpu_has_avx512() || !gemv_ops_avx2(DTYPE_F16))
         return NULL;
+    __atomic_store_n(&af_gemv_avx2, gemv_ops_avx2(DTYPE_F16)->gemv, __ATOMIC_RELAXED);
     for (size_t i = 0; i < sizeof ak_ops / sizeof ak_ops[0]; i++)
         if (ak_ops[i].type == t)
             return &ak_ops[i];
