@@ -80,6 +80,19 @@ static int ak_col_block(size_t budget, size_t bytes_per_col, int unit, int cap)
     return cols < (size_t)unit ? unit : cols > (size_t)cap ? cap : (int)cols;
 }
 
+/* Prefetch distance along the contiguous stream of a call's (gemv) or a tile's (gemm) weight rows: the tile
+ * position in the stream plus AK_PF bytes, into L2 (as gemv_avx2.c does, which measured this distance). In
+ * gemm it matters for batched decode, where the first column tile of a panel reads the weights from memory. */
+#ifndef AK_PF
+#define AK_PF (16 << 10)
+#endif
+
+AK_INLINE void ak_prefetch(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T1);
+}
+
 /* ---- Q4_K x Q8_K ---- */
 
 /* The 8 six-bit scales and mins of a Q4_K block (as kernels_avx2.c unpacks them). */
@@ -132,6 +145,7 @@ AK_INLINE void ak_tile_q4_k(int64_t nb, const int NR, const int NP, const uint8_
         uint8_t sc[AK_KR][8], mn[AK_KR][8];
         __m512i sumi[AK_KR][AK_KP];
         const struct block_q8_k *bx[2 * AK_KP];
+        ak_prefetch(w + AK_PF + (size_t)b * NR * sizeof(struct block_q4_k), NR * sizeof(struct block_q4_k));
 #pragma GCC unroll 4
         for (int c = 0; c < 2 * NP; c++)
             bx[c] = (const struct block_q8_k *)xc[c] + b;
@@ -227,6 +241,7 @@ AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_
     for (int64_t b = 0; b < nb; b++) {
         __m512i sumi[AK_KR][AK_KP], sc16[AK_KR];
         const struct block_q8_k *bx[2 * AK_KP];
+        ak_prefetch(w + AK_PF + (size_t)b * NR * sizeof(struct block_q6_k), NR * sizeof(struct block_q6_k));
 #pragma GCC unroll 4
         for (int c = 0; c < 2 * NP; c++)
             bx[c] = (const struct block_q8_k *)xc[c] + b;
@@ -505,17 +520,8 @@ static void af_gemv_f16(int64_t n, int64_t nr, float *y, const void *w, size_t l
     __atomic_load_n(&af_gemv_avx2, __ATOMIC_RELAXED)(n, nr, y, w, ldw, x, aux);
 }
 
-/* Decode: weight row pairs [r | r+1] in the two halves against the activation broadcast to both. The rows
- * of a call are one contiguous stream; the prefetch runs AK_PF bytes ahead of the tile's position in it, into
- * L2 (as gemv_avx2.c does, which measured this distance). */
-#define AK_PF (16 << 10)
+/* Decode: weight row pairs [r | r+1] in the two halves against the activation broadcast to both. */
 #define AK_GP 2 /* gemv tile: row pairs */
-
-AK_INLINE void ak_prefetch(const uint8_t *p, size_t n)
-{
-    for (size_t i = 0; i < n; i += 64)
-        _mm_prefetch((const char *)p + i, _MM_HINT_T1);
-}
 
 /* vpermw index: 16-bit lane j of half h takes lane h * 16 + (j < 8 ? a : b) of the source. */
 AK_INLINE __m512i ak_idx2(int a, int b)
