@@ -1,14 +1,738 @@
 /*
- * gemv_avx512k: AVX-512 kernels for F16 weights x F16 activations, Q4_K and Q6_K weights x Q8_K activations (see gemv.h): decode gemv and
- * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2.
- * Handed out only when gemv_cpu_has_avx512() says the CPU has AVX-512 (with VNNI). Not written yet: no types.
+ * gemv_avx512k: AVX-512 kernels for F16 weights x F32 activations (rounded to F16 precision, see kernels.c)
+ * and Q4_K / Q6_K weights x Q8_K activations (see gemv.h): prefill / batched-decode gemm and decode gemv,
+ * bit-identical to kernel_ops vec_dot on AVX2 (kernels_avx2.c). The functions are compiled for AVX-512 by the
+ * target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it.
+ *
+ * How 512-bit registers keep the AVX2 numerics: vec_dot works in 8 float lanes (and 8 int32 lanes for the
+ * K-quants' exact integer sums). Here one zmm holds two such independent 8-lane sets, and each 256-bit half
+ * performs exactly the lane math of vec_dot for one (weight row, activation row) pair, folded at the end with
+ * vec_dot's fold:
+ *   K-quants (gemm): half = activation column c / c+1, the weights broadcast to both halves by one broadcast
+ *     load, so the nibble / 6-bit unpacking is done once for two columns. Integer sums are exact whatever the
+ *     instruction: vpdpwssd (AVX512-VNNI) replaces vec_dot's madd + add, same int32 lanes. Scale products
+ *     d_w * d_x become [d_w * d_x(c) x8 | d_w * d_x(c+1) x8], the same IEEE multiply per lane.
+ *   K-quants (gemv): half = weight row r / r+1 against the activation broadcast to both halves; the
+ *     per-sub-block scales of both rows are picked into place with one vpermw each.
+ *   F16 (gemm): half = weight row r / r+1. The weights of a tile are converted to F32 once per chunk of
+ *     AF_KC elements into an interleaved buffer ([8 of row r | 8 of row r+1] per 8-element group) that stays
+ *     in L1 and is reused for every column of the cache block; activations are broadcast 8 floats to both
+ *     halves straight from memory (a load, no shuffle), so the inner loop is loads and FMAs only. vec_dot's
+ *     two chains (16-element steps, then 8-element steps into chain 0, then a zero-padded tail into chain 0)
+ *     are kept per (row, column); between chunks the chains live in a stack buffer per column.
+ *   F16 gemv: the AVX2 gemv (memory-bound already).
+ * A lone row or column is paired with itself and only its low half stored.
+ *
+ * aux_bytes is 0 for every type here: no activation prep.
+ *
+ * Measured on the 2-core test machine (Xeon, AVX-512 with one 512-bit FMA per cycle: a pure FMA loop does
+ * ~82 GFLOP/s in zmm, ~95 in ymm), one thread, engine-sized panels, 128 columns, against kernel_ops gemm:
+ * F16 n 2048 ~90-100 GFLOP/s (AVX2 ~50), n 8192 ~65 (AVX2 ~44; there the activations no longer fit beside
+ * the panel and stream from L3); Q4_K / Q6_K ~150 (AVX2 ~80-95). Tile shapes were picked by measuring (F16:
+ * 2 row pairs x 2-5 columns and 3 row pairs x 2-3 within noise; K-quants: 3 x 3 pairs best, 4 x 2, 2 x 3,
+ * 3 x 4 within ~10%). Decode gemv from L2: Q4_K 15 -> 26 GB/s, Q6_K 18 -> 30 GB/s per core.
  */
 #include "engine/gemv.h"
 
-#include <stddef.h>
+#include "engine/kernels.h"
+#include "engine/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
+#endif
+
+#define AK_INLINE static inline __attribute__((always_inline))
+
+/* kernels_avx2.c's ka_hsum: (l + l+4), then (0+2, 1+3), then the two. */
+AK_INLINE float ak_hsum(__m256 v)
+{
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+AK_INLINE float ak_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* [32 bytes at a | 32 bytes at b] */
+AK_INLINE __m512i ak_pair256(const void *a, const void *b)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a)),
+                              _mm256_loadu_si256((const __m256i *)b), 1);
+}
+
+/* [a x8 | b x8] */
+AK_INLINE __m512 ak_pair_ps(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
+
+/* Stores the folds of both halves: lo to *s0, hi to *s1 unless s1 is NULL. */
+AK_INLINE void ak_store2(__m512 v, float *s0, float *s1)
+{
+    *s0 = ak_hsum(_mm512_castps512_ps256(v));
+    if (s1)
+        *s1 = ak_hsum(_mm512_extractf32x8_ps(v, 1));
+}
+
+/* Columns per cache block: the activations of a block stay in L2 while every row tile passes over them. */
+static int ak_col_block(size_t budget, size_t bytes_per_col, int unit, int cap)
+{
+    size_t cols = budget / (bytes_per_col ? bytes_per_col : 1);
+    cols -= cols % (size_t)unit;
+    return cols < (size_t)unit ? unit : cols > (size_t)cap ? cap : (int)cols;
+}
+
+/* Prefetch distance along the contiguous stream of a call's (gemv) or a tile's (gemm) weight rows: the tile
+ * position in the stream plus AK_PF bytes, into L2 (as gemv_avx2.c does, which measured this distance). In
+ * gemm it matters for batched decode, where the first column tile of a panel reads the weights from memory. */
+#ifndef AK_PF
+#define AK_PF (16 << 10)
+#endif
+
+AK_INLINE void ak_prefetch(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T1);
+}
+
+/* ---- Q4_K x Q8_K ---- */
+
+/* The 8 six-bit scales and mins of a Q4_K block (as kernels_avx2.c unpacks them). */
+AK_INLINE void ak_q4_k_scales(const uint8_t *p, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t a0, a1, a2, t;
+    memcpy(&a0, p, 4);
+    memcpy(&a1, p + 4, 4);
+    memcpy(&a2, p + 8, 4);
+    t = a0 & 0x3f3f3f3f;
+    memcpy(sc, &t, 4);
+    t = a1 & 0x3f3f3f3f;
+    memcpy(m, &t, 4);
+    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
+    memcpy(sc + 4, &t, 4);
+    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
+    memcpy(m + 4, &t, 4);
+}
+
+/* vec_dot's mins vector (8 int16 pairs (m_j, m_j) per 128 bits) of a Q4_K block, in both 256-bit halves. */
+AK_INLINE __m256i ak_q4_k_mins(const uint8_t mn[8])
+{
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn));
+    return _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+}
+
+#ifndef AK_XB
+#define AK_XB (512 << 10) /* K-quant gemm: bytes of activations per column cache block */
+#endif
+#ifndef AK_KR
+#define AK_KR 3 /* K-quant gemm tile: rows (panels are multiples of 12 rows) */
+#endif
+#ifndef AK_KP
+#define AK_KP 3 /* K-quant gemm tile: column pairs */
+#endif
+
+/* NR weight rows x NP column pairs; xc[2p], xc[2p + 1] are the columns of pair p (equal for a lone column),
+ * sc_[c] where column c's results go (NULL: not stored). */
+AK_INLINE void ak_tile_q4_k(int64_t nb, const int NR, const int NP, const uint8_t *w, size_t ldw,
+                            const uint8_t *const *xc, float *const *sc_)
+{
+    __m512 acc[AK_KR][AK_KP];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            acc[r][p] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15);
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t sc[AK_KR][8], mn[AK_KR][8];
+        __m512i sumi[AK_KR][AK_KP];
+        const struct block_q8_k *bx[2 * AK_KP];
+        ak_prefetch(w + AK_PF + (size_t)b * NR * sizeof(struct block_q4_k), NR * sizeof(struct block_q4_k));
+#pragma GCC unroll 4
+        for (int c = 0; c < 2 * NP; c++)
+            bx[c] = (const struct block_q8_k *)xc[c] + b;
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            ak_q4_k_scales(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++)
+                sumi[r][p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+            __m512i y0[AK_KP], y1[AK_KP];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                y0[p] = ak_pair256(bx[2 * p]->qs + 64 * k, bx[2 * p + 1]->qs + 64 * k);
+                y1[p] = ak_pair256(bx[2 * p]->qs + 64 * k + 32, bx[2 * p + 1]->qs + 64 * k + 32);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
+                __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bw->qs + 32 * k)));
+                __m512i lo = _mm512_and_si512(raw, m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                __m512i slo = _mm512_set1_epi16(sc[r][2 * k]), shi = _mm512_set1_epi16(sc[r][2 * k + 1]);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    sumi[r][p] = _mm512_dpwssd_epi32(sumi[r][p], _mm512_maddubs_epi16(lo, y0[p]), slo);
+                    sumi[r][p] = _mm512_dpwssd_epi32(sumi[r][p], _mm512_maddubs_epi16(hi, y1[p]), shi);
+                }
+            }
+        }
+        __m512i bs[AK_KP];
+        __m512 dd[AK_KP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            bs[p] = ak_pair256(bx[2 * p]->bsums, bx[2 * p + 1]->bsums);
+            dd[p] = ak_pair_ps(bx[2 * p]->d, bx[2 * p + 1]->d);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
+            __m512i mins = _mm512_broadcast_i64x4(ak_q4_k_mins(mn[r]));
+            __m512 d = _mm512_set1_ps(ak_h2f(bw->d)), dmin = _mm512_set1_ps(ak_h2f(bw->dmin));
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                __m512i mm = _mm512_madd_epi16(bs[p], mins);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(sumi[r][p]), acc[r][p]);
+                acc[r][p] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dd[p]), _mm512_cvtepi32_ps(mm), acc[r][p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            ak_store2(acc[r][p], sc_[2 * p] + r, sc_[2 * p + 1] ? sc_[2 * p + 1] + r : NULL);
+}
+
+/* ---- Q6_K x Q8_K ---- */
+
+/* vpermw index giving [scale 8h+2qt x8 | scale 8h+2qt+1 x8] in both halves from the 16 int16 scales in both
+ * halves: vec_dot's per-quarter scale vector. */
+AK_INLINE __m512i ak_q6_k_sidx(int j)
+{
+    return _mm512_add_epi16(_mm512_set1_epi16((short)j),
+                            _mm512_set_epi64(0x0001000100010001LL, 0x0001000100010001LL, 0, 0, 0x0001000100010001LL,
+                                             0x0001000100010001LL, 0, 0));
+}
+
+AK_INLINE __m512i ak_q6_k_quarter(const struct block_q6_k *bw, int h, int qt, __m512i m4, __m512i m2h)
+{
+    __m512i ql = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bw->ql + 64 * h + 32 * (qt & 1))));
+    __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bw->qh + 32 * h)));
+    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                 : qt == 2 ? qh
+                           : _mm512_srli_epi16(qh, 2);
+    return _mm512_or_si512(lo, _mm512_and_si512(hb, m2h)); /* 0..63, offset 32 */
+}
+
+AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_t *w, size_t ldw,
+                            const uint8_t *const *xc, float *const *sc_)
+{
+    __m512 acc[AK_KR][AK_KP];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            acc[r][p] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i sumi[AK_KR][AK_KP], sc16[AK_KR];
+        const struct block_q8_k *bx[2 * AK_KP];
+        ak_prefetch(w + AK_PF + (size_t)b * NR * sizeof(struct block_q6_k), NR * sizeof(struct block_q6_k));
+#pragma GCC unroll 4
+        for (int c = 0; c < 2 * NP; c++)
+            bx[c] = (const struct block_q8_k *)xc[c] + b;
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
+            sc16[r] = _mm512_broadcast_i64x4(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bw->scales)));
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++)
+                sumi[r][p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i y[AK_KP];
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++)
+                    y[p] = ak_pair256(bx[2 * p]->qs + 128 * h + 32 * qt, bx[2 * p + 1]->qs + 128 * h + 32 * qt);
+                const __m512i sidx = ak_q6_k_sidx(8 * h + 2 * qt);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
+                    __m512i q = ak_q6_k_quarter(bw, h, qt, m4, m2h);
+                    __m512i sv = _mm512_permutexvar_epi16(sidx, sc16[r]);
+#pragma GCC unroll 4
+                    for (int p = 0; p < NP; p++)
+                        sumi[r][p] = _mm512_dpwssd_epi32(sumi[r][p], _mm512_maddubs_epi16(q, y[p]), sv);
+                }
+            }
+        }
+        __m512i bs[AK_KP];
+        __m512 dd[AK_KP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            bs[p] = ak_pair256(bx[2 * p]->bsums, bx[2 * p + 1]->bsums);
+            dd[p] = ak_pair_ps(bx[2 * p]->d, bx[2 * p + 1]->d);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
+            __m512 d = _mm512_set1_ps(ak_h2f(bw->d));
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                /* the codes carry +32: subtract 32 * sum over groups of scale * group sum of x */
+                __m512i off = _mm512_madd_epi16(bs[p], sc16[r]);
+                __m512i t = _mm512_sub_epi32(sumi[r][p], _mm512_slli_epi32(off, 5));
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(t), acc[r][p]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++)
+            ak_store2(acc[r][p], sc_[2 * p] + r, sc_[2 * p + 1] ? sc_[2 * p + 1] + r : NULL);
+}
+
+/* One K-quant tile call with the row and pair counts as constants (clamped only to keep unreachable cases
+ * compilable). */
+#define AK_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define AK_TILE_NR(TILE, nb, nr_, NP, w, ldw, xc, sp)                                                           \
+    do {                                                                                                     \
+        switch (nr_) {                                                                                       \
+        case 4: TILE(nb, AK_MIN(4, AK_KR), NP, w, ldw, xc, sp); break;                                      \
+        case 3: TILE(nb, AK_MIN(3, AK_KR), NP, w, ldw, xc, sp); break;                                      \
+        case 2: TILE(nb, AK_MIN(2, AK_KR), NP, w, ldw, xc, sp); break;                                      \
+        default: TILE(nb, 1, NP, w, ldw, xc, sp); break;                                                    \
+        }                                                                                                    \
+    } while (0)
+#define AK_TILE(TILE, nb, nr_, np_, w, ldw, xc, sp)                                                             \
+    do {                                                                                                     \
+        switch (np_) {                                                                                       \
+        case 4: AK_TILE_NR(TILE, nb, nr_, AK_MIN(4, AK_KP), w, ldw, xc, sp); break;                         \
+        case 3: AK_TILE_NR(TILE, nb, nr_, AK_MIN(3, AK_KP), w, ldw, xc, sp); break;                         \
+        case 2: AK_TILE_NR(TILE, nb, nr_, AK_MIN(2, AK_KP), w, ldw, xc, sp); break;                         \
+        default: AK_TILE_NR(TILE, nb, nr_, 1, w, ldw, xc, sp); break;                                       \
+        }                                                                                                    \
+    } while (0)
+
+#define AK_KGEMM(name, TILE)                                                                                 \
+    static void ak_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
+    {                                                                                                      \
+        const uint8_t *W = w, *X = x;                                                                      \
+        int64_t nb = n / QK_K;                                                                             \
+        int jb = ak_col_block(AK_XB, ldx, 2 * AK_KP, 1 << 20);                                                    \
+        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
+            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
+            for (int i = 0; i < nr; i += AK_KR) {                                                          \
+                int nri = nr - i < AK_KR ? nr - i : AK_KR;                                                 \
+                const uint8_t *wi = W + (size_t)i * ldw;                                                   \
+                int j = j0;                                                                                \
+                for (; j < j1; j += 2 * AK_KP) {                                                           \
+                    const uint8_t *xc[2 * AK_KP];                                                          \
+                    float *sp[2 * AK_KP];                                                                  \
+                    int m = j1 - j < 2 * AK_KP ? j1 - j : 2 * AK_KP;                                       \
+                    for (int c = 0; c < 2 * AK_KP; c++) {                                                  \
+                        int cc = c < m ? c : m - 1;                                                        \
+                        xc[c] = X + (size_t)(j + cc) * ldx;                                                \
+                        sp[c] = c < m ? s + (size_t)(j + c) * lds + i : NULL;                              \
+                    }                                                                                      \
+                    AK_TILE(TILE, nb, nri, (m + 1) / 2, wi, ldw, xc, sp);                                  \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+AK_KGEMM(q4_k, ak_tile_q4_k)
+AK_KGEMM(q6_k, ak_tile_q6_k)
+
+/* ---- F16 x F32 gemm ---- */
+
+#ifndef AF_RP
+#define AF_RP 2     /* row pairs per tile */
+#endif
+#ifndef AF_C
+#define AF_C 4      /* columns per tile */
+#endif
+#ifndef AF_XB
+#define AF_XB (768 << 10) /* bytes of activations per column cache block (512 KiB - 1 MiB measured best) */
+#endif
+#ifndef AF_KC
+#define AF_KC 1024  /* elements per chunk of converted weights (multiple of 16): AF_RP * 8 KiB of F32 */
+#endif
+#define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
+
+/* Converts elements [k0, k1) of rows a and b (F16) to wb: per 8-element group 16 floats, [8 of a | 8 of b];
+ * a partial last group is zero-padded (as vec_dot pads its tail). */
+AK_INLINE void af_convert(const uint16_t *a, const uint16_t *b, int64_t k0, int64_t k1, float *wb)
+{
+    int64_t i = k0;
+    for (; i + 8 <= k1; i += 8, wb += 16) {
+        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + i))),
+                                            _mm_loadu_si128((const __m128i *)(b + i)), 1);
+        _mm512_store_ps(wb, _mm512_cvtph_ps(h));
+    }
+    if (i < k1) {
+        uint16_t ta[8] = {0}, tb[8] = {0};
+        memcpy(ta, a + i, (size_t)(k1 - i) * 2);
+        memcpy(tb, b + i, (size_t)(k1 - i) * 2);
+        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)ta)),
+                                            _mm_loadu_si128((const __m128i *)tb), 1);
+        _mm512_store_ps(wb, _mm512_cvtph_ps(h));
+    }
+}
+
+/* RP row pairs (converted chunk wb: [RP][groups][16]) x NC columns over elements [k0, k1) of n. The chains
+ * of column c start from ch[c] (zero when k0 == 0) and are saved back there unless this is the last chunk,
+ * where they are folded into s[c * lds + row] (row 2rp + 1 only when rows > 2rp + 1). */
+AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb, size_t gstride,
+                       const float *const *xc, __m512 (*ch)[AF_RP][2], float *s, size_t lds, int rows)
+{
+    __m512 a0[AF_RP][AF_C], a1[AF_RP][AF_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+        for (int rp = 0; rp < RP; rp++) {
+            a0[rp][c] = k0 ? ch[c][rp][0] : _mm512_setzero_ps();
+            a1[rp][c] = k0 ? ch[c][rp][1] : _mm512_setzero_ps();
+        }
+    int64_t i = k0;
+    const float *g = wb;
+    for (; i + 16 <= k1; i += 16, g += 32) {
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
+            __m512 x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i + 8));
+#pragma GCC unroll 4
+            for (int rp = 0; rp < RP; rp++) {
+                a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
+                a1[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride + 16), x1, a1[rp][c]);
+            }
+        }
+    }
+    if (k1 == n) {
+        for (; i + 8 <= n; i += 8, g += 16) {
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
+#pragma GCC unroll 4
+                for (int rp = 0; rp < RP; rp++)
+                    a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
+            }
+        }
+        if (i < n) { /* tail: weights zero-padded by af_convert, activations by the masked load */
+            __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                __m512 x0 = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, xc[c] + i));
+#pragma GCC unroll 4
+                for (int rp = 0; rp < RP; rp++)
+                    a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+            for (int rp = 0; rp < RP; rp++)
+                ak_store2(_mm512_add_ps(a0[rp][c], a1[rp][c]), s + (size_t)c * lds + 2 * rp,
+                          2 * rp + 1 < rows ? s + (size_t)c * lds + 2 * rp + 1 : NULL);
+    } else {
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+            for (int rp = 0; rp < RP; rp++) {
+                ch[c][rp][0] = a0[rp][c];
+                ch[c][rp][1] = a1[rp][c];
+            }
+    }
+}
+
+/* af_tile with RP and NC as constants (RP <= AF_RP, NC <= AF_C; the clamps only keep unreachable cases
+ * compilable). */
+#define AF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define AF_TILE_NC(RP, nc_, ...)                                                                             \
+    do {                                                                                                     \
+        switch (nc_) {                                                                                       \
+        case 5: af_tile(RP, AF_MIN(5, AF_C), __VA_ARGS__); break;                                           \
+        case 4: af_tile(RP, AF_MIN(4, AF_C), __VA_ARGS__); break;                                           \
+        case 3: af_tile(RP, AF_MIN(3, AF_C), __VA_ARGS__); break;                                           \
+        case 2: af_tile(RP, AF_MIN(2, AF_C), __VA_ARGS__); break;                                           \
+        default: af_tile(RP, 1, __VA_ARGS__); break;                                                         \
+        }                                                                                                    \
+    } while (0)
+#define AF_TILE(rp_, nc_, ...)                                                                               \
+    do {                                                                                                     \
+        switch (rp_) {                                                                                       \
+        case 4: AF_TILE_NC(AF_MIN(4, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        case 3: AF_TILE_NC(AF_MIN(3, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        case 2: AF_TILE_NC(AF_MIN(2, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        default: AF_TILE_NC(1, nc_, __VA_ARGS__); break;                                                     \
+        }                                                                                                    \
+    } while (0)
+
+static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
+                        size_t ldx, const void *aux, size_t ldaux)
+{
+    _Static_assert(AF_C <= 5 && AF_RP <= 4 && AF_KC % 16 == 0, "af_tile dispatch");
+    float wb[AF_RP][AF_KC / 8 * 16] __attribute__((aligned(64)));
+    __m512 ch[AF_JB][AF_RP][2];
+    const uint8_t *W = w, *X = x;
+    int jb = ak_col_block(AF_XB, ldx, AF_C, AF_JB);
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 2 * AF_RP) {
+            int rows = nr - i < 2 * AF_RP ? nr - i : 2 * AF_RP;
+            int rp_n = (rows + 1) / 2;
+            for (int64_t k0 = 0; k0 < n; k0 += AF_KC) {
+                int64_t k1 = n - k0 < AF_KC ? n : k0 + AF_KC;
+                for (int rp = 0; rp < rp_n; rp++) {
+                    int ra = i + 2 * rp, rb = ra + 1 < nr ? ra + 1 : ra; /* a lone row pairs with itself */
+                    af_convert((const uint16_t *)(W + (size_t)ra * ldw), (const uint16_t *)(W + (size_t)rb * ldw), k0,
+                               k1, wb[rp]);
+                }
+                for (int j = j0; j < j1; j += AF_C) {
+                    int m = j1 - j < AF_C ? j1 - j : AF_C;
+                    const float *xc[AF_C];
+                    for (int c = 0; c < m; c++)
+                        xc[c] = (const float *)(X + (size_t)(j + c) * ldx);
+                    AF_TILE(rp_n, m, n, k0, k1, wb[0], sizeof wb[0] / sizeof(float), xc, ch + (j - j0), s + (size_t)j * lds + i,
+                            lds, rows);
+                }
+            }
+        }
+    }
+}
+
+/* ---- gemv ---- */
+
+/* The AVX2 F16 gemv (memory-bound already), looked up once: gemv_ops_avx2 runs cpuid, which in a VM traps to
+ * the hypervisor and cost half the speed of L2-hot gemv calls when done per call. */
+static void (*af_gemv_avx2)(int64_t, int64_t, float *, const void *, size_t, const void *, const void *);
+
+static void af_gemv_f16(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
+{
+    __atomic_load_n(&af_gemv_avx2, __ATOMIC_RELAXED)(n, nr, y, w, ldw, x, aux);
+}
+
+/* Decode: weight row pairs [r | r+1] in the two halves against the activation broadcast to both. */
+#define AK_GP 2 /* gemv tile: row pairs */
+
+/* vpermw index: 16-bit lane j of half h takes lane h * 16 + (j < 8 ? a : b) of the source. */
+AK_INLINE __m512i ak_idx2(int a, int b)
+{
+    return _mm512_set_epi16(16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + b, 16 + a, 16 + a, 16 + a, 16 + a,
+                            16 + a, 16 + a, 16 + a, 16 + a, b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a);
+}
+
+/* Q4_K mins index: lane j of half h takes min j / 2 (int16 lane 8 + j / 2 of the row's [scales | mins]). */
+AK_INLINE __m512i ak_q4_k_midx(void)
+{
+    return _mm512_set_epi16(31, 31, 30, 30, 29, 29, 28, 28, 27, 27, 26, 26, 25, 25, 24, 24, 15, 15, 14, 14, 13, 13, 12, 12,
+                            11, 11, 10, 10, 9, 9, 8, 8);
+}
+
+/* [8 scales, 8 mins of row a as int16 | the same of row b], unpacked as ak_q4_k_scales does but in vector
+ * registers (dwords a0 a1 a2 of the 12 bytes: scales 0-3 = a0 & 0x3f.., mins 0-3 = a1 & 0x3f..,
+ * scales 4-7 = (a2 & 0x0f..) | (top 2 bits of a0's bytes) << 4, mins 4-7 = (a2 >> 4 & 0x0f..) | (a1's) << 4). */
+AK_INLINE __m512i ak_q4_k_scm(const struct block_q4_k *ba, const struct block_q4_k *bb)
+{
+    /* 16 bytes from each: the 12 scale bytes and 4 of qs (ignored) */
+    __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)ba->scales)),
+                                        _mm_loadu_si128((const __m128i *)bb->scales), 1);
+    __m256i lo = _mm256_srlv_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4));
+    lo = _mm256_and_si256(lo, _mm256_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f,
+                                                0x3f3f3f3f, 0x0f0f0f0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi32(_mm256_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                  _mm256_setr_epi32(0, 0x30303030, 0, 0x30303030, 0, 0x30303030, 0, 0x30303030));
+    /* dwords now: scales 0-3, scales 4-7, mins 0-3, mins 4-7 per row */
+    return _mm512_cvtepu8_epi16(_mm256_or_si256(lo, hi));
+}
+
+/* [f(a) x8 | f(b) x8] and [f(a + 1) x8 | f(b + 1) x8] of the F16 pairs at a and b (d and dmin of a Q4_K
+ * block; the conversion is exact, as vec_dot's scalar one). */
+AK_INLINE void ak_h2f_pairs(const uint16_t *a, const uint16_t *b, __m512 *f0, __m512 *f1)
+{
+    uint32_t ua, ub;
+    memcpy(&ua, a, 4);
+    memcpy(&ub, b, 4);
+    __m512 v = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_setr_epi32((int)ua, (int)ub, 0, 0)));
+    *f0 = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), v);
+    *f1 = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), v);
+}
+
+/* NP row pairs; row 2p + 1 of the last pair is row 2p again when lone (then y[2p + 1] is not stored). */
+AK_INLINE void ak_gv_q4_k(int64_t nb, const int NP, float *y, const uint8_t *w, size_t ldw, int rows,
+                          const struct block_q8_k *x)
+{
+    const size_t bs = sizeof(struct block_q4_k);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512 acc[AK_GP];
+    const uint8_t *wr[2 * AK_GP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        acc[p] = _mm512_setzero_ps();
+        wr[2 * p] = w + (size_t)(2 * p) * ldw;
+        wr[2 * p + 1] = w + (size_t)(2 * p + 1 < rows ? 2 * p + 1 : 2 * p) * ldw;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        ak_prefetch(w + AK_PF + (size_t)b * (size_t)rows * bs, (size_t)rows * bs);
+        const struct block_q8_k *bx = x + b;
+        __m512i scm[AK_GP], sumi[AK_GP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            scm[p] = ak_q4_k_scm((const struct block_q4_k *)wr[2 * p] + b, (const struct block_q4_k *)wr[2 * p + 1] + b);
+            sumi[p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i y0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k)));
+            __m512i y1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 64 * k + 32)));
+            const __m512i ilo = ak_idx2(2 * k, 2 * k), ihi = ak_idx2(2 * k + 1, 2 * k + 1);
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                __m512i raw = ak_pair256(((const struct block_q4_k *)wr[2 * p] + b)->qs + 32 * k,
+                                         ((const struct block_q4_k *)wr[2 * p + 1] + b)->qs + 32 * k);
+                __m512i lo = _mm512_and_si512(raw, m4);
+                __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(lo, y0), _mm512_permutexvar_epi16(ilo, scm[p]));
+                sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(hi, y1), _mm512_permutexvar_epi16(ihi, scm[p]));
+            }
+        }
+        __m512i bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bx->bsums));
+        __m512 dx = _mm512_set1_ps(bx->d);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q4_k *ba = (const struct block_q4_k *)wr[2 * p] + b, *bb = (const struct block_q4_k *)wr[2 * p + 1] + b;
+            __m512i mm = _mm512_madd_epi16(bsums, _mm512_permutexvar_epi16(ak_q4_k_midx(), scm[p]));
+            __m512 d, dmin;
+            ak_h2f_pairs(&ba->d, &bb->d, &d, &dmin);
+            d = _mm512_mul_ps(d, dx);
+            dmin = _mm512_mul_ps(dmin, dx);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[p]), acc[p]);
+            acc[p] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++)
+        ak_store2(acc[p], y + 2 * p, 2 * p + 1 < rows ? y + 2 * p + 1 : NULL);
+}
+
+AK_INLINE void ak_gv_q6_k(int64_t nb, const int NP, float *y, const uint8_t *w, size_t ldw, int rows,
+                          const struct block_q8_k *x)
+{
+    const size_t bs = sizeof(struct block_q6_k);
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512 acc[AK_GP];
+    const uint8_t *wr[2 * AK_GP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) {
+        acc[p] = _mm512_setzero_ps();
+        wr[2 * p] = w + (size_t)(2 * p) * ldw;
+        wr[2 * p + 1] = w + (size_t)(2 * p + 1 < rows ? 2 * p + 1 : 2 * p) * ldw;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        ak_prefetch(w + AK_PF + (size_t)b * (size_t)rows * bs, (size_t)rows * bs);
+        const struct block_q8_k *bx = x + b;
+        __m512i sc[AK_GP], sumi[AK_GP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b, *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+            sc[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)ba->scales))),
+                                       _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bb->scales)), 1);
+            sumi[p] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i yv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(bx->qs + 128 * h + 32 * qt)));
+                const __m512i sidx = ak_idx2(8 * h + 2 * qt, 8 * h + 2 * qt + 1);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b;
+                    const struct block_q6_k *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+                    __m512i ql = ak_pair256(ba->ql + 64 * h + 32 * (qt & 1), bb->ql + 64 * h + 32 * (qt & 1));
+                    __m512i qh = ak_pair256(ba->qh + 32 * h, bb->qh + 32 * h);
+                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                                 : qt == 2 ? qh
+                                           : _mm512_srli_epi16(qh, 2);
+                    __m512i q = _mm512_or_si512(lo, _mm512_and_si512(hb, m2h));
+                    sumi[p] = _mm512_dpwssd_epi32(sumi[p], _mm512_maddubs_epi16(q, yv), _mm512_permutexvar_epi16(sidx, sc[p]));
+                }
+            }
+        }
+        __m512i bsums = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)bx->bsums));
+        __m512 dx = _mm512_set1_ps(bx->d);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            const struct block_q6_k *ba = (const struct block_q6_k *)wr[2 * p] + b, *bb = (const struct block_q6_k *)wr[2 * p + 1] + b;
+            __m512i off = _mm512_madd_epi16(bsums, sc[p]);
+            __m512i t = _mm512_sub_epi32(sumi[p], _mm512_slli_epi32(off, 5));
+            __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_setr_epi16((short)ba->d, (short)bb->d, 0, 0, 0, 0, 0, 0)));
+            d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), d);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++)
+        ak_store2(acc[p], y + 2 * p, 2 * p + 1 < rows ? y + 2 * p + 1 : NULL);
+}
+
+#define AK_GEMV(name, GV)                                                                                    \
+    static void ak_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
+                               const void *aux)                                                            \
+    {                                                                                                      \
+        const uint8_t *W = w;                                                                              \
+        int64_t nb = n / QK_K, i = 0;                                                                      \
+        for (; i + 2 * AK_GP <= nr; i += 2 * AK_GP)                                                        \
+            GV(nb, AK_GP, y + i, W + (size_t)i * ldw, ldw, 2 * AK_GP, x);                                  \
+        for (; i < nr; i += 2) {                                                                           \
+            int rows = nr - i < 2 ? 1 : 2;                                                                 \
+            GV(nb, 1, y + i, W + (size_t)i * ldw, ldw, rows, x);                                           \
+        }                                                                                                  \
+    }
+
+AK_GEMV(q4_k, ak_gv_q4_k)
+AK_GEMV(q6_k, ak_gv_q6_k)
+
+static size_t ak_aux_none(int64_t n) { return 0; }
+static void ak_prep_none(int64_t n, const void *x, void *aux) {}
+
+static const struct gemv_ops ak_ops[] = {
+    {DTYPE_F16, ak_aux_none, ak_prep_none, af_gemv_f16, af_gemm_f16},
+    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k},
+    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k},
+};
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
+#pragma GCC pop_options
+#endif
 
 const struct gemv_ops *gemv_ops_avx512k(enum dtype t)
 {
-    (void)t;
+    if (!gemv_cpu_has_avx512() || !gemv_ops_avx2(DTYPE_F16))
+        return NULL;
+    __atomic_store_n(&af_gemv_avx2, gemv_ops_avx2(DTYPE_F16)->gemv, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < sizeof ak_ops / sizeof ak_ops[0]; i++)
+        if (ak_ops[i].type == t)
+            return &ak_ops[i];
     return NULL;
 }

@@ -1,0 +1,175 @@
+/*
+ * gemv_avx512k tests: the AVX-512 F16, Q4_K and Q6_K kernels (gemv and gemm) give outputs bit-identical to
+ * kernel_ops vec_dot on AVX2 for every (weight row, activation row) pair: row counts that leave every tile
+ * remainder (1..37, including lone rows paired with themselves), column counts 1..19 (lone columns, partial
+ * tiles) and enough columns to cross column cache blocks, F16 lengths with 8-element steps and tails and
+ * several conversion chunks, row strides larger than a row, and extreme values (all-max / all-min codes, F16
+ * near its largest finite value). Skipped, with a message, on CPUs without AVX-512.
+ */
+#include "testutil.h"
+
+#include "engine/dtype.h"
+#include "engine/gemv.h"
+#include "engine/kernels.h"
+#include "engine/quant.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const struct gemv_ops *ops_or_skip(enum dtype t)
+{
+    const struct gemv_ops *gv = gemv_ops_avx512k(t);
+    if (!gv || !kernel_ops_avx2(t)) {
+        print_message("[  SKIPPED ] no AVX-512 (F/BW/VL/DQ/VNNI) on this CPU, or WAFER_NO_AVX512 / WAFER_NO_SIMD set\n");
+        skip();
+    }
+    return gv;
+}
+
+/* A weight value: extreme 0 random, 1 alternating +-max, 2 all -max. */
+static float wval(int extreme, enum dtype t, int64_t i, int r, uint64_t *seed)
+{
+    float big = t == DTYPE_F16 ? 60000.0f : 1.0f;
+    if (extreme == 1)
+        return i % 3 ? big : -big;
+    if (extreme == 2)
+        return -big;
+    return test_rand_f32(seed) * (1 + (float)(r % 5));
+}
+
+static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int extreme)
+{
+    const struct gemv_ops *gv = gemv_ops_avx512k(t);
+    const struct kernel_ops *ops = kernel_ops_avx2(t);
+    assert_non_null(gv);
+    assert_non_null(ops);
+    assert_int_equal(gv->type, t);
+    assert_int_equal(gv->aux_bytes(n), 0);
+    /* strides beyond the row, keeping each format's alignment (Q8_K and F32 rows hold floats) */
+    size_t rb = dtype_row_bytes(t, n), ldw = rb + 18;
+    size_t xb = dtype_row_bytes(ops->vec_type, n), ldx = xb + 12;
+    uint8_t *w = calloc((size_t)nr, ldw), *x = calloc((size_t)nc, ldx);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(w);
+    assert_non_null(x);
+    assert_non_null(f);
+    for (int r = 0; r < nr; r++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = wval(extreme, t, i, r, &seed);
+        assert_int_equal(quant_row_from_f32(t, f, w + (size_t)r * ldw, n), 0);
+        memset(w + (size_t)r * ldw + rb, 0xff, ldw - rb); /* padding: NaN if ever read as F16 */
+    }
+    for (int c = 0; c < nc; c++) {
+        for (int64_t i = 0; i < n; i++)
+            f[i] = extreme ? (i % 2 ? 3.0f : -3.0f) * (t == DTYPE_F16 ? 10000.0f : 1.0f)
+                           : test_rand_f32(&seed) * (c % 4 ? 1.0f : 40.0f);
+        ops->from_f32(f, x + (size_t)c * ldx, n);
+        memset(x + (size_t)c * ldx + xb, 0xff, ldx - xb); /* padding: NaN if ever read as F32 */
+    }
+    float *want = malloc(sizeof(float) * (size_t)nr * (size_t)nc);
+    for (int c = 0; c < nc; c++)
+        for (int r = 0; r < nr; r++)
+            ops->vec_dot(n, &want[(size_t)c * nr + r], w + (size_t)r * ldw, x + (size_t)c * ldx);
+    /* gemv, per column (aux_bytes is 0: prep has nothing to write) */
+    float *y = malloc(sizeof(float) * ((size_t)nr + 1));
+    for (int c = 0; c < nc; c++) {
+        y[nr] = 12345.0f;
+        gv->prep(n, x + (size_t)c * ldx, NULL);
+        gv->gemv(n, nr, y, w, ldw, x + (size_t)c * ldx, NULL);
+        assert_true(y[nr] == 12345.0f);
+        for (int r = 0; r < nr; r++)
+            if (memcmp(&want[(size_t)c * nr + r], &y[r], sizeof(float)))
+                fail_msg("%s gemv n %lld nr %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n, nr, r, c,
+                         y[r], want[(size_t)c * nr + r]);
+    }
+    /* gemm, writing into a larger output whose spare entries must stay untouched */
+    assert_non_null(gv->gemm);
+    size_t lds = (size_t)nr + 3;
+    float *s = malloc(sizeof(float) * lds * (size_t)nc);
+    for (size_t i = 0; i < lds * (size_t)nc; i++)
+        s[i] = -7.0f;
+    gv->gemm(n, nr, nc, s, lds, w, ldw, x, ldx, NULL, 0);
+    for (int c = 0; c < nc; c++) {
+        for (int r = 0; r < nr; r++)
+            if (memcmp(&want[(size_t)c * nr + r], &s[(size_t)c * lds + r], sizeof(float)))
+                fail_msg("%s gemm n %lld nr %d nc %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n, nr,
+                         nc, r, c, s[(size_t)c * lds + r], want[(size_t)c * nr + r]);
+        for (size_t r = (size_t)nr; r < lds; r++)
+            assert_true(s[(size_t)c * lds + r] == -7.0f);
+    }
+    free(w), free(x), free(f), free(want), free(y), free(s);
+}
+
+static void check_shapes(enum dtype t, const int64_t *ns, size_t nn)
+{
+    ops_or_skip(t);
+    for (size_t b = 0; b < nn; b++) {
+        /* every row remainder and column remainder for small shapes */
+        for (int nr = 1; nr <= 9; nr++)
+            for (int nc = 1; nc <= 11; nc += (nr % 2) + 1)
+                check(t, ns[b], nr, nc, 1000 + b * 97 + (uint64_t)(nr * 31 + nc), 0);
+        check(t, ns[b], 37, 19, 77 + b, 0);
+        check(t, ns[b], 13, 17, 78 + b, 0);
+    }
+}
+
+static void test_f16(void **state)
+{
+    (void)state;
+    const int64_t ns[] = {32, 48, 8, 13, 24, 2048, 2056, 2053, 1040};
+    check_shapes(DTYPE_F16, ns, sizeof ns / sizeof ns[0]);
+    /* several conversion chunks with a tail, and many columns (column cache blocks) */
+    check(DTYPE_F16, 3000, 7, 13, 5, 0);
+    check(DTYPE_F16, 256, 5, 300, 6, 0);
+    check(DTYPE_F16, 16384 + 24, 3, 90, 9, 0); /* a column block smaller than the column count */
+    for (int e = 1; e <= 2; e++) {
+        check(DTYPE_F16, 2053, 6, 7, 1, e);
+        check(DTYPE_F16, 40, 5, 3, 2, e);
+    }
+}
+
+static void test_q4_k(void **state)
+{
+    (void)state;
+    const int64_t ns[] = {256, 512, 2048, 2304};
+    check_shapes(DTYPE_Q4_K, ns, sizeof ns / sizeof ns[0]);
+    check(DTYPE_Q4_K, 256 * 60, 5, 50, 4, 0); /* column cache blocks */
+    for (int e = 1; e <= 2; e++)
+        check(DTYPE_Q4_K, 512, 9, 7, 1, e);
+}
+
+static void test_q6_k(void **state)
+{
+    (void)state;
+    const int64_t ns[] = {256, 512, 2048, 2304};
+    check_shapes(DTYPE_Q6_K, ns, sizeof ns / sizeof ns[0]);
+    check(DTYPE_Q6_K, 256 * 60, 5, 50, 4, 0);
+    for (int e = 1; e <= 2; e++)
+        check(DTYPE_Q6_K, 512, 9, 7, 1, e);
+}
+
+static void test_coverage(void **state)
+{
+    (void)state;
+    ops_or_skip(DTYPE_F16);
+    const enum dtype ts[] = {DTYPE_F16, DTYPE_Q4_K, DTYPE_Q6_K};
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        assert_non_null(gemv_ops_avx512k(ts[i]));
+        assert_non_null(gemv_ops_avx512k(ts[i])->gemm);
+        /* Q4_K and Q6_K share the Q8_K activation format: one prep */
+        assert_ptr_equal(gemv_ops_avx512k(ts[i])->prep, gemv_ops_avx512k(DTYPE_F16)->prep);
+    }
+    assert_null(gemv_ops_avx512k(DTYPE_Q8_K));
+    assert_null(gemv_ops_avx512k(DTYPE_F32));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_q4_k),
+        cmocka_unit_test(test_q6_k),
+        cmocka_unit_test(test_coverage),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
