@@ -1,8 +1,9 @@
 /*
  * bench_model: `wafer bench --model M`, the engine benchmark, measured the way llama-bench measures so the
  * two can be put side by side:
- *   ppN  one sequence, N prompt tokens (random ids, BOS first) evaluated from an empty cache in batches of
- *        up to max_batch_tokens, logits of the last one only; tokens/s = N / time.
+ *   ppN  one sequence, N prompt tokens (random ids, BOS first) evaluated from an empty cache in forward
+ *        passes of up to --ubatch tokens (default 256, the server's prefill chunk), logits of the last one
+ *        only; tokens/s = N / time.
  *   tgN  one sequence, N tokens decoded one per forward pass from an empty cache (the cache is cleared
  *        before each repetition), logits every step; tokens/s = N / time.
  *   tgN xB  B sequences decoded together, one token each per forward pass; aggregate tokens/s = B*N / time.
@@ -53,6 +54,8 @@ static void bench_model_usage(FILE *f)
             "  -b, --batch B         also decode B sequences together and report aggregate tokens/s\n"
             "                        (default 1: no batched test)\n"
             "  -r, --repeat R        timed repetitions of each test (default 5)\n"
+            "  -u, --ubatch U        prompt tokens per forward pass (default 256, as serve's prefill_chunk;\n"
+            "                        the engine's buffers grow by ~170 KB per token of U for a 1B model)\n"
             "      --kv-type T       f16 (default), f32 or q8_0\n"
             "      --no-simd         portable scalar kernels\n"
             "      --mmap            map the file instead of reading it into memory (faster start, slower decode)\n"
@@ -66,7 +69,7 @@ static void bench_model_usage(FILE *f)
 
 struct bench_opts {
     const char *model_path;
-    long n_prompt, n_gen, threads, batch, repeat, membw_mib;
+    long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch;
     bool json, no_simd, no_membw, membw_only, use_mmap;
     enum dtype kv_type;
 };
@@ -230,7 +233,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"kv-type", required_argument, 0, 1},   {"no-simd", no_argument, 0, 2},
         {"no-membw", no_argument, 0, 3},        {"membw", no_argument, 0, 4},
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
-        {"mmap", no_argument, 0, 7},
+        {"mmap", no_argument, 0, 7},            {"ubatch", required_argument, 0, 'u'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -238,11 +241,12 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->n_gen = 128;
     o->batch = 1;
     o->repeat = 5;
+    o->ubatch = 256;
     o->membw_mib = 1024;
     o->kv_type = DTYPE_F16;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_path = optarg; break;
         case 'p': if (cli_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
@@ -250,6 +254,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 't': if (cli_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case 'b': if (cli_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
         case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
+        case 'u': if (cli_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
         case 1:
             if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32 && o->kv_type != DTYPE_Q8_0)) {
                 fprintf(stderr, "wafer bench: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
@@ -339,6 +344,7 @@ int bench_model_main(int argc, char **argv)
     ep.kv_type = o.kv_type;
     ep.force_scalar = o.no_simd;
     ep.max_seqs = (int)o.batch;
+    ep.max_batch_tokens = (int)(o.n_prompt > 0 && o.n_prompt < o.ubatch ? o.n_prompt : o.ubatch);
     if (o.batch > ep.max_batch_tokens)
         ep.max_batch_tokens = (int)o.batch;
     /* a context just large enough for the longest test, as llama-bench sizes it */

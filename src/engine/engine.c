@@ -55,7 +55,9 @@ struct engine_act {
     const float *src;    /* which float buffer it was converted from */
     size_t row_bytes;    /* bytes per converted row */
     uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
-    uint8_t *aux;        /* [T][act_aux_cap] gemv_ops prep of each row, or NULL when not prepared */
+    uint8_t *aux;        /* [T][aux_stride] gemv_ops prep of each row, or NULL when not prepared */
+    size_t aux_stride;   /* bytes between rows of aux: this format's aux_bytes(cols), 64-aligned (<= act_aux_cap)
+                          * so narrow activations touch (and keep resident) only the pages they use */
     uint8_t *aux_buf;    /* the slot's aux buffer */
 };
 
@@ -92,6 +94,7 @@ struct engine {
     size_t gemv_aux_cap;
     /* per activation format: the prep shared by the gemv_ops with a gemm for it (see gemv.h), or NULL */
     void (*act_prep[DTYPE_COUNT])(int64_t n, const void *x, void *aux);
+    size_t (*act_aux_bytes[DTYPE_COUNT])(int64_t n); /* the aux_bytes that goes with act_prep */
     size_t act_aux_cap;                        /* bytes of prep output per activation row */
     uint8_t *act_aux_buf[ENGINE_ACT_SLOTS];    /* [T][act_aux_cap] */
     float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
@@ -277,6 +280,7 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
                     e->gemv_aux_cap = need;
                 if (e->gemv[t]->gemm && e->gemv[t]->aux_bytes((int64_t)max_cols) > 0) {
                     e->act_prep[e->ops[t]->vec_type] = e->gemv[t]->prep;
+                    e->act_aux_bytes[e->ops[t]->vec_type] = e->gemv[t]->aux_bytes;
                     if (need > e->act_aux_cap)
                         e->act_aux_cap = need;
                 }
@@ -430,11 +434,13 @@ static const struct engine_act *op_act_prepare(struct engine *e, const float *x,
     int64_t r0, r1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
     void (*prep)(int64_t, const void *, void *) = n_rows > 1 ? e->act_prep[ops->vec_type] : NULL;
+    size_t as = prep ? (e->act_aux_bytes[ops->vec_type](cols) + 63) & ~(size_t)63 : 0;
     for (int64_t r = r0; r < r1; r++) {
         ops->from_f32(x + (size_t)r * cols, a->buf + (size_t)r * rb, cols);
         if (prep)
-            prep(cols, a->buf + (size_t)r * rb, a->aux_buf + (size_t)r * e->act_aux_cap);
+            prep(cols, a->buf + (size_t)r * rb, a->aux_buf + (size_t)r * as);
     }
+    a->aux_stride = as;
     a->vec_type = ops->vec_type;
     a->src = x;
     a->row_bytes = rb;
@@ -500,7 +506,7 @@ static void op_matmul(struct engine *e, const struct model_weight *w, const stru
         int64_t n = r1 - p < pr ? r1 - p : pr;
         if (own)
             gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                     a->row_bytes, a->aux, e->act_aux_cap);
+                     a->row_bytes, a->aux, a->aux_stride);
         else
             ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
                       a->row_bytes);
