@@ -21,7 +21,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -642,6 +644,37 @@ struct gguf *gguf_open(const char *path, char *err)
     return gguf_open_impl(base, size, true, path, err);
 }
 
+/* One reader of gguf_open_mem: fills base[begin, end) from the file. On failure sets failed, failed_at (where
+ * the data stopped) and err (errno, or 0 when the file ended early). */
+struct gguf_reader {
+    int fd;
+    uint8_t *base;
+    size_t begin, end;
+    bool failed;
+    size_t failed_at;
+    int err;
+};
+
+static void *gguf_reader_run(void *arg)
+{
+    struct gguf_reader *r = arg;
+    size_t done = r->begin;
+    while (done < r->end) {
+        size_t want = r->end - done < ((size_t)1 << 30) ? r->end - done : (size_t)1 << 30;
+        ssize_t got = pread(r->fd, r->base + done, want, (off_t)done);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0) {
+            r->err = got < 0 ? errno : 0;
+            r->failed = true;
+            r->failed_at = done;
+            return NULL;
+        }
+        done += (size_t)got;
+    }
+    return NULL;
+}
+
 struct gguf *gguf_open_mem(const char *path, char *err)
 {
     size_t size = 0;
@@ -655,22 +688,31 @@ struct gguf *gguf_open_mem(const char *path, char *err)
         close(fd);
         return NULL;
     }
-    size_t done = 0;
-    while (done < size) {
-        size_t want = size - done < ((size_t)1 << 30) ? size - done : (size_t)1 << 30;
-        ssize_t got = pread(fd, base + done, want, (off_t)done);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got <= 0) {
-            if (got < 0)
-                err_set(err, ERR_IO, "%s: read failed at offset %zu: %s", path, done, strerror(errno));
+    /* Two readers (this thread and one helper) each fill half: the cost is mostly page faults and copying
+     * out of the page cache, which a second core halves (1B Q4_0: 0.35 -> 0.2 s). */
+    struct gguf_reader halves[2] = {
+        {fd, base, 0, size / 2, false, 0, 0},
+        {fd, base, size / 2, size, false, 0, 0},
+    };
+    pthread_t th;
+    bool two = size >= ((size_t)8 << 20) && pthread_create(&th, NULL, gguf_reader_run, &halves[1]) == 0;
+    if (!two)
+        halves[0].end = size;
+    gguf_reader_run(&halves[0]);
+    if (two)
+        pthread_join(th, NULL);
+    for (int i = 0; i < (two ? 2 : 1); i++) {
+        const struct gguf_reader *r = &halves[i];
+        if (r->failed) {
+            if (r->err)
+                err_set(err, ERR_IO, "%s: read failed at offset %zu: %s", path, r->failed_at, strerror(r->err));
             else
-                err_set(err, ERR_IO, "%s: file shrank while loading: ended at %zu of %zu bytes", path, done, size);
+                err_set(err, ERR_IO, "%s: file shrank while loading: ended at %zu of %zu bytes", path, r->failed_at,
+                        size);
             close(fd);
             munmap(base, size);
             return NULL;
         }
-        done += (size_t)got;
     }
     close(fd);
     (void)mprotect(base, size, PROT_READ); /* weights are read-only from here on */

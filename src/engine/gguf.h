@@ -84,7 +84,7 @@ struct gguf; /* opaque reader handle */
 struct gguf *gguf_open(const char *path, char *err);
 
 /* Same, but reads the whole file into private anonymous memory (read-only once loaded) instead of mapping
- * the file. Costs a copy at load (about 0.35 s for 640 MB from the page cache) and memory the page cache
+ * the file. Costs a copy at load (two reader threads: about 0.2 s for 640 MB from the page cache) and memory the page cache
  * cannot share between processes; buys faster streaming reads: decode, which reads every weight once per
  * token, measured 12-20% faster from anonymous pages than from the file's page-cache pages on this machine
  * (docs/performance.md). Transparent huge pages were tried: 3% faster decode, but load times of 0.7-1.6 s
