@@ -13,6 +13,7 @@ static const char full_yaml[] = "# example\n"
                                 "  path: models/s.gguf\n"
                                 "  aliases: [gpt-3.5-turbo, tiny]\n"
                                 "  chat_template: chatml\n"
+                                "  mmap: true\n"
                                 "server:\n"
                                 "  host: 0.0.0.0\n"
                                 "  port: 9090\n"
@@ -42,6 +43,7 @@ static void test_yaml_full(void **state)
     assert_int_equal(c.n_aliases, 2);
     assert_string_equal(c.aliases[1], "tiny");
     assert_string_equal(c.chat_template, "chatml");
+    assert_true(c.use_mmap);
     assert_string_equal(c.host, "0.0.0.0");
     assert_int_equal(c.port, 9090);
     assert_int_equal(c.max_batch_size, 8);
@@ -105,7 +107,7 @@ static void test_flags_override(void **state)
     server_config_init(&c);
     char err[ERR_MSG_MAX] = "";
     char *argv[] = {"serve", "--port", "1234", "--config", (char *)path, "--model-alias", "x", "--model-alias=y",
-                    "--api-key-file", (char *)keyfile, "--max-batch-size", "3"};
+                    "--api-key-file", (char *)keyfile, "--max-batch-size", "3", "--mmap", "false"};
     int argc = (int)(sizeof argv / sizeof argv[0]);
     int rc = server_config_from_args(&c, argc, argv, err);
     if (rc)
@@ -113,6 +115,7 @@ static void test_flags_override(void **state)
     assert_int_equal(rc, 0);
     assert_int_equal(c.port, 1234);         /* flag beats file even before --config */
     assert_int_equal(c.max_batch_size, 3);
+    assert_false(c.use_mmap);               /* --mmap false beats the file's model.mmap: true */
     assert_int_equal(c.max_queue, 5);       /* from file */
     assert_int_equal(c.n_aliases, 2);       /* flags replaced the file's list */
     assert_string_equal(c.aliases[0], "x");
