@@ -188,6 +188,28 @@ static int model_read_hparams(struct model *m, char *err)
     return 0;
 }
 
+bool model_load_fits_memory(uint64_t file_bytes, uint64_t mem_available)
+{
+    /* keep 512 MiB (and 1/16 of what is free) for the KV cache, buffers and everything else on the machine */
+    uint64_t reserve = ((uint64_t)512 << 20) + mem_available / 16;
+    return mem_available > reserve && file_bytes <= mem_available - reserve;
+}
+
+/* MemAvailable from /proc/meminfo in bytes, or 0 when unknown. */
+static uint64_t model_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 struct model *model_load(const char *path, char *err) { return model_load_ex(path, false, err); }
 
 struct model *model_load_ex(const char *path, bool use_mmap, char *err)
@@ -199,6 +221,22 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
     }
     struct model *m = &mp->m;
     char sub[ERR_MSG_MAX];
+    if (!use_mmap) {
+        /* Reading a file larger than the free memory into anonymous memory would end in swapping or the OOM
+         * killer; mapping it lets the kernel page weights in and out. */
+        FILE *f = fopen(path, "rb");
+        uint64_t avail = model_mem_available();
+        if (f && avail && fseeko(f, 0, SEEK_END) == 0) {
+            off_t sz = ftello(f);
+            if (sz > 0 && !model_load_fits_memory((uint64_t)sz, avail)) {
+                log_warn("%s: %.1f GB does not fit in the %.1f GB of available memory: mapping the file instead of "
+                         "reading it in (decode will be slower and may page)", path, sz / 1e9, avail / 1e9);
+                use_mmap = true;
+            }
+        }
+        if (f)
+            fclose(f);
+    }
     m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem(path, err);
     if (!m->gguf)
         goto fail;

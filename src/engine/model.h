@@ -83,6 +83,10 @@ struct model *model_load(const char *path, char *err);
 /* Same; use_mmap maps the file (fast to open, page cache shared between processes) instead of reading it
  * into anonymous memory as model_load does (streams about 15% faster in decode; see gguf_open_mem). */
 struct model *model_load_ex(const char *path, bool use_mmap, char *err);
+/* Whether model_load_ex reads a file of file_bytes into memory when mem_available bytes are available
+ * (/proc/meminfo MemAvailable): it keeps 512 MiB + 1/16 of that free, and maps the file (with a warning)
+ * otherwise. Exposed for tests. */
+bool model_load_fits_memory(uint64_t file_bytes, uint64_t mem_available);
 void model_destroy(struct model *m);
 
 /* Llama 3 per-dimension RoPE frequency divisors [head_dim / 2] (tensor rope_freqs.weight), or NULL. */

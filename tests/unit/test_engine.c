@@ -121,6 +121,20 @@ static void test_golden_stories_llama2c(void **state)
     model_destroy(m);
 }
 
+/* Memory mode falls back to mapping when the file would not leave 512 MiB + 1/16 of the available memory. */
+static void test_load_fits_memory(void **state)
+{
+    (void)state;
+    const uint64_t G = (uint64_t)1 << 30, M = (uint64_t)1 << 20;
+    assert_true(model_load_fits_memory(640 * M, 20 * G));
+    assert_true(model_load_fits_memory(16 * G, 20 * G));     /* 20 - 0.5 - 1.25 = 18.25 GiB allowed */
+    assert_false(model_load_fits_memory(19 * G, 20 * G));
+    assert_false(model_load_fits_memory(100 * M, 512 * M)); /* nothing left after the reserve */
+    assert_false(model_load_fits_memory(1, 0));
+    assert_true(model_load_fits_memory(1 * G, 2 * G));       /* 2 - 0.5 - 0.125 = 1.375 GiB allowed */
+    assert_false(model_load_fits_memory(1450 * M, 2 * G));
+}
+
 static void test_llama2c_truncated(void **state)
 {
     (void)state;
@@ -768,7 +782,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_stories_gguf),
         cmocka_unit_test(test_golden_stories_llama2c),
-        cmocka_unit_test(test_llama2c_truncated),
+        cmocka_unit_test(test_load_fits_memory), cmocka_unit_test(test_llama2c_truncated),
         cmocka_unit_test(test_ref_f32),
         cmocka_unit_test(test_ref_f16),
         cmocka_unit_test(test_ref_bf16),
