@@ -238,6 +238,7 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
             fclose(f);
     }
     m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem(path, err);
+    m->mapped = use_mmap;
     if (!m->gguf)
         goto fail;
     m->path = strdup(path);

@@ -75,6 +75,7 @@ struct model {
     char *name; /* general.name or the file's base name */
     char *chat_template; /* tokenizer.chat_template or NULL */
     enum dtype main_type; /* most common matrix type, for display */
+    bool mapped;          /* weights mapped from the file (true) or read into anonymous memory */
 };
 
 /* Loads and validates a model. An unsupported architecture or weight type is refused with a message listing

@@ -819,7 +819,7 @@ static int server_load(struct server *srv)
     log_info("model %s (%s, %d layers, dim %d, %s) %s in %.0f ms: context %d, %d slots, %lld KV blocks of %d, "
              "prefill chunk %d, %d compute threads, chat template %s",
              cfg->model_name, hp->arch, hp->n_layers, hp->dim, dtype_name(srv->model->main_type),
-             cfg->use_mmap ? "mapped" : "read into memory", (double)(sched_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
+             srv->model->mapped ? "mapped" : "read into memory", (double)(sched_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
              kp->block_size, cfg->prefill_chunk, engine_params_get(srv->engine)->n_threads,
              srv->chat == CHAT_NONE ? "none" : chat_family_name(srv->chat));
     return 0;
