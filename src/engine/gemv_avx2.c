@@ -26,20 +26,13 @@
 #include "engine/kernels.h"
 #include "engine/quant.h"
 
+#include "engine/simd_fold.h"
+
 #include <immintrin.h>
 #include <string.h>
 
 #define GV_INLINE static inline __attribute__((always_inline))
 #define GV_PF (16 << 10) /* prefetch distance in bytes ahead along the stream of rows */
-
-/* The fold of kernels_avx2.c's ka_hsum: (l + l+4), then (0+2, 1+3), then the two. */
-GV_INLINE float gv_hsum(__m256 v)
-{
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
-}
 
 /* Prefetches [p, p + n) into L2, one cache line at a time. Into L2 rather than L1: an L1 prefetch holds one
  * of the core's few L1 miss buffers for a whole DRAM latency, which caps a core's bandwidth; measured with two
@@ -153,27 +146,10 @@ GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const ui
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gv_hsum(acc[r]);
+        y[r] = simd_fold8(acc[r]);
 }
 
 /* ---- Q4_K / Q6_K x Q8_K: the integer lanes exactly as kernels_avx2.c forms them ---- */
-
-/* The 8 six-bit scales and mins of a Q4_K block. */
-GV_INLINE void gv_q4_k_scales(const uint8_t *p, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t a0, a1, a2, t;
-    memcpy(&a0, p, 4);
-    memcpy(&a1, p + 4, 4);
-    memcpy(&a2, p + 8, 4);
-    t = a0 & 0x3f3f3f3f;
-    memcpy(sc, &t, 4);
-    t = a1 & 0x3f3f3f3f;
-    memcpy(m, &t, 4);
-    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
-    memcpy(sc + 4, &t, 4);
-    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
-    memcpy(m + 4, &t, 4);
-}
 
 GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
                             const struct block_q8_k *x, const void *aux)
@@ -191,7 +167,7 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
         __m256i sumi[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            gv_q4_k_scales(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
+            quant_q4_k_scales8(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
             sumi[r] = _mm256_setzero_si256();
         }
         for (int k = 0; k < 4; k++) {
@@ -222,7 +198,7 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gv_hsum(acc[r]);
+        y[r] = simd_fold8(acc[r]);
 }
 
 GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
@@ -274,7 +250,7 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gv_hsum(acc[r]);
+        y[r] = simd_fold8(acc[r]);
 }
 
 /* ---- F16 x F32 ---- */
@@ -319,7 +295,7 @@ GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, 
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gv_hsum(_mm256_add_ps(a0[r], a1[r]));
+        y[r] = simd_fold8(_mm256_add_ps(a0[r], a1[r]));
 }
 
 static size_t gv_aux_none(int64_t n) { return 0; }

@@ -37,6 +37,8 @@
 #include "engine/kernels.h"
 #include "engine/quant.h"
 
+#include "engine/simd_fold.h"
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -49,15 +51,6 @@
 #endif
 
 #define AK_INLINE static inline __attribute__((always_inline))
-
-/* kernels_avx2.c's ka_hsum: (l + l+4), then (0+2, 1+3), then the two. */
-AK_INLINE float ak_hsum(__m256 v)
-{
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
-}
 
 AK_INLINE float ak_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -74,9 +67,9 @@ AK_INLINE __m512 ak_pair_ps(float a, float b) { return _mm512_insertf32x8(_mm512
 /* Stores the folds of both halves: lo to *s0, hi to *s1 unless s1 is NULL. */
 AK_INLINE void ak_store2(__m512 v, float *s0, float *s1)
 {
-    *s0 = ak_hsum(_mm512_castps512_ps256(v));
+    *s0 = simd_fold8(_mm512_castps512_ps256(v));
     if (s1)
-        *s1 = ak_hsum(_mm512_extractf32x8_ps(v, 1));
+        *s1 = simd_fold8(_mm512_extractf32x8_ps(v, 1));
 }
 
 /* Columns per cache block: the activations of a block stay in L2 while every row tile passes over them. */
@@ -101,23 +94,6 @@ AK_INLINE void ak_prefetch(const uint8_t *p, size_t n)
 }
 
 /* ---- Q4_K x Q8_K ---- */
-
-/* The 8 six-bit scales and mins of a Q4_K block (as kernels_avx2.c unpacks them). */
-AK_INLINE void ak_q4_k_scales(const uint8_t *p, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t a0, a1, a2, t;
-    memcpy(&a0, p, 4);
-    memcpy(&a1, p + 4, 4);
-    memcpy(&a2, p + 8, 4);
-    t = a0 & 0x3f3f3f3f;
-    memcpy(sc, &t, 4);
-    t = a1 & 0x3f3f3f3f;
-    memcpy(m, &t, 4);
-    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
-    memcpy(sc + 4, &t, 4);
-    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
-    memcpy(m + 4, &t, 4);
-}
 
 /* vec_dot's mins vector (8 int16 pairs (m_j, m_j) per 128 bits) of a Q4_K block, in both 256-bit halves. */
 AK_INLINE __m256i ak_q4_k_mins(const uint8_t mn[8])
@@ -158,7 +134,7 @@ AK_INLINE void ak_tile_q4_k(int64_t nb, const int NR, const int NP, const uint8_
             bx[c] = (const struct block_q8_k *)xc[c] + b;
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            ak_q4_k_scales(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
+            quant_q4_k_scales8(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++)
                 sumi[r][p] = _mm512_setzero_si512();
@@ -545,7 +521,7 @@ AK_INLINE __m512i ak_q4_k_midx(void)
                             11, 11, 10, 10, 9, 9, 8, 8);
 }
 
-/* [8 scales, 8 mins of row a as int16 | the same of row b], unpacked as ak_q4_k_scales does but in vector
+/* [8 scales, 8 mins of row a as int16 | the same of row b], unpacked as quant_q4_k_scales8 does but in vector
  * registers (dwords a0 a1 a2 of the 12 bytes: scales 0-3 = a0 & 0x3f.., mins 0-3 = a1 & 0x3f..,
  * scales 4-7 = (a2 & 0x0f..) | (top 2 bits of a0's bytes) << 4, mins 4-7 = (a2 >> 4 & 0x0f..) | (a1's) << 4). */
 AK_INLINE __m512i ak_q4_k_scm(const struct block_q4_k *ba, const struct block_q4_k *bb)

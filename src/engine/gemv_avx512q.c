@@ -49,6 +49,8 @@
 
 #include "engine/quant.h"
 
+#include "engine/simd_fold.h"
+
 #include <immintrin.h>
 #include <stddef.h>
 #include <string.h>
@@ -131,15 +133,6 @@ AQ_INLINE __m512 aq_scales16(const uint8_t *a, ptrdiff_t dab, size_t bb)
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
 }
 
-/* vec_dot's fold (gn_hsum in gemv_vnni.c) of 8 lanes */
-AQ_INLINE float aq_hsum(__m256 v)
-{
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
-}
-
 /* The two rows' results of an interleaved accumulator: *ya = row A, *yb = row B. */
 AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
 {
@@ -148,8 +141,8 @@ AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
                                             0.0625f, 0.0625f));
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     __m512 d = _mm512_permutexvar_ps(even, v);
-    *ya = aq_hsum(_mm512_castps512_ps256(d));
-    *yb = aq_hsum(_mm512_extractf32x8_ps(d, 1));
+    *ya = simd_fold8(_mm512_castps512_ps256(d));
+    *yb = simd_fold8(_mm512_extractf32x8_ps(d, 1));
 }
 
 /* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).

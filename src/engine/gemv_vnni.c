@@ -37,6 +37,8 @@
 #include "engine/quant.h"
 
 #include <cpuid.h>
+#include "engine/simd_fold.h"
+
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,14 +85,6 @@ bool gemv_cpu_has_avx512(void)
         }
     }
     return has;
-}
-
-GN_INLINE float gn_hsum(__m256 v)
-{
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
 }
 
 /* The F16 scales of 8 consecutive blocks (at p, p + stride, ...) as floats: one gather of the 32-bit words
@@ -184,7 +178,7 @@ GN_INLINE void gn_tile_gemv(int is_q4, int64_t nb, const int NR, float *y, const
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = gn_hsum(gn_unscale(is_q4, acc[r]));
+        y[r] = simd_fold8(gn_unscale(is_q4, acc[r]));
 }
 
 #define GN_GEMV(name, IS_Q4, NR, QK)                                                                         \
@@ -271,7 +265,7 @@ GN_INLINE void gn_tile_gemm(int is_q4, int64_t nb, const int NR, const int NC, f
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = gn_hsum(gn_unscale(is_q4, acc[r][c]));
+            s[(size_t)c * lds + r] = simd_fold8(gn_unscale(is_q4, acc[r][c]));
 }
 
 /* Columns per cache block: a block's activations and aux stay in L2 while every row tile passes over them. */

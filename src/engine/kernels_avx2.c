@@ -22,6 +22,8 @@
 
 #include "engine/quant.h"
 
+#include "engine/simd_fold.h"
+
 #include <immintrin.h>
 #include <string.h>
 
@@ -36,15 +38,6 @@
  * so running past the end of a row is harmless. */
 #define KA_PF 2048
 KA_INLINE void ka_prefetch(const uint8_t *p) { _mm_prefetch((const char *)p + KA_PF, _MM_HINT_T0); }
-
-/* Horizontal sums in a fixed order. */
-KA_INLINE float ka_hsum(__m256 v)
-{
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    a = _mm_add_ss(a, _mm_movehdup_ps(a));
-    return _mm_cvtss_f32(a);
-}
 
 KA_INLINE float ka_hmax(__m256 v)
 {
@@ -105,27 +98,10 @@ KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, flo
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = ka_hsum(acc[r][c]);
+            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
 }
 
 /* ---- Q4_K x Q8_K ---- */
-
-/* Unpacks the 12 scale bytes into 8 scales and 8 mins (6 bits each) four at a time. */
-KA_INLINE void ka_q4_k_scales(const uint8_t *p, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t a0, a1, a2, t;
-    memcpy(&a0, p, 4);
-    memcpy(&a1, p + 4, 4);
-    memcpy(&a2, p + 8, 4);
-    t = a0 & 0x3f3f3f3f;
-    memcpy(sc, &t, 4);
-    t = a1 & 0x3f3f3f3f;
-    memcpy(m, &t, 4);
-    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
-    memcpy(sc + 4, &t, 4);
-    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
-    memcpy(m + 4, &t, 4);
-}
 
 KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, size_t lds, const uint8_t *w,
                             size_t ldw, const uint8_t *x, size_t ldx)
@@ -146,7 +122,7 @@ KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, si
             ka_prefetch(pw);
             ka_prefetch(pw + 64);
             ka_prefetch(pw + 128);
-            ka_q4_k_scales(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
+            quant_q4_k_scales8(((const struct block_q4_k *)(w + (size_t)r * ldw) + b)->scales, sc[r], mn[r]);
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++)
                 sumi[r][c] = _mm256_setzero_si256();
@@ -189,7 +165,7 @@ KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, si
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = ka_hsum(acc[r][c]);
+            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
 }
 
 /* ---- Q6_K x Q8_K ---- */
@@ -261,7 +237,7 @@ KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, si
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = ka_hsum(acc[r][c]);
+            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
 }
 
 /* ---- F32 / F16 / BF16 weights x F32 activations ---- */
@@ -346,7 +322,7 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
 #pragma GCC unroll 4
             for (int k = 1; k < KA_FACC; k++)
                 v = _mm256_add_ps(v, acc[r][c][k]);
-            s[(size_t)c * lds + r] = ka_hsum(v);
+            s[(size_t)c * lds + r] = simd_fold8(v);
         }
     }
 }
@@ -422,28 +398,6 @@ KA_DEFINE(f16, KA_TILE_F16, KA_FR, KA_FC, n)
 KA_DEFINE(bf16, KA_TILE_BF16, KA_FR, KA_FC, n)
 
 /* ---- activation quantizers (byte-identical to quant.c's) ---- */
-
-/* roundf (half away from zero) of values far below 2^22: add 0.5 - 2^-25 with x's sign, then truncate. */
-KA_INLINE __m256i ka_round_i32(__m256 v)
-{
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    /* clamp first (max_ps returns its second operand for NaN, so NaN -> -127 as fmaxf gives in quant.c) */
-    v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-    __m256 h = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(0.49999997f));
-    return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_add_ps(v, h), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
-}
-
-/* 32 floats -> 32 int8 codes (x * id rounded), stored in order. */
-KA_INLINE void ka_quant32(const float *x, __m256 vid, int8_t *q)
-{
-    __m256i i0 = ka_round_i32(_mm256_mul_ps(_mm256_loadu_ps(x), vid));
-    __m256i i1 = ka_round_i32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), vid));
-    __m256i i2 = ka_round_i32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), vid));
-    __m256i i3 = ka_round_i32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), vid));
-    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, p);
-}
 
 KA_INLINE __m256 ka_abs(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Float vectors that had to be converted from another type (rare: norms are normally F32) live here. */
 struct model_owned {
@@ -224,18 +225,13 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
     if (!use_mmap) {
         /* Reading a file larger than the free memory into anonymous memory would end in swapping or the OOM
          * killer; mapping it lets the kernel page weights in and out. */
-        FILE *f = fopen(path, "rb");
+        struct stat st;
         uint64_t avail = model_mem_available();
-        if (f && avail && fseeko(f, 0, SEEK_END) == 0) {
-            off_t sz = ftello(f);
-            if (sz > 0 && !model_load_fits_memory((uint64_t)sz, avail)) {
-                log_warn("%s: %.1f GB does not fit in the %.1f GB of available memory: mapping the file instead of "
-                         "reading it in (decode will be slower and may page)", path, sz / 1e9, avail / 1e9);
-                use_mmap = true;
-            }
+        if (avail && stat(path, &st) == 0 && st.st_size > 0 && !model_load_fits_memory((uint64_t)st.st_size, avail)) {
+            log_warn("%s: %.1f GB does not fit in the %.1f GB of available memory: mapping the file instead of "
+                     "reading it in (decode will be slower and may page)", path, st.st_size / 1e9, avail / 1e9);
+            use_mmap = true;
         }
-        if (f)
-            fclose(f);
     }
     m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem(path, err);
     m->mapped = use_mmap;

@@ -18,6 +18,7 @@
 #include "engine/dtype.h"
 
 #include <stdint.h>
+#include <string.h>
 
 /* The blocks as C structs (packed by construction: every member is naturally aligned and the sizes below are
  * checked at compile time), shared by the converters and the kernels. Fields follow GGML's order. */
@@ -65,6 +66,24 @@ static inline void quant_q4_k_scale_min(int j, const uint8_t *q, uint8_t *sc, ui
         *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
+}
+
+/* All 8 scales and mins of a Q4_K block at once, the layout above unpacked four bytes at a time (the SIMD
+ * kernels' form of quant_q4_k_scale_min). */
+static inline void quant_q4_k_scales8(const uint8_t *q, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t a0, a1, a2, t;
+    memcpy(&a0, q, 4);
+    memcpy(&a1, q + 4, 4);
+    memcpy(&a2, q + 8, 4);
+    t = a0 & 0x3f3f3f3f;
+    memcpy(sc, &t, 4);
+    t = a1 & 0x3f3f3f3f;
+    memcpy(m, &t, 4);
+    t = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
+    memcpy(sc + 4, &t, 4);
+    t = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
+    memcpy(m + 4, &t, 4);
 }
 
 /* Quantizes n floats (n a multiple of the type's block size) into dst (dtype_row_bytes(t, n) bytes).
