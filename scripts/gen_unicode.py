@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Generates src/engine/unicode_data.c: the Unicode tables the tokenizer's pre-tokenizers need.
+"""Generates src/engine/tokenizer/unicode_data.c: the Unicode tables the tokenizer's pre-tokenizers need.
 
 Run with Debian's /usr/bin/python3 (its unicodedata module is the source of truth; the version is written
 into the output) from the repository root:  /usr/bin/python3 scripts/gen_unicode.py
@@ -18,7 +18,7 @@ import unicodedata
 
 MAX_CP = 0x110000
 
-# category bits (must match enum unicode_cat in src/engine/unicode.h)
+# category bits (must match enum unicode_cat in src/engine/tokenizer/unicode.h)
 UNDEFINED, NUMBER, LETTER, SEPARATOR, MARK, PUNCT, SYMBOL, CONTROL = 1, 2, 4, 8, 16, 32, 64, 128
 NAMES = {UNDEFINED: "UCAT_UNDEFINED", NUMBER: "UCAT_NUMBER", LETTER: "UCAT_LETTER",
          SEPARATOR: "UCAT_SEPARATOR", MARK: "UCAT_MARK", PUNCT: "UCAT_PUNCT", SYMBOL: "UCAT_SYMBOL",
@@ -43,7 +43,7 @@ def simple_lower(cp):
 
 
 def main():
-    out_path = sys.argv[1] if len(sys.argv) > 1 else "src/engine/unicode_data.c"
+    out_path = sys.argv[1] if len(sys.argv) > 1 else "src/engine/tokenizer/unicode_data.c"
     ranges = []
     prev = None
     lower = []

@@ -6,7 +6,7 @@ file with exactly one field corrupted. tests/unit/test_gguf.c maps every broken 
 its error message must contain, so a renamed or added case here needs a row there.
 
 The encoder is written from the format description (little endian: magic, u32 version, u64 n_tensors,
-u64 n_kv, kv pairs, tensor infos, padding to the alignment, data), independently of src/engine/gguf_writer.c,
+u64 n_kv, kv pairs, tensor infos, padding to the alignment, data), independently of src/engine/gguf/gguf_writer.c,
 so the corpus also checks the C writer and reader against a second implementation.
 
 Usage: /usr/bin/python3 scripts/make_gguf_corpus.py [OUTDIR]

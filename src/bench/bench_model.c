@@ -23,9 +23,9 @@
 #include "cli/cli_common.h"
 #include "core/err.h"
 #include "engine/engine.h"
-#include "engine/gemv.h"
-#include "engine/kernels.h"
-#include "engine/tokenizer.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>

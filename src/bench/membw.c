@@ -6,8 +6,8 @@
 #include "bench/membw.h"
 
 #include "core/err.h"
-#include "engine/kernels.h"
-#include "engine/threadpool.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/threadpool.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -4,7 +4,7 @@
 #include "cli/cli.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/llama2c.h"
+#include "engine/gguf/llama2c.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -5,8 +5,8 @@
 #include "cli/cli_common.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/ftype.h"
-#include "engine/model_gen.h"
+#include "engine/gguf/ftype.h"
+#include "engine/gguf/model_gen.h"
 
 #include <getopt.h>
 #include <math.h>

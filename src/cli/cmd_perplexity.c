@@ -10,7 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <getopt.h>
 #include <math.h>

@@ -9,7 +9,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <getopt.h>
 #include <stdio.h>

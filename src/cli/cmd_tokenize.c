@@ -5,8 +5,8 @@
 #include "cli/cli.h"
 
 #include "core/err.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <errno.h>
 #include <stdbool.h>

@@ -32,11 +32,11 @@
 
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/attn.h"
-#include "engine/gemv.h"
-#include "engine/kernels.h"
-#include "engine/threadpool.h"
-#include "engine/tokenizer.h"
+#include "engine/cpu/attn.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/threadpool.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -7,7 +7,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -12,9 +12,9 @@
 
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/gguf.h"
-#include "engine/quant.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/quant.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

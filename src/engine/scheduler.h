@@ -20,7 +20,7 @@
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

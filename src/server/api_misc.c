@@ -8,7 +8,7 @@
  */
 #include "core/err.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
 
 #include <stdlib.h>

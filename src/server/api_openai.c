@@ -10,7 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
 
 #include <stdio.h>

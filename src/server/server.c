@@ -16,7 +16,7 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
 
 #include <errno.h>

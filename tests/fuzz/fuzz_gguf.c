@@ -2,7 +2,7 @@
  * then every pointer the reader hands out (keys, strings, array elements, string-array entries, tensor data)
  * must be readable in full: ASan flags any that point outside the input. */
 #include "core/err.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <stdint.h>
 #include <stdlib.h>

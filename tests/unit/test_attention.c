@@ -6,7 +6,7 @@
  */
 #include "testutil.h"
 
-#include "engine/attn.h"
+#include "engine/cpu/attn.h"
 #include "engine/dtype.h"
 
 #include <math.h>

@@ -9,11 +9,11 @@
 
 #include "core/err.h"
 #include "engine/engine.h"
-#include "engine/gguf.h"
-#include "engine/llama2c.h"
-#include "engine/model_gen.h"
-#include "engine/quant.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/llama2c.h"
+#include "engine/gguf/model_gen.h"
+#include "engine/gguf/quant.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -8,9 +8,9 @@
 #include "testutil.h"
 
 #include "engine/dtype.h"
-#include "engine/gemv.h"
-#include "engine/kernels.h"
-#include "engine/quant.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/gguf/quant.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <math.h>
 #include <stdio.h>

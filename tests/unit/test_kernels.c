@@ -8,8 +8,8 @@
  * so 1e-6 is tight yet safe. */
 #include "testutil.h"
 
-#include "engine/kernels.h"
-#include "engine/quant.h"
+#include "engine/cpu/kernels.h"
+#include "engine/gguf/quant.h"
 
 #include <math.h>
 #include <stdio.h>

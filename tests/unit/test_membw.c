@@ -6,7 +6,7 @@
 
 #include "bench/membw.h"
 #include "core/err.h"
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 
 #include <stdlib.h>
 #include <string.h>

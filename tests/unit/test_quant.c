@@ -4,7 +4,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
 #include <math.h>
 #include <stdio.h>

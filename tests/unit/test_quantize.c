@@ -3,10 +3,10 @@
 #include "testutil.h"
 
 #include "cli/cli.h"
-#include "cli/quantize.h"
+#include "engine/gguf/quantize.h"
 #include "core/err.h"
-#include "engine/gguf.h"
-#include "engine/quant.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/quant.h"
 
 #include <math.h>
 #include <stdio.h>

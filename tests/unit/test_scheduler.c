@@ -7,7 +7,7 @@
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "server/metrics.h"
 
 #include <pthread.h>

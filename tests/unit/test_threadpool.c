@@ -5,7 +5,7 @@
  */
 #include "testutil.h"
 
-#include "engine/threadpool.h"
+#include "engine/cpu/threadpool.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -6,10 +6,10 @@
 
 #include "cli/cli.h"
 #include "core/err.h"
-#include "engine/gguf.h"
-#include "engine/pretok.h"
-#include "engine/tokenizer.h"
-#include "engine/unicode.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/pretok.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/unicode.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -7,8 +7,8 @@
 #define WAFER_ENGINE_TOKENIZER_IMPL_H
 
 #include "core/err.h"
-#include "engine/pretok.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/pretok.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>

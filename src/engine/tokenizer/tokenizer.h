@@ -14,7 +14,7 @@
 #ifndef WAFER_ENGINE_TOKENIZER_H
 #define WAFER_ENGINE_TOKENIZER_H
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -9,9 +9,9 @@
  *
  * The scalar gemm just calls vec_dot per pair, which makes it bit-identical to vec_dot by construction.
  */
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
 #include <cpuid.h>
 #include <math.h>

@@ -45,11 +45,11 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 #endif
 
-#include "engine/gemv.h"
+#include "engine/cpu/gemv.h"
 
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
-#include "engine/simd_fold.h"
+#include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
 #include <stddef.h>

@@ -4,10 +4,10 @@
  * scalar loops perform, on the same operands in the same order (explicit FMAs only, so the compiler has no
  * mul+add to contract differently), so the results are bit-identical.
  */
-#include "engine/attn.h"
+#include "engine/cpu/attn.h"
 
 #include "engine/dtype.h"
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 
 #include <immintrin.h>
 

@@ -3,10 +3,10 @@
  * choice between them and the AVX2 ones. The scalar score loop spells out the 8-lane chains of the SIMD
  * version with fmaf so the two agree bit for bit.
  */
-#include "engine/attn.h"
+#include "engine/cpu/attn.h"
 
 #include "engine/dtype.h"
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 
 #include <math.h>
 

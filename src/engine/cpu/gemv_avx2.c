@@ -21,12 +21,12 @@
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
  * this. F16 (little work per byte) does best with the hardware prefetcher alone.
  */
-#include "engine/gemv.h"
+#include "engine/cpu/gemv.h"
 
-#include "engine/kernels.h"
-#include "engine/quant.h"
+#include "engine/cpu/kernels.h"
+#include "engine/gguf/quant.h"
 
-#include "engine/simd_fold.h"
+#include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -10,9 +10,9 @@
  * Both merge loops use a binary heap of candidate pairs with lazy invalidation: O(n log n) per fragment or
  * word. All scratch memory belongs to the call, so one tokenizer serves many threads.
  */
-#include "engine/tokenizer_impl.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 
 #include <limits.h>
 

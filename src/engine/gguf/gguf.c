@@ -12,7 +12,7 @@
  * names are indexed in open-addressing hash tables, which also give duplicate detection in linear time
  * (vocabularies hold 150k strings and fuzzed headers can claim millions of keys).
  */
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include "core/err.h"
 #include "core/log.h"

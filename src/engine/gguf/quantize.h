@@ -1,14 +1,13 @@
 /*
  * quantize: converts a GGUF model's weights to another storage type, choosing per-tensor types the way
- * llama-quantize does so that our q4_k_m / q4_0 files have the same type mix as llama.cpp's. Used by
- * `wafer quantize` (src/cli/cmd_quantize.c); split out so the tests can check the plan and the conversion
- * without spawning the binary.
+ * llama-quantize does so that our q4_k_m / q4_0 files have the same type mix as llama.cpp's. `wafer
+ * quantize` (src/cli/cmd_quantize.c) is its command line; the tests check the plan and the conversion here.
  */
-#ifndef WAFER_CLI_QUANTIZE_H
-#define WAFER_CLI_QUANTIZE_H
+#ifndef WAFER_ENGINE_GGUF_QUANTIZE_H
+#define WAFER_ENGINE_GGUF_QUANTIZE_H
 
 #include "engine/dtype.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <stdbool.h>
 #include <stdint.h>

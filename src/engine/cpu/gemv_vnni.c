@@ -31,13 +31,13 @@
 #pragma GCC target("avx2,fma,f16c,avxvnni")
 #endif
 
-#include "engine/gemv.h"
+#include "engine/cpu/gemv.h"
 
-#include "engine/kernels.h"
-#include "engine/quant.h"
+#include "engine/cpu/kernels.h"
+#include "engine/gguf/quant.h"
 
 #include <cpuid.h>
-#include "engine/simd_fold.h"
+#include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
 #include <stdlib.h>

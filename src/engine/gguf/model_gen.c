@@ -1,13 +1,13 @@
 /*
  * model_gen: random-weight GGUF writer (see model_gen.h).
  */
-#include "engine/model_gen.h"
+#include "engine/gguf/model_gen.h"
 
 #include "core/err.h"
 #include "core/log.h"
-#include "engine/gguf.h"
-#include "engine/quant.h"
-#include "engine/threadpool.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/quant.h"
+#include "engine/cpu/threadpool.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -32,12 +32,12 @@
  * 2 row pairs x 2-5 columns and 3 row pairs x 2-3 within noise; K-quants: 3 x 3 pairs best, 4 x 2, 2 x 3,
  * 3 x 4 within ~10%). Decode gemv from L2: Q4_K 15 -> 26 GB/s, Q6_K 18 -> 30 GB/s per core.
  */
-#include "engine/gemv.h"
+#include "engine/cpu/gemv.h"
 
-#include "engine/kernels.h"
-#include "engine/quant.h"
+#include "engine/cpu/kernels.h"
+#include "engine/gguf/quant.h"
 
-#include "engine/simd_fold.h"
+#include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -13,10 +13,10 @@
  *          category (0xD1 number, 0xD2 letter, 0xD3 punctuation, 0xD4 mark, 0xD5 symbol, 0xD0 the rest)
  *   w[i]   the codepoint, with non-ASCII white space replaced by 0x0B (regexes without \p{..})
  */
-#include "engine/pretok.h"
+#include "engine/tokenizer/pretok.h"
 
 #include "core/err.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 
 #include <stdbool.h>
 #include <stdio.h>

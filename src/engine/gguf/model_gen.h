@@ -10,7 +10,7 @@
 #ifndef WAFER_ENGINE_MODEL_GEN_H
 #define WAFER_ENGINE_MODEL_GEN_H
 
-#include "engine/ftype.h"
+#include "engine/gguf/ftype.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -18,11 +18,11 @@
  * Float weights: 2 independent FMA accumulators of 8 lanes (16 elements per step), then single 8-element
  *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step.
  */
-#include "engine/kernels.h"
+#include "engine/cpu/kernels.h"
 
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
-#include "engine/simd_fold.h"
+#include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -8,7 +8,7 @@
  * Output is always GGUF v3. Every tensor (the last one too) is padded with zeros to the alignment, which is
  * general.alignment when it was set as a u32, else 32.
  */
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include "core/err.h"
 

@@ -14,7 +14,7 @@
  * count and re-checks the word (both sequentially consistent) before FUTEX_WAIT, and the kernel re-checks
  * it again atomically, so a change can never be missed.
  */
-#include "engine/threadpool.h"
+#include "engine/cpu/threadpool.h"
 
 #include "core/log.h"
 

@@ -10,10 +10,10 @@
  * This file builds the tokenizer from GGUF metadata (defaults, special ids, end-of-generation set, token
  * attributes), renders pieces and runs the streaming detokenizer; encoding is in tokenizer_encode.c.
  */
-#include "engine/tokenizer_impl.h"
+#include "engine/tokenizer/tokenizer_impl.h"
 
 #include "core/log.h"
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 
 #include <ctype.h>
 #include <limits.h>

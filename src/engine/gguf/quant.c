@@ -9,7 +9,7 @@
  * neighbouring codes and keep the one with the smallest squared error. The error is plain (unweighted)
  * squared error: these converters serve tests and the quantize tool, not importance-weighted quantization.
  */
-#include "engine/quant.h"
+#include "engine/gguf/quant.h"
 
 #include "core/err.h"
 

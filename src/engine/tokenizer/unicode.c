@@ -2,7 +2,7 @@
  * unicode: category lookup over the generated range table, llama.cpp-compatible UTF-8 decoding, strict
  * UTF-8 stepping for detokenized output, and the GPT-2 byte map. See unicode.h for the contracts.
  */
-#include "engine/unicode.h"
+#include "engine/tokenizer/unicode.h"
 
 /* White_Space from Unicode's PropList.txt (stable since Unicode 6.3; the set llama.cpp uses for \s). */
 bool unicode_is_whitespace(uint32_t cp)

@@ -2,7 +2,7 @@
  * ftype: per-tensor type choice for whole-model formats (see ftype.h). The "more bits" layers of q4_k_m are
  * the first and last eighth of the layers plus every third layer in between, as in llama.cpp.
  */
-#include "engine/ftype.h"
+#include "engine/gguf/ftype.h"
 
 #include "core/err.h"
 

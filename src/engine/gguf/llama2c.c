@@ -3,10 +3,10 @@
  * against what its header implies before any weight is read, so a truncated or mismatched file is refused
  * with the expected and actual sizes.
  */
-#include "engine/llama2c.h"
+#include "engine/gguf/llama2c.h"
 
 #include "core/err.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <fcntl.h>
 #include <stdio.h>
