@@ -154,6 +154,13 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->m = m;
     e->p = *params;
     struct engine_params *p = &e->p;
+    if (p->backend && strcmp(p->backend, "cpu") != 0) {
+        if (strcmp(p->backend, "scalar") != 0) {
+            err_set(err, ERR_INVALID_ARG, "unknown backend '%s' (available: cpu, scalar)", p->backend);
+            goto fail;
+        }
+        p->force_scalar = true;
+    }
     if (p->n_ctx <= 0)
         p->n_ctx = hp->ctx_train;
     if (p->max_batch_tokens <= 0)

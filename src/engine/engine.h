@@ -30,6 +30,7 @@ struct engine_params {
     size_t kv_bytes;      /* KV memory budget in bytes (used when kv_blocks is 0 and kv_bytes > 0) */
     enum dtype kv_type;   /* DTYPE_F16 (default), DTYPE_F32 or DTYPE_Q8_0 (smaller, head_dim % 32 == 0) */
     bool force_scalar;    /* use the portable scalar kernels (tests) */
+    const char *backend;  /* "cpu" (default when NULL) or "scalar"; engine_create refuses other names */
 };
 
 struct engine;

@@ -181,6 +181,35 @@ void sched_req_unref(struct sched_req *r)
     free(r);
 }
 
+/* ---------------------------------------------------------------- outbox (reader side) */
+
+void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
+{
+    pthread_mutex_lock(&r->mu);
+    out->finished = r->finished;
+    out->error = r->error;
+    snprintf(out->errmsg, sizeof out->errmsg, "%s", r->errmsg);
+    out->cached_tokens = r->cached_tokens;
+    out->n_generated = 0;
+    for (int c = 0; c < r->n_choices; c++)
+        out->n_generated += r->choices[c].n_toks;
+    out->t_admitted = r->t_admitted;
+    out->t_first_token = r->t_first_token;
+    out->t_finished = r->t_finished;
+    out->version = r->version;
+    pthread_mutex_unlock(&r->mu);
+}
+
+bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const struct sched_choice *ch), void *ctx)
+{
+    bool ok = true;
+    pthread_mutex_lock(&r->mu);
+    for (int c = 0; c < r->n_choices && ok; c++)
+        ok = fn(ctx, c, &r->choices[c]);
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
 /* ---------------------------------------------------------------- outbox (engine side) */
 
 static int choice_append(struct sched_req *r, int c, int32_t id, const char *text, size_t len, float lp,

@@ -101,6 +101,27 @@ void sched_req_ref(struct sched_req *r);
 /* Drops a reference; the last one frees the request. */
 void sched_req_unref(struct sched_req *r);
 
+/* What a reader sees of a request's progress, copied under the request's lock (any thread). */
+struct sched_req_status {
+    bool finished;      /* every choice is done; nothing more will be appended */
+    int error;          /* ERR_* when finished with SCHED_ERROR, else 0 */
+    char errmsg[256];
+    int cached_tokens;  /* prompt tokens reused from the prefix cache at first admission */
+    int n_generated;    /* tokens generated over all choices */
+    int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
+    uint64_t version;   /* changes at every append: readers skip unchanged requests */
+};
+
+/* Fills out from r. Any thread. */
+void sched_req_status_get(struct sched_req *r, struct sched_req_status *out);
+
+/* Calls fn(ctx, c, ch) for each choice c in order while the engine thread cannot append to r, so fn sees
+ * each choice whole and consistent. fn must not keep pointers into ch past its return and must not call back
+ * into the scheduler. Stops at the first fn that returns false (e.g. the reader's socket is full) and returns
+ * false then; true when every call returned true. Any thread; this and sched_req_status_get are the only ways
+ * a reader may look at the output of a submitted request. */
+bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const struct sched_choice *ch), void *ctx);
+
 struct sched_params {
     int max_batch_size; /* running sequences = engine slots (engine max_seqs must be at least this) */
     int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
