@@ -122,14 +122,7 @@ int cmd_tokenize_main(int argc, char **argv)
     } else {
         len = strlen(text);
     }
-    int n = tokenizer_encode(tok, text, len, !no_bos, parse_special, NULL, 0);
-    if (n >= 0) {
-        ids = malloc((size_t)(n ? n : 1) * sizeof *ids);
-        if (!ids)
-            n = ERR_NOMEM;
-        else
-            n = tokenizer_encode(tok, text, len, !no_bos, parse_special, ids, n);
-    }
+    int n = tokenizer_encode_alloc(tok, text, len, !no_bos, parse_special, &ids);
     if (n < 0) {
         fprintf(stderr, "wafer tokenize: tokenizing failed: %s\n", err_name(n));
         goto done;

@@ -71,17 +71,9 @@ void api_tokenize(struct server *srv, struct http_conn *c, const struct http_req
     }
     const struct tokenizer *tok = srv->model->tok;
     const char *text = g.prompts[0].text;
-    size_t len = strlen(text);
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 8;
-    int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    int n = ids ? tokenizer_encode(tok, text, len, g.add_special, true, ids, cap) : ERR_NOMEM;
-    if (n > cap) {
-        int32_t *ni = realloc(ids, (size_t)n * sizeof *ids);
-        n = ni ? tokenizer_encode(tok, text, len, g.add_special, true, ni, n) : ERR_NOMEM;
-        ids = ni ? ni : ids;
-    }
+    int32_t *ids;
+    int n = tokenizer_encode_alloc(tok, text, strlen(text), g.add_special, true, &ids);
     if (n < 0) {
-        free(ids);
         gen_request_deinit(&g);
         api_respond_error(srv, c, ROUTE_TOKENIZE, 0, n, "content", NULL, NULL, "cannot tokenize: %s", err_name(n));
         return;

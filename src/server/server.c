@@ -254,26 +254,9 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, con
         *n_out = p->n_tokens;
         return t;
     }
-    size_t len = strlen(p->text);
-    int cap = (int)(len < (1u << 28) ? len : (1u << 28)) + 8;
-    int32_t *t = malloc((size_t)cap * sizeof *t);
-    if (!t) {
-        api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
-        return NULL;
-    }
-    int n = tokenizer_encode(tok, p->text, len, true, true, t, cap);
-    if (n > cap) {
-        int32_t *nt = realloc(t, (size_t)n * sizeof *t);
-        if (!nt) {
-            free(t);
-            api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
-            return NULL;
-        }
-        t = nt;
-        n = tokenizer_encode(tok, p->text, len, true, true, t, n);
-    }
+    int32_t *t;
+    int n = tokenizer_encode_alloc(tok, p->text, strlen(p->text), true, true, &t);
     if (n < 0) {
-        free(t);
         api_error_set(e, n, param, NULL, "cannot tokenize '%s': %s", param, err_name(n));
         return NULL;
     }

@@ -472,6 +472,58 @@ static void test_special_tokens_spm(void **state)
     gguf_close(g);
 }
 
+/* tokenizer_encode_alloc: the same ids as tokenizer_encode into a right-sized buffer, for a long text (byte
+ * fallback and special-token text included), an empty one, and a buffer the caller can always free. */
+static void test_encode_alloc(void **state)
+{
+    (void)state;
+    const char *path = TEST_SHARED_OR_SKIP("tokenizer/ggml-vocab-llama-spm.gguf");
+    struct gguf *g;
+    struct tokenizer *t = open_tokenizer(path, &g);
+    static const char *const parts[] = {"Once upon a time, ", "a caf\xc3\xa9 \xf0\x9f\x98\x80 served ", "<s>tea</s> ",
+                                        "\n\t  12345 ", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e. "};
+    size_t cap = 300000, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int i = 0; len + 64 < cap; i++) {
+        size_t n = strlen(parts[i % 5]);
+        memcpy(text + len, parts[i % 5], n);
+        len += n;
+    }
+    for (int special = 0; special < 2; special++) {
+        int n_want;
+        int32_t *want = encode_all(t, text, len, true, special, &n_want);
+        assert_true(n_want > 50000);
+        int32_t *got = NULL;
+        int n = tokenizer_encode_alloc(t, text, len, true, special, &got);
+        assert_int_equal(n, n_want);
+        assert_non_null(got);
+        assert_memory_equal(got, want, (size_t)n * sizeof *got);
+        free(got);
+        free(want);
+    }
+    free(text);
+    /* empty text: no ids but a buffer to free; with add_special, BOS alone */
+    int32_t *ids = NULL;
+    assert_int_equal(tokenizer_encode_alloc(t, "", 0, false, true, &ids), 0);
+    assert_non_null(ids);
+    free(ids);
+    ids = NULL;
+    assert_int_equal(tokenizer_encode_alloc(t, NULL, 0, true, true, &ids), 1);
+    assert_int_equal(ids[0], 1);
+    free(ids);
+    /* errors leave *out NULL */
+    ids = (int32_t *)&ids;
+    assert_int_equal(tokenizer_encode_alloc(t, NULL, 5, true, true, &ids), ERR_INVALID_ARG);
+    assert_null(ids);
+    ids = (int32_t *)&ids;
+    assert_int_equal(tokenizer_encode_alloc(NULL, "x", 1, true, true, &ids), ERR_INVALID_ARG);
+    assert_null(ids);
+    assert_int_equal(tokenizer_encode_alloc(t, "x", 1, true, true, NULL), ERR_INVALID_ARG);
+    tokenizer_destroy(t);
+    gguf_close(g);
+}
+
 static void test_special_tokens_gpt2(void **state)
 {
     (void)state;
@@ -965,6 +1017,7 @@ int main(void)
         cmocka_unit_test(test_stories260k_golden),
         cmocka_unit_test(test_special_tokens_spm),
         cmocka_unit_test(test_special_tokens_gpt2),
+        cmocka_unit_test(test_encode_alloc),
         cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_synthetic_bpe),
         cmocka_unit_test(test_synthetic_errors),

@@ -49,6 +49,12 @@ bool tokenizer_is_control(const struct tokenizer *t, int32_t id);
  * with a bigger buffer), or a negative ERR_* code (ERR_NOMEM, ERR_TOO_LARGE past INT_MAX ids). */
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
                      int32_t *out, int cap);
+/* tokenizer_encode into a buffer sized to fit, in one pass: *out gets the ids (malloc'd, never NULL on
+ * success, even for 0 ids; the caller frees) and the return value their number; or a negative ERR_* code
+ * (ERR_NOMEM, ERR_TOO_LARGE, ERR_INVALID_ARG for a NULL t or out, or NULL text with len > 0) with *out NULL.
+ * The way to tokenize text of unknown length: no guessed buffer, no retry. */
+int tokenizer_encode_alloc(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                           bool parse_special, int32_t **out);
 
 /* The bytes token id stands for (SPM: U+2581 -> space, <0xNN> byte tokens -> that byte; BPE: byte-level
  * mapping undone). Control and unknown tokens give their text only when render_special, else nothing.

@@ -461,10 +461,13 @@ static int partition_one(const struct tokenizer *t, int32_t id, const char *text
     return 0;
 }
 
-int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                     int32_t *out, int cap)
+/* The whole encoding: on success returns the number of ids and hands *ids (malloc'd, the caller frees; NULL
+ * when there are none) over; on failure returns a negative ERR_* code and *ids is NULL. */
+static int encode_ids(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                      int32_t **ids)
 {
     int rc = 0;
+    *ids = NULL;
     struct tok_session s = {.t = t};
     struct tok_frags fa = {0}, fb = {0};
     bool *present = NULL;
@@ -521,9 +524,9 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
         rc = ERR_TOO_LARGE;
         goto done;
     }
-    if (out && cap > 0 && s.out.n > 0)
-        memcpy(out, s.out.v, (s.out.n < (size_t)cap ? s.out.n : (size_t)cap) * sizeof *out);
     rc = (int)s.out.n;
+    *ids = s.out.v;
+    s.out.v = NULL;
     goto done;
 nomem:
     rc = ERR_NOMEM;
@@ -537,4 +540,33 @@ done:
     free(fb.v);
     free(present);
     return rc;
+}
+
+int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                     int32_t *out, int cap)
+{
+    int32_t *ids;
+    int n = encode_ids(t, text, len, add_special, parse_special, &ids);
+    if (n > 0 && out && cap > 0)
+        memcpy(out, ids, (size_t)(n < cap ? n : cap) * sizeof *out);
+    free(ids);
+    return n;
+}
+
+int tokenizer_encode_alloc(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                           bool parse_special, int32_t **out)
+{
+    if (!out)
+        return ERR_INVALID_ARG;
+    *out = NULL;
+    if (!t || (!text && len > 0))
+        return ERR_INVALID_ARG;
+    int32_t *ids;
+    int n = encode_ids(t, text, len, add_special, parse_special, &ids);
+    if (n < 0)
+        return n;
+    if (!ids && !(ids = malloc(sizeof *ids))) /* no ids: still a buffer the caller can free and index */
+        return ERR_NOMEM;
+    *out = ids;
+    return n;
 }
