@@ -23,6 +23,7 @@
 #include "cli/cli_common.h"
 #include "core/err.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/cpu/gemv.h"
 #include "engine/cpu/kernels.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -57,6 +58,7 @@ static void bench_model_usage(FILE *f)
             "  -u, --ubatch U        prompt tokens per forward pass (default 256, as serve's prefill_chunk;\n"
             "                        the engine's buffers grow by ~170 KB per token of U for a 1B model)\n"
             "      --kv-type T       f16 (default), f32 or q8_0\n"
+            "      --backend NAME    compute backend: cpu (default) or scalar (the plain reference)\n"
             "      --no-simd         portable scalar kernels\n"
             "      --mmap            map the file instead of reading it into memory (faster start, slower decode)\n"
             "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
@@ -70,8 +72,8 @@ static void bench_model_usage(FILE *f)
 struct bench_opts {
     const char *model_path;
     long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch;
-    bool json, no_simd, no_membw, membw_only, use_mmap;
-    enum dtype kv_type;
+    bool json, no_membw, membw_only, use_mmap;
+    struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
 
 /* mean and sample standard deviation of a tokens/s series */
@@ -234,6 +236,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"no-membw", no_argument, 0, 3},        {"membw", no_argument, 0, 4},
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
         {"mmap", no_argument, 0, 7},            {"ubatch", required_argument, 0, 'u'},
+        {"backend", required_argument, 0, 8},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -243,7 +246,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     o->repeat = 5;
     o->ubatch = 256;
     o->membw_mib = 1024;
-    o->kv_type = DTYPE_F16;
+    engine_opts_default(&o->eo);
+    char err[ERR_MSG_MAX];
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:h", opts, NULL)) != -1) {
@@ -256,17 +260,23 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
         case 'u': if (cli_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
         case 1:
-            if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32 && o->kv_type != DTYPE_Q8_0)) {
-                fprintf(stderr, "wafer bench: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
+            if (engine_opts_set_kv_type(&o->eo, optarg, err)) {
+                fprintf(stderr, "wafer bench: --kv-type: %s\n", err);
                 return 2;
             }
             break;
-        case 2: o->no_simd = true; break;
+        case 2: o->eo.no_simd = true; break;
         case 3: o->no_membw = true; break;
         case 4: o->membw_only = true; break;
         case 5: if (cli_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
         case 6: o->json = true; break;
         case 7: o->use_mmap = true; break;
+        case 8:
+            if (engine_opts_set_backend(&o->eo, optarg, err)) {
+                fprintf(stderr, "wafer bench: --backend: %s\n", err);
+                return 2;
+            }
+            break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -338,15 +348,11 @@ int bench_model_main(int argc, char **argv)
         return 1;
     }
     const struct model_hparams *hp = &c.m->hp;
-    struct engine_params ep;
-    engine_params_default(&ep);
-    ep.n_threads = (int)o.threads;
-    ep.kv_type = o.kv_type;
-    ep.force_scalar = o.no_simd;
-    ep.max_seqs = (int)o.batch;
-    ep.max_batch_tokens = (int)(o.n_prompt > 0 && o.n_prompt < o.ubatch ? o.n_prompt : o.ubatch);
-    if (o.batch > ep.max_batch_tokens)
-        ep.max_batch_tokens = (int)o.batch;
+    o.eo.n_threads = (int)o.threads;
+    o.eo.max_seqs = (int)o.batch;
+    o.eo.max_batch_tokens = (int)(o.n_prompt > 0 && o.n_prompt < o.ubatch ? o.n_prompt : o.ubatch);
+    if (o.batch > o.eo.max_batch_tokens)
+        o.eo.max_batch_tokens = (int)o.batch;
     /* a context just large enough for the longest test, as llama-bench sizes it */
     long ctx = o.n_prompt + o.n_gen;
     if (ctx < 1)
@@ -356,7 +362,13 @@ int bench_model_main(int argc, char **argv)
                 hp->ctx_train);
         goto out;
     }
-    ep.n_ctx = (int)ctx;
+    o.eo.n_ctx = (int)ctx;
+    struct engine_params ep;
+    if (engine_params_for_model(c.m, &o.eo, &ep, c.err)) {
+        fprintf(stderr, "wafer bench: %s\n", c.err);
+        goto out;
+    }
+    /* the KV pool holds the longest single-sequence test or the batched decode, whichever is larger */
     int64_t per_seq = (ctx + ep.block_size - 1) / ep.block_size;
     int64_t per_batch_seq = (o.n_gen + ep.block_size - 1) / ep.block_size;
     ep.kv_blocks = per_seq > per_batch_seq * o.batch ? per_seq : per_batch_seq * o.batch;
@@ -376,7 +388,7 @@ int bench_model_main(int argc, char **argv)
         fprintf(stderr, "wafer bench: out of memory\n");
         goto out;
     }
-    const char *simd = bench_isa_name(c.m->main_type, o.no_simd);
+    const char *simd = bench_isa_name(c.m->main_type, p->force_scalar);
     double wgb = (double)c.m->weight_bytes / 1e9;
     fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
                     "KV %s %.1f MiB, loaded in %.0f ms\n",

@@ -10,6 +10,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <getopt.h>
@@ -20,7 +21,7 @@
 
 static void ppl_usage(FILE *f)
 {
-    fprintf(f, "usage: wafer perplexity --model M.gguf --file TEXT [--ctx N] [--json] [--threads N]\n\n"
+    fprintf(f, "usage: wafer perplexity --model M.gguf --file TEXT [--ctx N] [--json] [--threads N] [--backend NAME]\n\n"
                "Perplexity over non-overlapping windows of N tokens (default 512), scored on the second half of\n"
                "each window, exactly as llama-perplexity computes it. Progress on stderr; --json prints\n"
                "{\"perplexity\": X, \"tokens\": N, ...} on stdout (tokens = scored tokens).\n\n"
@@ -30,6 +31,7 @@ static void ppl_usage(FILE *f)
                "  -b, --batch N      tokens per forward call (default: the window, at most 512)\n"
                "  -t, --threads N    compute threads (default: all cores)\n"
                "      --kv-type T    f16 (default), f32 or q8_0\n"
+               "      --backend NAME compute backend: cpu (default) or scalar (the plain reference)\n"
                "      --no-simd      portable scalar kernels\n"
                "      --mmap         map the model file instead of reading it into memory\n"
                "      --json         machine-readable result\n");
@@ -55,12 +57,15 @@ int cmd_perplexity_main(int argc, char **argv)
         {"ctx", required_argument, 0, 'c'},   {"batch", required_argument, 0, 'b'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 1},
         {"kv-type", required_argument, 0, 2}, {"no-simd", no_argument, 0, 3},
-        {"mmap", no_argument, 0, 4},          {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+        {"mmap", no_argument, 0, 4},          {"backend", required_argument, 0, 5},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
     };
     const char *model_path = NULL, *file = NULL;
     long ctx = 512, threads = 0, nbatch = 0;
-    bool json = false, no_simd = false, use_mmap = false;
-    enum dtype kv_type = DTYPE_F16;
+    bool json = false, use_mmap = false;
+    struct engine_opts eo;
+    engine_opts_default(&eo);
+    char err[ERR_MSG_MAX];
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:f:c:b:t:h", opts, NULL)) != -1) {
@@ -72,13 +77,19 @@ int cmd_perplexity_main(int argc, char **argv)
         case 't': if (cli_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 1: json = true; break;
         case 2:
-            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {
-                fprintf(stderr, "wafer perplexity: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
+            if (engine_opts_set_kv_type(&eo, optarg, err)) {
+                fprintf(stderr, "wafer perplexity: --kv-type: %s\n", err);
                 return 2;
             }
             break;
-        case 3: no_simd = true; break;
+        case 3: eo.no_simd = true; break;
         case 4: use_mmap = true; break;
+        case 5:
+            if (engine_opts_set_backend(&eo, optarg, err)) {
+                fprintf(stderr, "wafer perplexity: --backend: %s\n", err);
+                return 2;
+            }
+            break;
         case 'h': ppl_usage(stdout); return 0;
         default: ppl_usage(stderr); return 2;
         }
@@ -118,7 +129,6 @@ int cmd_perplexity_main(int argc, char **argv)
     }
 
     int rc = 1;
-    char err[ERR_MSG_MAX];
     struct engine *e = NULL;
     int32_t *toks = NULL;
     float *logits = NULL;
@@ -132,24 +142,17 @@ int cmd_perplexity_main(int argc, char **argv)
     int n_vocab = m->hp.n_vocab;
     if (nbatch == 0)
         nbatch = ctx < 512 ? ctx : 512;
+    eo.n_threads = (int)threads;
+    eo.n_ctx = (int)ctx;
+    eo.max_batch_tokens = (int)nbatch;
     struct engine_params ep;
-    engine_params_default(&ep);
-    ep.n_threads = (int)threads;
-    ep.n_ctx = (int)ctx;
-    ep.max_batch_tokens = (int)nbatch;
-    ep.kv_type = kv_type;
-    ep.force_scalar = no_simd;
-    e = engine_create(m, &ep, err);
-    if (!e) {
+    if (engine_params_for_model(m, &eo, &ep, err) || !(e = engine_create(m, &ep, err))) {
         fprintf(stderr, "wafer perplexity: %s\n", err);
         goto out;
     }
-    toks = malloc((len + 8) * sizeof *toks);
-    if (!toks)
-        goto oom;
-    int n_tok = tokenizer_encode(m->tok, text, len, true, false, toks, (int)len + 8);
-    if (n_tok < 0 || n_tok > (int)len + 8) {
-        fprintf(stderr, "wafer perplexity: cannot tokenize %s\n", file);
+    int n_tok = tokenizer_encode_alloc(m->tok, text, len, true, false, &toks);
+    if (n_tok < 0) {
+        fprintf(stderr, "wafer perplexity: cannot tokenize %s: %s\n", file, err_name(n_tok));
         goto out;
     }
     int n_chunk = n_tok / (int)ctx;

@@ -138,6 +138,13 @@ void engine_params_default(struct engine_params *p)
     p->kv_type = DTYPE_F16;
 }
 
+int engine_backend_check(const char *name, char *err)
+{
+    if (!name || strcmp(name, "cpu") == 0 || strcmp(name, "scalar") == 0)
+        return 0;
+    return err_set(err, ERR_INVALID_ARG, "unknown backend '%s' (available: cpu, scalar)", name);
+}
+
 static const struct kernel_ops *engine_ops(const struct engine *e, enum dtype t)
 {
     return e->p.force_scalar ? kernel_ops_scalar(t) : kernel_ops_get(t);
@@ -154,13 +161,10 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->m = m;
     e->p = *params;
     struct engine_params *p = &e->p;
-    if (p->backend && strcmp(p->backend, "cpu") != 0) {
-        if (strcmp(p->backend, "scalar") != 0) {
-            err_set(err, ERR_INVALID_ARG, "unknown backend '%s' (available: cpu, scalar)", p->backend);
-            goto fail;
-        }
+    if (engine_backend_check(p->backend, err))
+        goto fail;
+    if (p->backend && strcmp(p->backend, "scalar") == 0)
         p->force_scalar = true;
-    }
     if (p->n_ctx <= 0)
         p->n_ctx = hp->ctx_train;
     if (p->max_batch_tokens <= 0)

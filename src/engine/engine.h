@@ -37,6 +37,11 @@ struct engine;
 
 void engine_params_default(struct engine_params *p);
 
+/* 0 when name is a backend engine_create accepts (NULL means the default, "cpu"); else ERR_INVALID_ARG with
+ * a message in err (may be NULL) that lists the known names. Lets a command refuse a bad --backend before it
+ * loads a model. */
+int engine_backend_check(const char *name, char *err);
+
 /* Binds m (which must outlive the engine) to a KV pool, thread pool and scratch. NULL and a message on
  * failure (e.g. KV budget too small for one sequence). Caller frees with engine_destroy. */
 struct engine *engine_create(const struct model *m, const struct engine_params *p, char *err);

@@ -9,6 +9,7 @@
 #include "server/config.h"
 
 #include "core/err.h"
+#include "engine/engine.h"
 
 #include <errno.h>
 #include <libfyaml.h>
@@ -46,6 +47,7 @@ static const struct cfg_item cfg_items[] = {
     {"server", "host", "--host", CK_STR, OFF(host), 0, 0, 0, "address to listen on (default 127.0.0.1)"},
     {"server", "port", "--port", CK_INT, OFF(port), 0, 0, 65535, "TCP port (default 8080; 0 picks one)"},
     {"server", "threads", "--threads", CK_INT, OFF(threads), 0, 0, 1024, "compute threads (0: all CPUs)"},
+    {"server", "backend", "--backend", CK_STR, OFF(backend), 0, 0, 0, "compute backend: cpu (default) or scalar"},
     {"server", "ctx_size", "--ctx-size", CK_INT, OFF(ctx_size), 0, 0, 1 << 20,
      "context length per sequence (0: the model's)"},
     {"server", "max_batch_size", "--max-batch-size", CK_INT, OFF(max_batch_size), 0, 1, 1024,
@@ -126,6 +128,7 @@ void server_config_deinit(struct server_config *c)
     free(c->model_path_origin);
     free(c->model_name);
     free(c->chat_template);
+    free(c->backend);
     free(c->host);
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
@@ -575,6 +578,9 @@ int server_config_check(const struct server_config *c, char *err)
     for (int i = 0; i < c->n_api_keys; i++)
         if (strlen(c->api_keys[i]) < 1)
             return err_set(err, ERR_INVALID_ARG, "API keys must not be empty");
+    char msg[ERR_MSG_MAX];
+    if (engine_backend_check(c->backend, msg))
+        return err_set(err, ERR_INVALID_ARG, "server.backend: %s", msg);
     if (c->max_body < 1024)
         return err_set(err, ERR_INVALID_ARG, "server.max_body must be at least 1KiB (got %lld bytes)",
                        (long long)c->max_body);

@@ -5,7 +5,7 @@
  *
  * YAML layout (docs/config.md has the full example):
  *   model:      {name, path, aliases: [..], chat_template}
- *   server:     {host, port, threads, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
+ *   server:     {host, port, threads, backend, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
  *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
@@ -34,6 +34,7 @@ struct server_config {
     char *host;
     int port;
     int threads;        /* compute threads; 0: one per CPU */
+    char *backend;      /* engine backend name (engine_backend_check); NULL: cpu */
     int ctx_size;       /* 0: the model's training context */
     int max_batch_size; /* sequences decoded together (engine slots) */
     int64_t kv_memory;  /* bytes; 0: enough for max_batch_size full contexts */

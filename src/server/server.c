@@ -15,6 +15,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
@@ -745,15 +746,17 @@ static int server_load(struct server *srv)
         return 1;
     }
     const struct model_hparams *hp = &srv->model->hp;
+    struct engine_opts eo;
+    engine_opts_default(&eo);
+    eo.backend = cfg->backend;
+    eo.n_threads = cfg->threads;
+    eo.n_ctx = cfg->ctx_size;
+    eo.n_ctx_cap = 4096;
+    eo.max_seqs = cfg->max_batch_size;
+    eo.max_batch_tokens = cfg->prefill_chunk + cfg->max_batch_size;
+    eo.kv_bytes = (size_t)cfg->kv_memory;
     struct engine_params ep;
-    engine_params_default(&ep);
-    ep.n_threads = cfg->threads;
-    ep.n_ctx = cfg->ctx_size ? cfg->ctx_size : (hp->ctx_train < 4096 ? hp->ctx_train : 4096);
-    ep.max_seqs = cfg->max_batch_size;
-    ep.max_batch_tokens = cfg->prefill_chunk + cfg->max_batch_size;
-    ep.kv_bytes = (size_t)cfg->kv_memory;
-    srv->engine = engine_create(srv->model, &ep, err);
-    if (!srv->engine) {
+    if (engine_params_for_model(srv->model, &eo, &ep, err) || !(srv->engine = engine_create(srv->model, &ep, err))) {
         log_error("cannot create the engine: %s", err);
         return 1;
     }
@@ -800,11 +803,11 @@ static int server_load(struct server *srv)
     srv->eos_text = strdup(eos ? eos : "</s>");
     srv->created = (int64_t)time(NULL);
     log_info("model %s (%s, %d layers, dim %d, %s) %s in %.0f ms: context %d, %d slots, %lld KV blocks of %d, "
-             "prefill chunk %d, %d compute threads, chat template %s",
+             "prefill chunk %d, %d compute threads, backend %s, chat template %s",
              cfg->model_name, hp->arch, hp->n_layers, hp->dim, dtype_name(srv->model->main_type),
              srv->model->mapped ? "mapped" : "read into memory", (double)(sched_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
              kp->block_size, cfg->prefill_chunk, engine_params_get(srv->engine)->n_threads,
-             srv->chat == CHAT_NONE ? "none" : chat_family_name(srv->chat));
+             cfg->backend ? cfg->backend : "cpu", srv->chat == CHAT_NONE ? "none" : chat_family_name(srv->chat));
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/llama2c.h"
 #include "engine/gguf/model_gen.h"
@@ -777,6 +778,77 @@ static void test_model_refusals(void **state)
     assert_non_null(strstr(err, "supported: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k"));
 }
 
+/* engine_setup: the options every command fills, resolved once against the model. */
+static void test_engine_setup(void **state)
+{
+    (void)state;
+    const char *path = TEST_SHARED_OR_SKIP("models/stories260K/stories260K.gguf");
+    char err[ERR_MSG_MAX];
+    struct model *m = model_load(path, err);
+    if (!m)
+        fail_msg("%s", err);
+    int train = m->hp.ctx_train;
+    assert_true(train > 64);
+    struct engine_opts o;
+    struct engine_params p, def;
+    engine_params_default(&def);
+    engine_opts_default(&o);
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    assert_int_equal(p.n_ctx, train); /* the model's context */
+    assert_int_equal(p.max_seqs, def.max_seqs);
+    assert_int_equal(p.max_batch_tokens, def.max_batch_tokens);
+    assert_int_equal(p.block_size, def.block_size);
+    assert_int_equal(p.kv_type, DTYPE_F16);
+    assert_null(p.backend);
+    assert_false(p.force_scalar);
+    o.n_ctx_cap = 64; /* caps the default ... */
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    assert_int_equal(p.n_ctx, 64);
+    o.n_ctx = 4 * train; /* ... never an explicit context */
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    assert_int_equal(p.n_ctx, 4 * train);
+    o.n_ctx_cap = 4 * train;
+    o.n_ctx = 0;
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    assert_int_equal(p.n_ctx, train);
+    o.n_threads = 3, o.max_seqs = 5, o.max_batch_tokens = 77, o.kv_bytes = 12345, o.kv_blocks = 9, o.no_simd = true;
+    assert_int_equal(engine_opts_set_kv_type(&o, "q8_0", err), 0);
+    assert_int_equal(engine_opts_set_backend(&o, "scalar", err), 0);
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    assert_int_equal(p.n_threads, 3);
+    assert_int_equal(p.max_seqs, 5);
+    assert_int_equal(p.max_batch_tokens, 77);
+    assert_int_equal(p.kv_bytes, 12345);
+    assert_int_equal(p.kv_blocks, 9);
+    assert_int_equal(p.kv_type, DTYPE_Q8_0);
+    assert_true(p.force_scalar);
+    assert_string_equal(p.backend, "scalar");
+    /* bad names: refused with what is accepted, the options unchanged */
+    assert_int_equal(engine_opts_set_kv_type(&o, "q4_0", err), ERR_INVALID_ARG);
+    assert_string_equal(err, "expected f16, f32 or q8_0, got 'q4_0'");
+    assert_int_equal(o.kv_type, DTYPE_Q8_0);
+    assert_int_equal(engine_opts_set_backend(&o, "cuda", err), ERR_INVALID_ARG);
+    assert_string_equal(err, "unknown backend 'cuda' (available: cpu, scalar)");
+    assert_string_equal(o.backend, "scalar");
+    assert_int_equal(engine_opts_set_backend(&o, "cpu", err), 0);
+    assert_int_equal(engine_backend_check(NULL, err), 0);
+    o.backend = "nope"; /* set directly: engine_params_for_model and engine_create refuse it too */
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), ERR_INVALID_ARG);
+    engine_params_default(&p);
+    p.backend = "nope";
+    assert_null(engine_create(m, &p, err));
+    assert_string_equal(err, "unknown backend 'nope' (available: cpu, scalar)");
+    /* the scalar backend creates an engine */
+    engine_opts_default(&o);
+    assert_int_equal(engine_opts_set_backend(&o, "scalar", err), 0);
+    assert_int_equal(engine_params_for_model(m, &o, &p, err), 0);
+    struct engine *e = engine_create(m, &p, err);
+    assert_non_null(e);
+    assert_int_equal(engine_params_get(e)->n_ctx, train);
+    engine_destroy(e);
+    model_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -797,6 +869,7 @@ int main(void)
         cmocka_unit_test(test_kv_share_cow),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_model_refusals),
+        cmocka_unit_test(test_engine_setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
