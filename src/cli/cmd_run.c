@@ -1,68 +1,165 @@
 /*
- * wafer run: generate a continuation of a prompt with one sequence (a batch of one through the same
- * engine_forward the server uses). Only the generated text goes to stdout, streamed token by token through
- * the UTF-8-safe detokenizer; logs and the speed summary go to stderr.
+ * wafer run: generate a continuation of a prompt through the server's own generation path. The prompt
+ * becomes one scheduler request (engine/scheduler.h) on a scheduler of one slot, so sampling, penalties,
+ * end of generation, detokenizing and stop strings are the very code /v1/completions runs, and a greedy run
+ * prints exactly what the server answers for the same request.
+ *
+ * Threads: the scheduler's engine thread generates; this (main) thread waits on a condition variable that
+ * the scheduler's notify callback signals, reads the request's new output only through
+ * sched_req_status_get / sched_req_read, and streams it to stdout. SIGINT is blocked in every thread (before
+ * any starts) and polled here: the first one cancels the request (exit 130 once it has stopped), a second
+ * one exits at once.
+ *
+ * Only the generated text goes to stdout (and a final newline); logs and the speed summary go to stderr.
  */
 #include "cli/cli.h"
 #include "cli/cli_common.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#define RUN_MAX_STOP 16 /* as many stop strings as a server request may carry */
 
 static void run_usage(FILE *f)
 {
     fprintf(f,
             "usage: wafer run --model M.gguf --prompt TEXT [options]\n\n"
-            "Generates a continuation of TEXT. Generated text goes to stdout; logs and a speed summary to stderr.\n\n"
-            "  -m, --model PATH         GGUF model file (required)\n"
-            "  -p, --prompt TEXT        prompt text (required; BOS is added as the model's metadata says)\n"
-            "  -n, --max-tokens N       tokens to generate (default 128)\n"
-            "      --temperature T      0 = greedy (default 0.8)\n"
-            "      --top-k K            (default 40; 0 = off)\n"
-            "      --top-p P            (default 0.95; 1 = off)\n"
-            "      --min-p P            (default 0.05; 0 = off)\n"
-            "      --repeat-penalty R   (default 1.0 = off)\n"
-            "      --seed S             RNG seed (default: random)\n"
-            "  -t, --threads N          compute threads (default: all cores)\n"
-            "  -c, --ctx-size N         context size (default: the model's, at most 4096)\n"
-            "      --kv-type T          f16 (default), f32 or q8_0\n"
-            "      --ignore-eos         keep generating past end-of-sequence tokens\n"
-            "      --no-simd            use the portable scalar kernels\n"
-            "      --mmap               map the model file instead of reading it into memory\n"
-            "                           (faster start, shared page cache, ~15%% slower generation)\n"
-            "  -h, --help               this help\n");
+            "Generates a continuation of TEXT through the same generation code as `wafer serve` (a greedy run\n"
+            "prints what /v1/completions answers for the same request). Generated text goes to stdout; logs and\n"
+            "a speed summary to stderr. Ctrl-C stops the generation (exit status 130).\n\n"
+            "  -m, --model PATH           GGUF model file (required)\n"
+            "  -p, --prompt TEXT          prompt text (required; BOS is added as the model's metadata says, and\n"
+            "                             special-token text such as </s> is read as that token, as the server does)\n"
+            "  -n, --max-tokens N         tokens to generate, at least 1 (default 128)\n"
+            "      --stop S               stop before the text S; S is not printed (repeatable, up to %d)\n"
+            "      --temperature T        0 = greedy, at most 2 (default 0.8)\n"
+            "      --top-k K              (default 40; 0 = off)\n"
+            "      --top-p P              (default 0.95; 1 = off)\n"
+            "      --min-p P              (default 0.05; 0 = off)\n"
+            "      --repeat-penalty R     (default 1.0 = off)\n"
+            "      --frequency-penalty F  OpenAI's, in [-2, 2] (default 0 = off)\n"
+            "      --presence-penalty F   OpenAI's, in [-2, 2] (default 0 = off)\n"
+            "      --repeat-last-n N      tokens the penalties look back over (default 64; -1 = all)\n"
+            "      --seed S               RNG seed (default: random)\n"
+            "      --ignore-eos           keep generating past end-of-sequence tokens\n"
+            "  -t, --threads N            compute threads (default: all cores)\n"
+            "  -c, --ctx-size N           context size (default: the model's, at most 4096)\n"
+            "      --kv-type T            f16 (default), f32 or q8_0\n"
+            "      --backend NAME         compute backend: cpu (default) or scalar (the plain reference)\n"
+            "      --no-simd              portable kernels on the cpu backend\n"
+            "      --mmap                 map the model file instead of reading it into memory\n"
+            "                             (faster start, shared page cache, ~15%% slower generation)\n"
+            "  -h, --help                 this help\n",
+            RUN_MAX_STOP);
+}
+
+/* The scheduler's notify callback signals this; the main thread waits on it between reads. */
+struct run_wake {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t seq; /* bumped at every notify */
+};
+
+static void run_notify(void *ctx)
+{
+    struct run_wake *w = ctx;
+    pthread_mutex_lock(&w->mu);
+    w->seq++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* What the main thread has taken of the request's one choice. */
+struct run_reader {
+    size_t shown;      /* bytes of the choice's text already taken */
+    char *buf;         /* the text new since the last read (not NUL-terminated) */
+    size_t len, cap;
+    int n_toks;
+    enum sched_finish finish;
+    bool oom;
+};
+
+/* sched_req_read callback: copies the new text out (the request stays locked while this runs, so no
+ * writing to stdout here). */
+static bool run_read_choice(void *ctx, int c, const struct sched_choice *ch)
+{
+    struct run_reader *rd = ctx;
+    (void)c;
+    rd->len = 0;
+    rd->n_toks = ch->n_toks;
+    rd->finish = ch->finish;
+    if (ch->text_len <= rd->shown)
+        return true;
+    size_t n = ch->text_len - rd->shown;
+    if (n > rd->cap) {
+        char *nb = realloc(rd->buf, n);
+        if (!nb) {
+            rd->oom = true;
+            return false;
+        }
+        rd->buf = nb;
+        rd->cap = n;
+    }
+    memcpy(rd->buf, ch->text + rd->shown, n);
+    rd->len = n;
+    rd->shown = ch->text_len;
+    return true;
+}
+
+/* Whether a SIGINT is pending (it is blocked in every thread, so it waits to be taken here). */
+static bool run_sigint_pending(const sigset_t *set)
+{
+    struct timespec zero = {0, 0};
+    return sigtimedwait(set, NULL, &zero) == SIGINT;
+}
+
+static const char *run_finish_name(enum sched_finish f)
+{
+    return f == SCHED_STOP ? "stop" : f == SCHED_LENGTH ? "length" : f == SCHED_ERROR ? "error" : "running";
 }
 
 int cmd_run_main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},      {"prompt", required_argument, 0, 'p'},
-        {"max-tokens", required_argument, 0, 'n'}, {"temperature", required_argument, 0, 1},
-        {"top-k", required_argument, 0, 2},        {"top-p", required_argument, 0, 3},
-        {"min-p", required_argument, 0, 4},        {"repeat-penalty", required_argument, 0, 5},
-        {"seed", required_argument, 0, 6},         {"threads", required_argument, 0, 't'},
-        {"ctx-size", required_argument, 0, 'c'},   {"kv-type", required_argument, 0, 7},
-        {"ignore-eos", no_argument, 0, 8},         {"no-simd", no_argument, 0, 9},
-        {"mmap", no_argument, 0, 10},              {"help", no_argument, 0, 'h'},             {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},       {"prompt", required_argument, 0, 'p'},
+        {"max-tokens", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 1},
+        {"top-k", required_argument, 0, 2},         {"top-p", required_argument, 0, 3},
+        {"min-p", required_argument, 0, 4},         {"repeat-penalty", required_argument, 0, 5},
+        {"seed", required_argument, 0, 6},          {"threads", required_argument, 0, 't'},
+        {"ctx-size", required_argument, 0, 'c'},    {"kv-type", required_argument, 0, 7},
+        {"ignore-eos", no_argument, 0, 8},          {"no-simd", no_argument, 0, 9},
+        {"mmap", no_argument, 0, 10},               {"stop", required_argument, 0, 11},
+        {"frequency-penalty", required_argument, 0, 12}, {"presence-penalty", required_argument, 0, 13},
+        {"repeat-last-n", required_argument, 0, 14}, {"backend", required_argument, 0, 15},
+        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
     };
     const char *model_path = NULL, *prompt = NULL;
+    char *stop[RUN_MAX_STOP];
+    int n_stop = 0;
     long max_tokens = 128, threads = 0, ctx = 0;
-    bool ignore_eos = false, no_simd = false, seeded = false, use_mmap = false;
-    enum dtype kv_type = DTYPE_F16;
+    bool ignore_eos = false, seeded = false, use_mmap = false;
+    struct engine_opts eo;
+    engine_opts_default(&eo);
     struct sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = 0.8f;
     sp.top_k = 40;
     sp.top_p = 0.95f;
     sp.min_p = 0.05f;
+    char err[ERR_MSG_MAX];
     double d;
     long l;
     int c;
@@ -71,8 +168,8 @@ int cmd_run_main(int argc, char **argv)
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
-        case 'n': if (cli_parse_int("run", "--max-tokens", optarg, 0, 1 << 24, &max_tokens)) return 2; break;
-        case 1: if (cli_parse_float("run", "--temperature", optarg, 0, 100, &d)) return 2; sp.temperature = (float)d; break;
+        case 'n': if (cli_parse_int("run", "--max-tokens", optarg, 1, 1 << 24, &max_tokens)) return 2; break;
+        case 1: if (cli_parse_float("run", "--temperature", optarg, 0, 2, &d)) return 2; sp.temperature = (float)d; break;
         case 2: if (cli_parse_int("run", "--top-k", optarg, 0, 1 << 30, &l)) return 2; sp.top_k = (int)l; break;
         case 3: if (cli_parse_float("run", "--top-p", optarg, 0, 1, &d)) return 2; sp.top_p = (float)d; break;
         case 4: if (cli_parse_float("run", "--min-p", optarg, 0, 1, &d)) return 2; sp.min_p = (float)d; break;
@@ -81,14 +178,31 @@ int cmd_run_main(int argc, char **argv)
         case 't': if (cli_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 'c': if (cli_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
         case 7:
-            if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {
-                fprintf(stderr, "wafer run: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
+            if (engine_opts_set_kv_type(&eo, optarg, err)) {
+                fprintf(stderr, "wafer run: --kv-type: %s\n", err);
                 return 2;
             }
             break;
         case 8: ignore_eos = true; break;
-        case 9: no_simd = true; break;
+        case 9: eo.no_simd = true; break;
         case 10: use_mmap = true; break;
+        case 11:
+            if (n_stop == RUN_MAX_STOP) {
+                fprintf(stderr, "wafer run: --stop: at most %d stop strings\n", RUN_MAX_STOP);
+                return 2;
+            }
+            if (*optarg) /* an empty stop string would stop at once; ignored, as the server does */
+                stop[n_stop++] = optarg;
+            break;
+        case 12: if (cli_parse_float("run", "--frequency-penalty", optarg, -2, 2, &d)) return 2; sp.frequency_penalty = (float)d; break;
+        case 13: if (cli_parse_float("run", "--presence-penalty", optarg, -2, 2, &d)) return 2; sp.presence_penalty = (float)d; break;
+        case 14: if (cli_parse_int("run", "--repeat-last-n", optarg, -1, 1 << 20, &l)) return 2; sp.repeat_last_n = (int)l; break;
+        case 15:
+            if (engine_opts_set_backend(&eo, optarg, err)) {
+                fprintf(stderr, "wafer run: --backend: %s\n", err);
+                return 2;
+            }
+            break;
         case 'h': run_usage(stdout); return 0;
         default: run_usage(stderr); return 2;
         }
@@ -100,7 +214,6 @@ int cmd_run_main(int argc, char **argv)
     }
     if (!seeded)
         sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-    char err[ERR_MSG_MAX];
     if (sampler_params_validate(&sp, err)) {
         fprintf(stderr, "wafer run: %s\n", err);
         return 2;
@@ -108,45 +221,46 @@ int cmd_run_main(int argc, char **argv)
 
     int rc = 1;
     struct engine *e = NULL;
-    struct sampler *smp = NULL;
+    struct scheduler *s = NULL;
+    struct sched_req *r = NULL;
     int32_t *toks = NULL;
-    float *logits = NULL;
-    struct batch b = {0};
+    struct run_reader rd = {0};
+    struct run_wake wake = {.seq = 0};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&wake.mu, NULL);
+    pthread_cond_init(&wake.cv, &ca);
+    pthread_condattr_destroy(&ca);
+
     double t_load = cli_now();
     struct model *m = model_load_ex(model_path, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
-        return 1;
+        goto out;
     }
+    /* SIGINT is taken by this thread alone, synchronously: block it before the compute and engine threads
+     * start (they inherit the mask) */
+    sigset_t sigint;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigint, NULL);
+
     const struct model_hparams *hp = &m->hp;
+    eo.n_threads = (int)threads;
+    eo.n_ctx = (int)ctx;
+    eo.n_ctx_cap = 4096;
     struct engine_params ep;
-    engine_params_default(&ep);
-    ep.n_threads = (int)threads;
-    ep.n_ctx = ctx ? (int)ctx : (hp->ctx_train < 4096 ? hp->ctx_train : 4096);
-    ep.kv_type = kv_type;
-    ep.force_scalar = no_simd;
-    e = engine_create(m, &ep, err);
-    if (!e) {
+    if (engine_params_for_model(m, &eo, &ep, err) || !(e = engine_create(m, &ep, err))) {
         fprintf(stderr, "wafer run: %s\n", err);
         goto out;
     }
-    log_info("loaded %s: %s, %d layers, dim %d, %s weights, %d threads, ctx %d, in %.0f ms", m->name, hp->arch,
-             hp->n_layers, hp->dim, dtype_name(m->main_type), engine_params_get(e)->n_threads, ep.n_ctx,
-             (cli_now() - t_load) * 1e3);
+    int n_ctx = engine_params_get(e)->n_ctx;
+    log_info("loaded %s: %s, %d layers, dim %d, %s weights, %d threads, ctx %d, backend %s, in %.0f ms", m->name,
+             hp->arch, hp->n_layers, hp->dim, dtype_name(m->main_type), engine_params_get(e)->n_threads, n_ctx,
+             eo.backend ? eo.backend : "cpu", (cli_now() - t_load) * 1e3);
 
-    size_t plen = strlen(prompt);
-    int cap = (int)plen + 8;
-    toks = malloc((size_t)cap * sizeof *toks);
-    if (!toks)
-        goto oom;
-    int n_prompt = tokenizer_encode(m->tok, prompt, plen, true, false, toks, cap);
-    if (n_prompt > cap) {
-        int32_t *nt = realloc(toks, (size_t)n_prompt * sizeof *toks);
-        if (!nt)
-            goto oom;
-        toks = nt;
-        n_prompt = tokenizer_encode(m->tok, prompt, plen, true, false, toks, n_prompt);
-    }
+    int n_prompt = tokenizer_encode_alloc(m->tok, prompt, strlen(prompt), true, true, &toks);
     if (n_prompt < 0) {
         fprintf(stderr, "wafer run: cannot tokenize the prompt: %s\n", err_name(n_prompt));
         goto out;
@@ -155,73 +269,115 @@ int cmd_run_main(int argc, char **argv)
         fprintf(stderr, "wafer run: the prompt is empty after tokenization and the model adds no BOS token\n");
         goto out;
     }
-    if (n_prompt + max_tokens > ep.n_ctx) {
+    if (n_prompt + max_tokens > n_ctx) {
         fprintf(stderr, "wafer run: prompt (%d tokens) + --max-tokens (%ld) exceeds the context size %d; "
-                        "lower --max-tokens or raise --ctx-size\n", n_prompt, max_tokens, ep.n_ctx);
+                        "lower --max-tokens or raise --ctx-size\n", n_prompt, max_tokens, n_ctx);
         goto out;
     }
-    smp = sampler_create(&sp, hp->n_vocab);
-    logits = malloc((size_t)hp->n_vocab * sizeof *logits);
-    if (!smp || !logits || batch_init(&b, engine_params_get(e)->max_batch_tokens))
-        goto oom;
-    for (int i = 0; i < n_prompt; i++)
-        sampler_accept(smp, toks[i]);
 
-    /* prefill in chunks of the largest batch; logits only for the prompt's last token */
-    double t0 = cli_now();
-    for (int i = 0; i < n_prompt; i += b.cap) {
-        batch_clear(&b);
-        for (int j = i; j < n_prompt && j < i + b.cap; j++)
-            batch_add(&b, toks[j], j, 0, j == n_prompt - 1);
-        if (engine_forward(e, &b, logits, err)) {
-            fprintf(stderr, "wafer run: %s\n", err);
-            goto out;
-        }
+    /* one slot, prompts in chunks of the engine's whole batch, no prefix cache (nothing to share) */
+    struct sched_params schp;
+    sched_params_default(&schp);
+    schp.max_batch_size = 1;
+    schp.max_queue = 1;
+    schp.prefill_chunk = engine_params_get(e)->max_batch_tokens - 1;
+    schp.prefix_cache = false;
+    s = scheduler_create(e, m->tok, &schp, NULL, run_notify, &wake, err);
+    if (!s) {
+        fprintf(stderr, "wafer run: %s\n", err);
+        goto out;
     }
-    double t1 = cli_now();
-    struct detok_stream ds = {0};
-    char piece[256];
-    int n_gen = 0;
-    const char *finish = "length";
-    while (n_gen < max_tokens) {
-        int32_t tok = sampler_sample(smp, logits, NULL, NULL, 0);
-        if (!ignore_eos && tokenizer_is_eog(m->tok, tok)) {
-            finish = "stop";
-            break;
+    if (scheduler_start(s)) {
+        fprintf(stderr, "wafer run: cannot start the engine thread\n");
+        goto out;
+    }
+    r = sched_req_create(toks, n_prompt, 1);
+    if (!r || sched_req_set_stop(r, stop, n_stop))
+        goto oom;
+    r->id = 1;
+    r->max_tokens = (int)max_tokens;
+    r->sp = sp;
+    r->ignore_eos = ignore_eos;
+    r->t_arrival = sched_now_ns();
+    int src = scheduler_submit(s, r);
+    if (src) {
+        fprintf(stderr, "wafer run: cannot submit the request: %s\n", err_name(src));
+        goto out;
+    }
+
+    /* stream: snapshot the wake counter, take what is new, wait for the next notify (or 50 ms, to see a
+     * Ctrl-C); the status is read before the text, so once it says finished the text read after is whole */
+    struct sched_req_status st;
+    bool interrupted = false;
+    for (;;) {
+        pthread_mutex_lock(&wake.mu);
+        uint64_t seen = wake.seq;
+        pthread_mutex_unlock(&wake.mu);
+        sched_req_status_get(r, &st);
+        if (!sched_req_read(r, run_read_choice, &rd) && rd.oom) {
+            scheduler_cancel(s, r, ERR_CANCELLED);
+            goto oom;
         }
-        sampler_accept(smp, tok);
-        int n = tokenizer_stream_push(m->tok, &ds, tok, false, piece, sizeof piece);
-        if (n > 0 && n <= (int)sizeof piece) {
-            fwrite(piece, 1, (size_t)n, stdout);
+        if (rd.len) {
+            fwrite(rd.buf, 1, rd.len, stdout);
             fflush(stdout);
         }
-        if (++n_gen == max_tokens)
+        if (st.finished)
             break;
-        batch_clear(&b);
-        batch_add(&b, tok, n_prompt + n_gen - 1, 0, true);
-        if (engine_forward(e, &b, logits, err)) {
-            fprintf(stderr, "\nwafer run: %s\n", err);
-            goto out;
+        if (run_sigint_pending(&sigint)) {
+            if (interrupted) { /* a second Ctrl-C: do not wait for the engine */
+                fputc('\n', stdout);
+                fflush(stdout);
+                _exit(130);
+            }
+            interrupted = true;
+            scheduler_cancel(s, r, ERR_CANCELLED);
         }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&wake.mu);
+        if (wake.seq == seen)
+            pthread_cond_timedwait(&wake.cv, &wake.mu, &ts);
+        pthread_mutex_unlock(&wake.mu);
     }
-    int n = tokenizer_stream_flush(&ds, piece, sizeof piece);
-    if (n > 0)
-        fwrite(piece, 1, (size_t)n, stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    double t2 = cli_now();
-    fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tok/s) | generated: %d tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
-            n_prompt, (t1 - t0) * 1e3, n_prompt / (t1 - t0), n_gen, (t2 - t1) * 1e3, n_gen / (t2 - t1), finish);
+    if (st.error) {
+        if (st.error == ERR_CANCELLED && interrupted) {
+            fprintf(stderr, "wafer run: interrupted after %d tokens\n", rd.n_toks);
+            rc = 130;
+        } else {
+            fprintf(stderr, "wafer run: %s\n", st.errmsg);
+        }
+        goto out;
+    }
+    /* prompt: admission to the first token (prefill and one sample); generation: the tokens after the
+     * first, over the time after it */
+    double t_prompt = (double)(st.t_first_token - st.t_admitted) / 1e9;
+    double t_gen = (double)(st.t_finished - st.t_first_token) / 1e9;
+    int n_gen = rd.n_toks;
+    int n_after = n_gen > 1 ? n_gen - 1 : 0;
+    fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tok/s) | generated: %d tokens, %d after the first in %.1f ms "
+                    "(%.1f tok/s) | finish: %s\n",
+            n_prompt, t_prompt * 1e3, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, n_after, t_gen * 1e3,
+            t_gen > 0 ? n_after / t_gen : 0.0, run_finish_name(rd.finish));
     rc = 0;
     goto out;
 oom:
     fprintf(stderr, "wafer run: out of memory\n");
 out:
-    batch_deinit(&b);
-    free(logits);
+    sched_req_unref(r);
+    scheduler_destroy(s);
+    free(rd.buf);
     free(toks);
-    sampler_destroy(smp);
     engine_destroy(e);
     model_destroy(m);
+    pthread_cond_destroy(&wake.cv);
+    pthread_mutex_destroy(&wake.mu);
     return rc;
 }
