@@ -22,10 +22,9 @@
 #include "bench/membw.h"
 #include "cli/cli_common.h"
 #include "core/err.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
-#include "engine/cpu/gemv.h"
-#include "engine/cpu/kernels.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <errno.h>
@@ -212,20 +211,6 @@ static void bench_json_stat(json_t *o, const char *key, const char *sd_key, stru
     json_object_set_new(o, sd_key, s.valid ? json_real(s.sd) : json_null());
 }
 
-/* The instruction set of the kernels the engine picks for weight type t (engine.c: gemv_ops_best over the AVX2
- * kernel_ops), for the report. */
-static const char *bench_isa_name(enum dtype t, bool no_simd)
-{
-    if (no_simd || !kernel_ops_avx2(t))
-        return "scalar";
-    const struct gemv_ops *g = gemv_ops_best(t);
-    if (g && (g == gemv_ops_avx512q(t) || g == gemv_ops_avx512k(t)))
-        return "avx512";
-    if (g && g == gemv_ops_vnni(t))
-        return "avx-vnni";
-    return "avx2";
-}
-
 static int bench_parse(int argc, char **argv, struct bench_opts *o)
 {
     static const struct option opts[] = {
@@ -312,7 +297,7 @@ static int bench_membw_only(const struct bench_opts *o)
     }
     printf("read bandwidth: %.1f GB/s median of %d passes (best %.1f, worst %.1f), %d threads, %zu MiB buffer, %s loads\n",
            r.median_gbs, r.passes, r.best_gbs, r.worst_gbs, r.threads, r.bytes >> 20,
-           kernel_cpu_has_avx2() ? "AVX2" : "scalar");
+           membw_loads_name());
     if (o->json)
         printf("{\"membw_gbs\":%.3f,\"membw_best_gbs\":%.3f,\"membw_worst_gbs\":%.3f,\"threads\":%d,\"passes\":%d,"
                "\"buffer_bytes\":%zu}\n",
@@ -379,7 +364,9 @@ int bench_model_main(int argc, char **argv)
     }
     double load_s = cli_now() - t_load;
     const struct engine_params *p = engine_params_get(c.e);
-    size_t kv_bytes = (size_t)p->kv_blocks * kv_pool_block_bytes(kv_pool_params(engine_kv(c.e)));
+    struct backend_desc desc;
+    engine_describe(c.e, &desc);
+    size_t kv_bytes = desc.kv_bytes;
     if (tokenizer_add_bos(c.m->tok))
         c.bos = tokenizer_bos(c.m->tok);
     c.logits = malloc((size_t)o.batch * hp->n_vocab * sizeof(float));
@@ -388,7 +375,8 @@ int bench_model_main(int argc, char **argv)
         fprintf(stderr, "wafer bench: out of memory\n");
         goto out;
     }
-    const char *simd = bench_isa_name(c.m->main_type, p->force_scalar);
+    /* the instruction set of the kernels the engine runs for the model's main weight type */
+    const char *simd = desc.isa[c.m->main_type] ? desc.isa[c.m->main_type] : "scalar";
     double wgb = (double)c.m->weight_bytes / 1e9;
     fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
                     "KV %s %.1f MiB, loaded in %.0f ms\n",

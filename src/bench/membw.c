@@ -36,6 +36,8 @@ uint64_t membw_read(const void *p, size_t n)
     return avx2 ? membw_read_avx2(p, n) : membw_read_scalar(p, n);
 }
 
+const char *membw_loads_name(void) { return kernel_cpu_has_avx2() ? "AVX2" : "scalar"; }
+
 struct membw_job {
     uint8_t *buf;
     size_t bytes;

@@ -31,5 +31,7 @@ uint64_t membw_read_scalar(const void *p, size_t n);
 uint64_t membw_read_avx2(const void *p, size_t n);
 /* The version picked for this CPU (AVX2 when kernel_cpu_has_avx2()). */
 uint64_t membw_read(const void *p, size_t n);
+/* The loads membw_read uses, for reports: "AVX2" or "scalar". */
+const char *membw_loads_name(void);
 
 #endif

@@ -1,130 +1,28 @@
 /*
- * engine: the llama forward pass over a ragged batch and a paged KV cache, run as ONE thread-pool job with
- * barriers between dependent ops (no fork/join per op).
+ * engine: the backend-agnostic half of the forward pass: parameters, the KV pool's bookkeeping and the
+ * sequences' block tables, validation of a batch, all-or-nothing reservation of its KV blocks, and then one
+ * call of the backend's forward (backend.h). Everything that touches the weights, the KV data or the
+ * kernels is the backend's.
  *
- * Per layer, for the T tokens of the batch (x: [T][dim] residual stream, f32):
- *   xn = rmsnorm(x) * attn_norm, converted to the weights' activation format   rows split over threads
- *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)  weight rows split over threads
- *   rope(q, k); k, v -> KV blocks of each token's sequence at its position
- *   a = softmax(q K^T / sqrt(hd)) V per (token, KV head), the KV head's query heads together
- *   x += a Wo^T
- *   xn = rmsnorm(x) * ffn_norm;  h = silu(xn Wg^T) * (xn Wu^T);  x += h Wd^T
- * then logits = rmsnorm(x[rows asked]) * output_norm Wout^T.
- *
- * Matrix products convert their input rows once to the weight type's activation format (kernel_ops
- * vec_type) and then compute every output element with the kernels' gemm over panels of weight rows: a
- * panel small enough to stay in cache is used for every token of the batch before the next one is read, and
- * each element is bit-identical to a vec_dot over the full row. The reduction order of an element depends
- * only on that row, never on T or on the thread split, so a sequence's logits are bit-identical alone or in
- * any batch. Attention works the same way (attn.h fixes its reduction orders): softmax is exact and in two
- * passes (max, then exp and a double sum), not online, because llama.cpp's non-flash attention rounds that
- * way (query rounded to F16 against an F16 cache, probabilities rounded to F16 before the V product).
- *
- * Barriers: an op that produces rows split by token (rmsnorm, swiglu) converts the same rows to the
- * activation format in the same thread, so the two need no barrier between them; each thread keeps its own
- * copy of which conversions the activation slots hold (all threads make the same decisions), so no thread
- * has to publish it. That leaves 10 barriers per layer.
- *
- * WAFER_PROFILE=1 in the environment makes engine_destroy print the wall time spent in each op (measured on
- * thread 0 at the barriers, so an op's time includes waiting for the slowest thread).
+ * Everything a pass needs is allocated at create (the validation arrays, the block tables at their
+ * largest: n_ctx positions each), so engine_forward never allocates.
  */
 #include "engine/engine.h"
 
 #include "core/err.h"
-#include "core/log.h"
-#include "engine/cpu/attn.h"
-#include "engine/cpu/gemv.h"
-#include "engine/cpu/kernels.h"
-#include "engine/cpu/threadpool.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/backend.h"
 
-#include <math.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/* Activation conversion slots: a layer's matrices use at most two activation formats (e.g. Q4_K_M mixes
- * Q4_K and Q6_K, both Q8_K; Q4_0 files keep output in Q6_K), so two slots avoid converting twice. */
-#define ENGINE_ACT_SLOTS 2
-
-/* What an activation slot holds, as one thread knows it (each thread keeps its own copy). */
-struct engine_act {
-    enum dtype vec_type; /* format held, or DTYPE_COUNT when empty */
-    const float *src;    /* which float buffer it was converted from */
-    size_t row_bytes;    /* bytes per converted row */
-    uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
-    uint8_t *aux;        /* [T][aux_stride] gemv_ops prep of each row, or NULL when not prepared */
-    size_t aux_stride;   /* bytes between rows of aux: this format's aux_bytes(cols), 64-aligned (<= act_aux_cap)
-                          * so narrow activations touch (and keep resident) only the pages they use */
-    uint8_t *aux_buf;    /* the slot's aux buffer */
-};
-
-enum engine_op {
-    OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_ATTN, OP_ATT_CONV, OP_WO, OP_GATE_UP, OP_SWIGLU, OP_DOWN, OP_OUTPUT,
-    OP_COUNT
-};
-
-static const char *const engine_op_names[OP_COUNT] = {
-    "embed", "rmsnorm+convert", "matmul q,k,v", "rope+kv store", "attention", "convert attn out",
-    "matmul wo", "matmul gate,up", "swiglu+convert", "matmul down", "output norm+matmul",
-};
-
-struct engine_prof {
-    double t[OP_COUNT]; /* seconds */
-    int64_t passes, tokens;
-};
 
 struct engine {
     const struct model *m;
     struct engine_params p;
-    struct threadpool *tp;
+    struct backend *be;
     struct kv_pool *kv;
-    struct kv_seq *seqs; /* [max_seqs] */
-    float rope_theta_scale; /* base^(-2/head_dim) */
-    float rope_freq_scale;  /* 1 / linear scaling factor */
-    const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
-    const struct attn_kernels *attn;
-    const struct kernel_ops *kv_ops; /* Q8_0 kernels for a Q8_0 cache, else NULL */
-    size_t kv_row_bytes;             /* one cached row (position, KV head) */
-    const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
-    const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
-    uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
-    size_t gemv_aux_cap;
-    /* per activation format: the prep shared by the gemv_ops with a gemm for it (see gemv.h), or NULL */
-    void (*act_prep[DTYPE_COUNT])(int64_t n, const void *x, void *aux);
-    size_t (*act_aux_bytes[DTYPE_COUNT])(int64_t n); /* the aux_bytes that goes with act_prep */
-    size_t act_aux_cap;                        /* bytes of prep output per activation row */
-    uint8_t *act_aux_buf[ENGINE_ACT_SLOTS];    /* [T][act_aux_cap] */
-    float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
-    size_t scratch_floats;
-
-    /* scratch, sized for max_batch_tokens (T) */
-    float *x;    /* [T][dim] residual */
-    float *xn;   /* [T][dim] normed */
-    float *q;    /* [T][n_heads * head_dim] */
-    float *k;    /* [T][kv_dim] */
-    float *v;    /* [T][kv_dim] */
-    float *att;  /* [T][n_heads * head_dim] */
-    float *hg;   /* [T][ffn] */
-    float *hu;   /* [T][ffn] */
-    float *tmp;  /* [T][dim] products added into x */
-    float *rope; /* [T][head_dim] cos, sin of each token's rotation angles */
-    int32_t *logit_rows; /* [T] batch index of each row whose logits are wanted */
-    uint8_t *act_buf[ENGINE_ACT_SLOTS]; /* [T][act_row_cap] */
-    struct engine_act *act; /* [n_threads][ENGINE_ACT_SLOTS]: each thread's view of the slots */
-    size_t act_row_cap; /* bytes per row each slot can hold */
-
-    bool prof_on;
-    double prof_last;
-    struct engine_prof prof[3]; /* [0] one token, [1] several sequences one token each, [2] others (prefill) */
-
-    /* the job being run */
-    const struct batch *b;
-    float *logits;
-    int n_logits;
-    int n_seqs_in_batch; /* sequences with tokens in b: b->n equal to it means a pure decode step */
+    struct kv_seq *seqs;  /* [max_seqs] */
+    int *next;            /* [max_seqs] validation: next expected position, -1 when not in the batch */
+    int32_t *logit_rows;  /* [max_batch_tokens] batch index of each token whose logits are wanted */
 };
 
 void engine_params_default(struct engine_params *p)
@@ -140,19 +38,27 @@ void engine_params_default(struct engine_params *p)
 
 int engine_backend_check(const char *name, char *err)
 {
-    if (!name || strcmp(name, "cpu") == 0 || strcmp(name, "scalar") == 0)
+    if (backend_find(name))
         return 0;
-    return err_set(err, ERR_INVALID_ARG, "unknown backend '%s' (available: cpu, scalar)", name);
+    char names[128];
+    return err_set(err, ERR_INVALID_ARG, "unknown backend '%s' (available: %s)", name, backend_names(names, sizeof names));
 }
 
-static const struct kernel_ops *engine_ops(const struct engine *e, enum dtype t)
+/* The pool's copy on write, handed to the backend that stores the blocks. */
+static void engine_kv_copy(void *ctx, int32_t dst, int32_t src)
 {
-    return e->p.force_scalar ? kernel_ops_scalar(t) : kernel_ops_get(t);
+    struct engine *e = ctx;
+    e->be->ops->kv_copy(e->be, dst, src);
 }
 
 struct engine *engine_create(const struct model *m, const struct engine_params *params, char *err)
 {
     const struct model_hparams *hp = &m->hp;
+    const struct backend_ops *ops = backend_find(params->backend);
+    if (!ops) {
+        engine_backend_check(params->backend, err);
+        return NULL;
+    }
     struct engine *e = calloc(1, sizeof *e);
     if (!e) {
         err_set(err, ERR_NOMEM, "out of memory");
@@ -161,10 +67,7 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
     e->m = m;
     e->p = *params;
     struct engine_params *p = &e->p;
-    if (engine_backend_check(p->backend, err))
-        goto fail;
-    if (p->backend && strcmp(p->backend, "scalar") == 0)
-        p->force_scalar = true;
+    p->backend = ops->name;
     if (p->n_ctx <= 0)
         p->n_ctx = hp->ctx_train;
     if (p->max_batch_tokens <= 0)
@@ -196,181 +99,47 @@ struct engine *engine_create(const struct model *m, const struct engine_params *
         goto fail;
     }
     p->kv_blocks = kp.n_blocks;
-    e->kv = kv_pool_create(&kp, err);
+    e->kv = kv_pool_create(&kp, engine_kv_copy, e, err);
     if (!e->kv)
         goto fail;
     e->seqs = calloc((size_t)p->max_seqs, sizeof *e->seqs);
-    /* A model of a few MB is done in microseconds per op: splitting it only adds barrier waits (and a
-     * barrier can stall for a scheduler slice when another process holds a core), so by default it runs
-     * on one thread. An explicit n_threads is always honoured. */
-    if (p->n_threads <= 0 && m->weight_bytes < ((size_t)8 << 20))
-        p->n_threads = 1;
-    e->tp = threadpool_create(p->n_threads);
-    if (!e->seqs || !e->tp)
+    e->next = malloc((size_t)p->max_seqs * sizeof *e->next);
+    e->logit_rows = malloc((size_t)p->max_batch_tokens * sizeof *e->logit_rows);
+    if (!e->seqs || !e->next || !e->logit_rows)
         goto oom;
-    p->n_threads = threadpool_size(e->tp);
-
-    int hd = hp->head_dim;
-    if (hd > 1024) {
-        err_set(err, ERR_UNSUPPORTED, "head dimension %d is larger than the supported 1024", hd);
-        goto fail;
-    }
-    e->rope_theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
-    e->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
-    e->rope_ff = model_rope_freqs(m);
-    int group = hp->n_heads / hp->n_kv_heads;
-    /* scores [group][n_ctx], queries [group][hd], a dequantized V block [block_size][hd], quantized queries */
-    e->kv_row_bytes = kv_pool_row_bytes(&kp);
-    e->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd) + (size_t)p->block_size * hd +
-                        ((size_t)group * e->kv_row_bytes + 3) / 4;
-    e->scratch_floats = (e->scratch_floats + 15) & ~(size_t)15; /* keep each thread's part 64-byte aligned */
-    e->scratch = aligned_alloc(64, (size_t)p->n_threads * e->scratch_floats * sizeof(float));
-    if (!e->scratch)
-        goto oom;
-    e->attn = attn_kernels_get(p->force_scalar);
-    if (p->kv_type == DTYPE_Q8_0 && !(e->kv_ops = engine_ops(e, DTYPE_Q8_0))) {
-        err_set(err, ERR_UNSUPPORTED, "no kernels for a q8_0 KV cache");
-        goto fail;
-    }
-
-    size_t T = (size_t)p->max_batch_tokens;
-    size_t q_dim = (size_t)hp->n_heads * hd, kv_dim = (size_t)hp->n_kv_heads * hd;
-    e->x = malloc(T * hp->dim * sizeof(float));
-    e->xn = malloc(T * hp->dim * sizeof(float));
-    e->q = malloc(T * q_dim * sizeof(float));
-    e->k = malloc(T * kv_dim * sizeof(float));
-    e->v = malloc(T * kv_dim * sizeof(float));
-    e->att = malloc(T * q_dim * sizeof(float));
-    e->hg = malloc(T * hp->ffn_dim * sizeof(float));
-    e->hu = malloc(T * hp->ffn_dim * sizeof(float));
-    e->tmp = malloc(T * hp->dim * sizeof(float));
-    e->rope = malloc(T * hd * sizeof(float));
-    e->logit_rows = malloc(T * sizeof(int32_t));
-    e->act = calloc((size_t)p->n_threads * ENGINE_ACT_SLOTS, sizeof *e->act);
-    if (!e->x || !e->xn || !e->q || !e->k || !e->v || !e->att || !e->hg || !e->hu || !e->tmp || !e->rope ||
-        !e->logit_rows || !e->act)
-        goto oom;
-    size_t max_cols = (size_t)hp->dim;
-    if ((size_t)hp->ffn_dim > max_cols)
-        max_cols = hp->ffn_dim;
-    if (q_dim > max_cols)
-        max_cols = q_dim;
-    e->act_row_cap = max_cols * 4 + 64; /* F32 is the widest activation format */
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
-        e->act_buf[i] = malloc(T * e->act_row_cap);
-        if (!e->act_buf[i])
+    for (int s = 0; s < p->max_seqs; s++)
+        if (kv_seq_init_cap(&e->seqs[s], (int)blocks_per_seq))
             goto oom;
-    }
-    for (int t = 0; t < p->n_threads; t++)
-        for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
-            e->act[t * ENGINE_ACT_SLOTS + i].vec_type = DTYPE_COUNT;
-            e->act[t * ENGINE_ACT_SLOTS + i].buf = e->act_buf[i];
-        }
-    /* every weight type used must have kernels */
-    const struct model_weight *ws[] = {&m->output, &m->tok_embd};
-    for (size_t i = 0; i < 2; i++)
-        if (!(e->ops[ws[i]->type] = engine_ops(e, ws[i]->type))) {
-            err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(ws[i]->type));
-            goto fail;
-        }
-    for (int l = 0; l < hp->n_layers; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < 7; i++)
-            if (!(e->ops[lw[i]->type] = engine_ops(e, lw[i]->type))) {
-                err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(lw[i]->type));
-                goto fail;
-            }
-    }
-    /* decode kernels and VNNI gemm (bit-identical to kernel_ops vec_dot and gemm) with their scratch */
-    if (!p->force_scalar)
-        for (int t = 0; t < DTYPE_COUNT; t++)
-            if (e->ops[t] && e->ops[t] == kernel_ops_avx2((enum dtype)t) && (e->gemv[t] = gemv_ops_best((enum dtype)t))) {
-                size_t need = (e->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
-                if (need > e->gemv_aux_cap)
-                    e->gemv_aux_cap = need;
-                if (e->gemv[t]->gemm && e->gemv[t]->aux_bytes((int64_t)max_cols) > 0) {
-                    e->act_prep[e->ops[t]->vec_type] = e->gemv[t]->prep;
-                    e->act_aux_bytes[e->ops[t]->vec_type] = e->gemv[t]->aux_bytes;
-                    if (need > e->act_aux_cap)
-                        e->act_aux_cap = need;
-                }
-            }
-    if (e->gemv_aux_cap && !(e->gemv_aux = aligned_alloc(64, (size_t)p->n_threads * e->gemv_aux_cap)))
-        goto oom;
-    for (int i = 0; i < ENGINE_ACT_SLOTS && e->act_aux_cap; i++)
-        if (!(e->act_aux_buf[i] = aligned_alloc(64, T * e->act_aux_cap)))
-            goto oom;
-    for (int t = 0; t < p->n_threads; t++)
-        for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-            e->act[t * ENGINE_ACT_SLOTS + i].aux_buf = e->act_aux_buf[i];
-    const char *prof = getenv("WAFER_PROFILE");
-    e->prof_on = prof && *prof && strcmp(prof, "0") != 0;
+
+    e->be = ops->create(m, p, err);
+    if (!e->be)
+        goto fail;
+    if (ops->kv_alloc(e->be, &kp, err))
+        goto fail;
+    struct backend_desc d;
+    ops->describe(e->be, &d);
+    p->n_threads = d.n_threads;
     return e;
 oom:
-    err_set(err, ERR_NOMEM, "out of memory creating the engine (batch of %d tokens)", p->max_batch_tokens);
+    err_set(err, ERR_NOMEM, "out of memory creating the engine (%d sequences of %d positions)", p->max_seqs, p->n_ctx);
 fail:
     engine_destroy(e);
     return NULL;
-}
-
-static double engine_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void engine_prof_print(const struct engine *e)
-{
-    static const char *const kinds[3] = {"decode, one sequence", "decode, several sequences (one token each)",
-                                         "prefill (several tokens of a sequence)"};
-    for (int k = 0; k < 3; k++) {
-        const struct engine_prof *pr = &e->prof[k];
-        if (!pr->passes)
-            continue;
-        double total = 0;
-        for (int i = 0; i < OP_COUNT; i++)
-            total += pr->t[i];
-        fprintf(stderr, "engine profile, %s: %lld passes, %lld tokens, %.1f ms per pass, %d threads\n",
-                kinds[k], (long long)pr->passes,
-                (long long)pr->tokens, total / (double)pr->passes * 1e3, e->p.n_threads);
-        for (int i = 0; i < OP_COUNT; i++)
-            fprintf(stderr, "  %-20s %9.3f ms per pass %5.1f%%\n", engine_op_names[i], pr->t[i] / (double)pr->passes * 1e3,
-                    total > 0 ? 100 * pr->t[i] / total : 0.0);
-    }
 }
 
 void engine_destroy(struct engine *e)
 {
     if (!e)
         return;
-    if (e->prof_on)
-        engine_prof_print(e);
-    threadpool_destroy(e->tp);
+    if (e->be)
+        e->be->ops->destroy(e->be);
     if (e->seqs)
         for (int i = 0; i < e->p.max_seqs; i++)
             kv_seq_deinit(e->kv, &e->seqs[i]);
     free(e->seqs);
     kv_pool_destroy(e->kv);
-    free(e->scratch);
-    free(e->x);
-    free(e->xn);
-    free(e->q);
-    free(e->k);
-    free(e->v);
-    free(e->att);
-    free(e->hg);
-    free(e->hu);
-    free(e->tmp);
-    free(e->rope);
+    free(e->next);
     free(e->logit_rows);
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-        free(e->act_buf[i]);
-    free(e->act);
-    free(e->gemv_aux);
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-        free(e->act_aux_buf[i]);
     free(e);
 }
 
@@ -381,417 +150,7 @@ struct kv_seq *engine_seq(struct engine *e, int seq) { return &e->seqs[seq]; }
 int engine_seq_len(const struct engine *e, int seq) { return e->seqs[seq].n_pos; }
 void engine_seq_truncate(struct engine *e, int seq, int n_pos) { kv_seq_truncate(e->kv, &e->seqs[seq], n_pos); }
 
-/* ---- ops, each called by every thread (ith of nth) inside the job ---- */
-
-static inline int engine_prof_kind(const struct engine *e)
-{
-    return e->b->n == 1 ? 0 : e->b->n == e->n_seqs_in_batch ? 1 : 2;
-}
-
-/* Thread 0 charges the time since its last mark to op k. */
-static inline void engine_mark(struct engine *e, int ith, enum engine_op k)
-{
-    if (ith != 0 || !e->prof_on)
-        return;
-    double now = engine_now();
-    e->prof[engine_prof_kind(e)].t[k] += now - e->prof_last;
-    e->prof_last = now;
-}
-
-/* y[r] = x[r] / rms(x[r]) * w for rows r in [r0, r1); rows of x indexed through idx when not NULL. */
-static void op_rmsnorm_rows(const float *x, float *y, const float *w, int64_t r0, int64_t r1, const int32_t *idx, int dim,
-                            float eps)
-{
-    for (int64_t r = r0; r < r1; r++) {
-        const float *xr = x + (size_t)(idx ? idx[r] : r) * dim;
-        float *yr = y + (size_t)r * dim;
-        double ss = 0;
-        for (int i = 0; i < dim; i++)
-            ss += (double)xr[i] * xr[i];
-        float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
-        for (int i = 0; i < dim; i++)
-            yr[i] = xr[i] * scale * w[i];
-    }
-}
-
-/* This thread's view of the activation slots. */
-static inline struct engine_act *engine_acts(struct engine *e, int ith) { return e->act + (size_t)ith * ENGINE_ACT_SLOTS; }
-
-/* Forgets this thread's record of conversions (their source buffers are about to change). */
-static void op_act_invalidate(struct engine *e, int ith)
-{
-    struct engine_act *a = engine_acts(e, ith);
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++) {
-        a[i].vec_type = DTYPE_COUNT;
-        a[i].src = NULL;
-    }
-}
-
-/* Converts x [n_rows][cols] to the activation format of ops, unless a slot already holds that conversion.
- * This thread converts rows threadpool_split(n_rows) gives it, so x's rows must be complete for those rows
- * (the caller's barrier, or rows this thread wrote itself with the same split). Every thread makes the same
- * choice of slot from its own record. Ends with a barrier when it converted. */
-static const struct engine_act *op_act_prepare(struct engine *e, const float *x, int n_rows, int cols,
-                                               const struct kernel_ops *ops, int ith, int nth)
-{
-    struct engine_act *acts = engine_acts(e, ith);
-    for (int i = 0; i < ENGINE_ACT_SLOTS; i++)
-        if (acts[i].vec_type == ops->vec_type && acts[i].src == x)
-            return &acts[i];
-    /* choose the slot not holding the other live conversion of x; otherwise slot 0 */
-    int s = acts[0].src == x && acts[0].vec_type != DTYPE_COUNT ? 1 : 0;
-    struct engine_act *a = &acts[s];
-    size_t rb = dtype_row_bytes(ops->vec_type, cols);
-    int64_t r0, r1;
-    threadpool_split(n_rows, ith, nth, &r0, &r1);
-    void (*prep)(int64_t, const void *, void *) = n_rows > 1 ? e->act_prep[ops->vec_type] : NULL;
-    size_t as = prep ? (e->act_aux_bytes[ops->vec_type](cols) + 63) & ~(size_t)63 : 0;
-    for (int64_t r = r0; r < r1; r++) {
-        ops->from_f32(x + (size_t)r * cols, a->buf + (size_t)r * rb, cols);
-        if (prep)
-            prep(cols, a->buf + (size_t)r * rb, a->aux_buf + (size_t)r * as);
-    }
-    a->aux_stride = as;
-    a->vec_type = ops->vec_type;
-    a->src = x;
-    a->row_bytes = rb;
-    a->aux = prep ? a->aux_buf : NULL;
-    threadpool_barrier(e->tp);
-    return a;
-}
-
-/* Normalizes rows of x (indexed through idx when not NULL) into xn and converts them for ops; rows split by
- * thread, one barrier at the end. */
-static const struct engine_act *op_norm_prepare(struct engine *e, const float *w, int n_rows, const int32_t *idx,
-                                                const struct kernel_ops *ops, int ith, int nth)
-{
-    const struct model_hparams *hp = &e->m->hp;
-    int64_t r0, r1;
-    threadpool_split(n_rows, ith, nth, &r0, &r1);
-    op_rmsnorm_rows(e->x, e->xn, w, r0, r1, idx, hp->dim, hp->norm_eps);
-    op_act_invalidate(e, ith);
-    return op_act_prepare(e, e->xn, n_rows, hp->dim, ops, ith, nth);
-}
-
-/* Rows of a weight panel: enough to amortize a call, few enough (about 96 KiB) that the panel stays in L2
- * while every activation row of the batch passes over it. A multiple of 12 so the kernels' 2-, 3- and
- * 4-row tiles divide it. */
-static int64_t engine_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
-{
-    if (n_tok <= 1)
-        return n_rows > 0 ? n_rows : 1; /* decode: each weight row is used once, no reuse to protect */
-    int64_t r = (int64_t)((96u << 10) / row_bytes);
-    r -= r % 12;
-    return r < 12 ? 12 : r;
-}
-
-/* out[t][r] (=|+=) dot(W[r], act[t]) for r in this thread's share of W's rows, t < n_rows; out rows are
- * ldo floats apart. Accumulation goes through e->tmp ([n_rows][w->rows]) so the add is x + product, the
- * same rounding whether a row runs alone or in a batch. */
-static void op_matmul(struct engine *e, const struct model_weight *w, const struct engine_act *a, int n_rows,
-                      float *out, int ldo, bool accumulate, int ith, int nth)
-{
-    const struct kernel_ops *ops = e->ops[w->type];
-    int64_t r0, r1;
-    threadpool_split(w->rows, ith, nth, &r0, &r1);
-    float *dst = accumulate ? e->tmp : out;
-    size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
-    const uint8_t *wb = w->data;
-    const struct gemv_ops *gv = e->gemv[w->type];
-    if (n_rows == 1 && gv && r1 > r0) {
-        uint8_t *aux = e->gemv_aux + (size_t)ith * e->gemv_aux_cap;
-        gv->prep(w->cols, a->buf, aux);
-        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
-        if (accumulate)
-            for (int64_t r = r0; r < r1; r++)
-                out[r] = out[r] + dst[r];
-        return;
-    }
-    /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
-    bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
-    /* A gemv_ops gemm blocks columns so their activations stay in L2 while all its rows pass over them, so it
-     * gets the thread's whole share of rows: in panels it would stream every column's activations (and aux)
-     * once per panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
-    int64_t pr = own ? r1 - r0 : engine_panel_rows(w->row_bytes, n_rows, r1 - r0);
-    for (int64_t p = r0; p < r1; p += pr) {
-        int64_t n = r1 - p < pr ? r1 - p : pr;
-        if (own)
-            gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                     a->row_bytes, a->aux, a->aux_stride);
-        else
-            ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                      a->row_bytes);
-    }
-    if (accumulate)
-        for (int t = 0; t < n_rows; t++) {
-            float *o = out + (size_t)t * ldo;
-            const float *d = dst + (size_t)t * ldd;
-            for (int64_t r = r0; r < r1; r++)
-                o[r] = o[r] + d[r];
-        }
-}
-
-/* cos/sin of each rotation angle for position pos: cs[2i] = cos, cs[2i+1] = sin, i < head_dim / 2. The
- * angle is built by repeated float multiplication (theta_i = pos * scale^i), exactly as ggml does, so the
- * rounding matches llama.cpp's. */
-static void op_rope_cache(const struct engine *e, int pos, float *cs)
-{
-    int half = e->m->hp.head_dim / 2;
-    float theta = (float)pos;
-    for (int i = 0; i < half; i++) {
-        float th = e->rope_freq_scale * (e->rope_ff ? theta / e->rope_ff[i] : theta);
-        cs[2 * i] = cosf(th);
-        cs[2 * i + 1] = sinf(th);
-        theta *= e->rope_theta_scale;
-    }
-}
-
-/* Rotates the pairs of one head vector x[head_dim] by the angles in cs. */
-static void op_rope_head(const struct engine *e, float *x, const float *cs)
-{
-    const struct model_hparams *hp = &e->m->hp;
-    int half = hp->head_dim / 2;
-    if (hp->rope_layout == ROPE_ADJACENT) {
-        for (int i = 0; i < half; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1];
-            float a = x[2 * i], b = x[2 * i + 1];
-            x[2 * i] = a * c - b * s;
-            x[2 * i + 1] = a * s + b * c;
-        }
-    } else {
-        for (int i = 0; i < half; i++) {
-            float c = cs[2 * i], s = cs[2 * i + 1];
-            float a = x[i], b = x[i + half];
-            x[i] = a * c - b * s;
-            x[i + half] = a * s + b * c;
-        }
-    }
-}
-
-/* Thread ith's attention scratch: scores [group][n_ctx], then the rounded queries [group][head_dim]. */
-static float *engine_scratch(const struct engine *e, int ith) { return e->scratch + (size_t)ith * e->scratch_floats; }
-
-/* The cached row of KV head kvh at slot `slot` of a block's K or V storage. */
-static inline void *engine_kv_row(const struct engine *e, void *blk, int kvh, int slot)
-{
-    return (uint8_t *)blk + ((size_t)kvh * e->p.block_size + (size_t)slot) * e->kv_row_bytes;
-}
-
-/* Biases, RoPE on q and k, and the k, v rows stored into each token's KV slot; tokens split over threads. */
-static void op_rope_store(struct engine *e, const struct model_layer *L, int layer, int ith, int nth)
-{
-    const struct model_hparams *hp = &e->m->hp;
-    const struct batch *b = e->b;
-    int hd = hp->head_dim, q_dim = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
-    int64_t t0, t1;
-    threadpool_split(b->n, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        const struct batch_token *bt = &b->tok[t];
-        float *q = e->q + (size_t)t * q_dim, *k = e->k + (size_t)t * kv_dim, *v = e->v + (size_t)t * kv_dim;
-        if (L->bq) {
-            for (int i = 0; i < q_dim; i++)
-                q[i] += L->bq[i];
-            for (int i = 0; i < kv_dim; i++)
-                k[i] += L->bk[i], v[i] += L->bv[i];
-        }
-        const float *cs = e->rope + (size_t)t * hd;
-        for (int h = 0; h < hp->n_heads; h++)
-            op_rope_head(e, q + (size_t)h * hd, cs);
-        for (int h = 0; h < hp->n_kv_heads; h++)
-            op_rope_head(e, k + (size_t)h * hd, cs);
-        const struct kv_seq *s = &e->seqs[bt->seq];
-        int32_t blk = s->blocks[bt->pos / e->p.block_size];
-        int slot = bt->pos % e->p.block_size;
-        void *kb = kv_block_k(e->kv, layer, blk), *vb = kv_block_v(e->kv, layer, blk);
-        for (int h = 0; h < hp->n_kv_heads; h++) {
-            void *kr = engine_kv_row(e, kb, h, slot), *vr = engine_kv_row(e, vb, h, slot);
-            const float *ks = k + (size_t)h * hd, *vs = v + (size_t)h * hd;
-            if (e->p.kv_type == DTYPE_F32) {
-                memcpy(kr, ks, (size_t)hd * sizeof(float));
-                memcpy(vr, vs, (size_t)hd * sizeof(float));
-            } else if (e->p.kv_type == DTYPE_Q8_0) {
-                e->kv_ops->from_f32(ks, kr, hd);
-                e->kv_ops->from_f32(vs, vr, hd);
-            } else {
-                e->attn->to_f16(ks, kr, hd);
-                e->attn->to_f16(vs, vr, hd);
-            }
-        }
-    }
-}
-
-/* Causal attention for every (token, KV head) pair: the KV head's `group` query heads together, so each
- * cached row is read once for all of them, over positions 0..pos of the token's sequence read block by
- * block in position order. Pairs are dealt to threads round-robin, which balances a prefill (later tokens
- * attend to more positions). Softmax is exact and in two passes (max, then exp and a double sum).
- * Rounding by cache type:
- *   F16  as llama.cpp's non-flash attention: the query is rounded to F16 for the K products, and the
- *        normalized probabilities are rounded to F16 for the V products (attn.h fixes the sum orders).
- *   F32  no rounding.
- *   Q8_0 as llama.cpp does for a Q8_0 K: the query is quantized to Q8_0 and the products are Q8_0 dot
- *        products (kernel_ops, so SIMD and scalar builds differ as they do for Q8_0 weights); V rows are
- *        dequantized and the F32 probabilities applied. (llama.cpp can only run a quantized V in its flash
- *        attention, which uses an online softmax; this stays exact and two-pass.)
- * Every sum runs over the token's own positions in a fixed order, so batching never changes the result. */
-static void op_attention(struct engine *e, int layer, int ith, int nth)
-{
-    const struct model_hparams *hp = &e->m->hp;
-    const struct attn_kernels *ak = e->attn;
-    const struct batch *b = e->b;
-    int hd = hp->head_dim, q_dim = hp->n_heads * hd, n_kv = hp->n_kv_heads, group = hp->n_heads / n_kv;
-    int bs = e->p.block_size;
-    size_t lds = (size_t)e->p.n_ctx;
-    float scale = 1.0f / sqrtf((float)hd);
-    enum dtype kt = e->p.kv_type;
-    float *sc = engine_scratch(e, ith), *qr = sc + (size_t)group * lds, *vtmp = qr + (size_t)group * hd;
-    uint8_t *qq = (uint8_t *)(vtmp + (size_t)bs * hd); /* [group][kv_row_bytes] quantized queries */
-    for (int64_t pi = ith; pi < (int64_t)b->n * n_kv; pi += nth) {
-        int t = (int)(pi / n_kv), kvh = (int)(pi % n_kv);
-        const struct batch_token *bt = &b->tok[t];
-        const struct kv_seq *s = &e->seqs[bt->seq];
-        const float *q = e->q + (size_t)t * q_dim + (size_t)kvh * group * hd;
-        int n_pos = bt->pos + 1;
-        if (kt == DTYPE_F16)
-            ak->round_f16(q, qr, (int64_t)group * hd);
-        else if (kt == DTYPE_F32)
-            memcpy(qr, q, (size_t)group * hd * sizeof(float));
-        else
-            for (int g = 0; g < group; g++)
-                e->kv_ops->from_f32(q + (size_t)g * hd, qq + (size_t)g * e->kv_row_bytes, hd);
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *kb = engine_kv_row(e, kv_block_k(e->kv, layer, s->blocks[p0 / bs]), kvh, 0);
-            if (kt == DTYPE_F16) {
-                ak->scores_f16(hd, group, qr, kb, n, scale, sc + p0, lds);
-            } else if (kt == DTYPE_F32) {
-                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
-            } else {
-                e->kv_ops->gemm(hd, n, group, sc + p0, lds, kb, e->kv_row_bytes, qq, e->kv_row_bytes);
-                for (int g = 0; g < group; g++)
-                    for (int j = 0; j < n; j++)
-                        sc[(size_t)g * lds + p0 + j] *= scale;
-            }
-        }
-        for (int g = 0; g < group; g++) {
-            float *sg = sc + (size_t)g * lds;
-            float mx = -INFINITY;
-            for (int p = 0; p < n_pos; p++)
-                if (sg[p] > mx)
-                    mx = sg[p];
-            double sum = 0;
-            for (int p = 0; p < n_pos; p++) {
-                sg[p] = expf(sg[p] - mx);
-                sum += sg[p];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int p = 0; p < n_pos; p++)
-                sg[p] *= inv;
-            if (kt == DTYPE_F16)
-                ak->round_f16(sg, sg, n_pos);
-        }
-        float *o = e->att + (size_t)t * q_dim + (size_t)kvh * group * hd;
-        memset(o, 0, (size_t)group * hd * sizeof(float));
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *vb = engine_kv_row(e, kv_block_v(e->kv, layer, s->blocks[p0 / bs]), kvh, 0);
-            if (kt == DTYPE_F16) {
-                ak->accum_f16(hd, group, sc + p0, lds, vb, n, o);
-            } else if (kt == DTYPE_F32) {
-                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
-            } else {
-                for (int j = 0; j < n; j++)
-                    e->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * e->kv_row_bytes, vtmp + (size_t)j * hd, hd);
-                ak->accum_f32(hd, group, sc + p0, lds, vtmp, n, o);
-            }
-        }
-    }
-}
-
-/* g = silu(g) * u for this thread's rows, then those rows converted for ops (one barrier). */
-static const struct engine_act *op_swiglu_prepare(struct engine *e, int n_rows, const struct kernel_ops *ops, int ith,
-                                                  int nth)
-{
-    int ffn = e->m->hp.ffn_dim;
-    int64_t r0, r1;
-    threadpool_split(n_rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        float *g = e->hg + (size_t)r * ffn;
-        const float *u = e->hu + (size_t)r * ffn;
-        for (int i = 0; i < ffn; i++)
-            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
-    op_act_invalidate(e, ith);
-    return op_act_prepare(e, e->hg, n_rows, ffn, ops, ith, nth);
-}
-
-/* Token embeddings and each token's RoPE angles; tokens split over threads. */
-static void op_embed(struct engine *e, int ith, int nth)
-{
-    const struct model *m = e->m;
-    const struct kernel_ops *ops = e->ops[m->tok_embd.type];
-    int64_t t0, t1;
-    threadpool_split(e->b->n, ith, nth, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        ops->to_f32((const uint8_t *)m->tok_embd.data + (size_t)e->b->tok[t].token * m->tok_embd.row_bytes,
-                    e->x + (size_t)t * m->hp.dim, m->hp.dim);
-        op_rope_cache(e, e->b->tok[t].pos, e->rope + (size_t)t * m->hp.head_dim);
-    }
-}
-
-static void engine_job(void *ctx, int ith, int nth)
-{
-    struct engine *e = ctx;
-    const struct model *m = e->m;
-    const struct model_hparams *hp = &m->hp;
-    struct threadpool *tp = e->tp;
-    int T = e->b->n, dim = hp->dim, q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
-
-    op_embed(e, ith, nth);
-    threadpool_barrier(tp);
-    engine_mark(e, ith, OP_EMBED);
-    for (int l = 0; l < hp->n_layers; l++) {
-        const struct model_layer *L = &m->layers[l];
-        const struct engine_act *a = op_norm_prepare(e, L->attn_norm, T, NULL, e->ops[L->wq.type], ith, nth);
-        engine_mark(e, ith, OP_NORM);
-        op_matmul(e, &L->wq, a, T, e->q, q_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->wk.type], ith, nth);
-        op_matmul(e, &L->wk, a, T, e->k, kv_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->wv.type], ith, nth);
-        op_matmul(e, &L->wv, a, T, e->v, kv_dim, false, ith, nth);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_QKV);
-        op_rope_store(e, L, l, ith, nth);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_ROPE);
-        op_attention(e, l, ith, nth);
-        op_act_invalidate(e, ith);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_ATTN);
-        a = op_act_prepare(e, e->att, T, q_dim, e->ops[L->wo.type], ith, nth);
-        engine_mark(e, ith, OP_ATT_CONV);
-        op_matmul(e, &L->wo, a, T, e->x, dim, true, ith, nth);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_WO);
-        a = op_norm_prepare(e, L->ffn_norm, T, NULL, e->ops[L->w_gate.type], ith, nth);
-        engine_mark(e, ith, OP_NORM);
-        op_matmul(e, &L->w_gate, a, T, e->hg, hp->ffn_dim, false, ith, nth);
-        a = op_act_prepare(e, e->xn, T, dim, e->ops[L->w_up.type], ith, nth);
-        op_matmul(e, &L->w_up, a, T, e->hu, hp->ffn_dim, false, ith, nth);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_GATE_UP);
-        a = op_swiglu_prepare(e, T, e->ops[L->w_down.type], ith, nth);
-        engine_mark(e, ith, OP_SWIGLU);
-        op_matmul(e, &L->w_down, a, T, e->x, dim, true, ith, nth);
-        threadpool_barrier(tp);
-        engine_mark(e, ith, OP_DOWN);
-    }
-    if (e->n_logits > 0) {
-        const struct engine_act *a = op_norm_prepare(e, m->output_norm, e->n_logits, e->logit_rows, e->ops[m->output.type],
-                                                     ith, nth);
-        op_matmul(e, &m->output, a, e->n_logits, e->logits, hp->n_vocab, false, ith, nth);
-        engine_mark(e, ith, OP_OUTPUT); /* no barrier: threadpool_run waits for every thread */
-    }
-}
+void engine_describe(const struct engine *e, struct backend_desc *d) { e->be->ops->describe(e->be, d); }
 
 int engine_forward(struct engine *e, const struct batch *b, float *logits, char *err)
 {
@@ -801,76 +160,54 @@ int engine_forward(struct engine *e, const struct batch *b, float *logits, char 
     if (b->n > e->p.max_batch_tokens)
         return err_set(err, ERR_INVALID_ARG, "batch of %d tokens exceeds max_batch_tokens %d", b->n, e->p.max_batch_tokens);
     /* next expected position per sequence: starts at the sequence's length */
-    int *next = malloc((size_t)e->p.max_seqs * sizeof *next);
-    if (!next)
-        return err_set(err, ERR_NOMEM, "out of memory");
+    int *next = e->next;
     for (int s = 0; s < e->p.max_seqs; s++)
         next[s] = -1;
-    int rc = 0, n_logits = 0;
+    int n_logits = 0;
     for (int i = 0; i < b->n; i++) {
         const struct batch_token *t = &b->tok[i];
-        if (t->seq < 0 || t->seq >= e->p.max_seqs) {
-            rc = err_set(err, ERR_INVALID_ARG, "batch token %d: sequence id %d out of range [0, %d)", i, t->seq, e->p.max_seqs);
-            goto out;
-        }
-        if (t->token < 0 || t->token >= hp->n_vocab) {
-            rc = err_set(err, ERR_INVALID_ARG, "batch token %d: token id %d out of range [0, %d)", i, t->token, hp->n_vocab);
-            goto out;
-        }
+        if (t->seq < 0 || t->seq >= e->p.max_seqs)
+            return err_set(err, ERR_INVALID_ARG, "batch token %d: sequence id %d out of range [0, %d)", i, t->seq,
+                           e->p.max_seqs);
+        if (t->token < 0 || t->token >= hp->n_vocab)
+            return err_set(err, ERR_INVALID_ARG, "batch token %d: token id %d out of range [0, %d)", i, t->token,
+                           hp->n_vocab);
         if (next[t->seq] < 0)
             next[t->seq] = e->seqs[t->seq].n_pos;
-        if (t->pos != next[t->seq]) {
-            rc = err_set(err, ERR_INVALID_ARG, "batch token %d: position %d, but sequence %d continues at %d", i, t->pos,
-                         t->seq, next[t->seq]);
-            goto out;
-        }
-        if (t->pos >= e->p.n_ctx) {
-            rc = err_set(err, ERR_CONTEXT_LENGTH, "batch token %d: position %d is past the context size %d", i, t->pos,
-                         e->p.n_ctx);
-            goto out;
-        }
+        if (t->pos != next[t->seq])
+            return err_set(err, ERR_INVALID_ARG, "batch token %d: position %d, but sequence %d continues at %d", i, t->pos,
+                           t->seq, next[t->seq]);
+        if (t->pos >= e->p.n_ctx)
+            return err_set(err, ERR_CONTEXT_LENGTH, "batch token %d: position %d is past the context size %d", i, t->pos,
+                           e->p.n_ctx);
         next[t->seq]++;
         if (t->logits)
             e->logit_rows[n_logits++] = i;
     }
-    if (n_logits > 0 && !logits) {
-        rc = err_set(err, ERR_INVALID_ARG, "logits requested but no output buffer given");
-        goto out;
-    }
+    if (n_logits > 0 && !logits)
+        return err_set(err, ERR_INVALID_ARG, "logits requested but no output buffer given");
     /* reserve KV for every sequence, all or nothing */
     int64_t need = 0;
+    int n_seqs = 0;
     for (int s = 0; s < e->p.max_seqs; s++)
-        if (next[s] >= 0)
+        if (next[s] >= 0) {
             need += kv_seq_blocks_needed(e->kv, &e->seqs[s], next[s]);
-    if (need > kv_pool_free_blocks(e->kv)) {
-        rc = err_set(err, ERR_NO_SPACE, "KV cache full: batch needs %lld blocks, %lld free", (long long)need,
-                     (long long)kv_pool_free_blocks(e->kv));
-        goto out;
-    }
-    for (int s = 0; s < e->p.max_seqs; s++)
-        if (next[s] >= 0 && (rc = kv_seq_reserve(e->kv, &e->seqs[s], next[s])) != 0) {
-            err_set(err, rc, "cannot reserve KV blocks");
-            goto out;
+            n_seqs++;
         }
-    e->b = b;
-    e->logits = logits;
-    e->n_logits = n_logits;
-    e->n_seqs_in_batch = 0;
+    if (need > kv_pool_free_blocks(e->kv))
+        return err_set(err, ERR_NO_SPACE, "KV cache full: batch needs %lld blocks, %lld free", (long long)need,
+                       (long long)kv_pool_free_blocks(e->kv));
+    int rc;
     for (int s = 0; s < e->p.max_seqs; s++)
-        e->n_seqs_in_batch += next[s] >= 0;
-    if (e->prof_on)
-        e->prof_last = engine_now();
-    threadpool_run(e->tp, engine_job, e);
-    if (e->prof_on) {
-        struct engine_prof *pr = &e->prof[engine_prof_kind(e)];
-        pr->passes++;
-        pr->tokens += b->n;
-    }
-    e->b = NULL;
+        if (next[s] >= 0 && (rc = kv_seq_reserve(e->kv, &e->seqs[s], next[s])) != 0)
+            return err_set(err, rc, "cannot reserve KV blocks");
+    struct backend_pass pass = {
+        .b = b, .seqs = e->seqs, .logit_rows = e->logit_rows, .n_logits = n_logits, .n_seqs = n_seqs, .logits = logits,
+    };
+    if ((rc = e->be->ops->forward(e->be, &pass, err)) != 0)
+        return rc;
     for (int s = 0; s < e->p.max_seqs; s++)
         if (next[s] >= 0)
             e->seqs[s].n_pos = next[s];
-out:
-    free(next);
-    return rc;
+    return 0;
 }

@@ -1,13 +1,14 @@
 /*
- * engine: a model bound to compute resources: the paged KV pool, the compute thread pool, and scratch
- * buffers sized at creation for the largest batch, so a forward pass never allocates. One thread (the
- * engine thread) owns an engine; nothing here is thread-safe.
+ * engine: a model bound to a backend (backend.h: "cpu" by default, or "scalar") and to the paged KV pool
+ * whose blocks the backend stores. Everything, the backend's scratch included, is allocated at creation for
+ * the largest batch, so a forward pass never allocates. One thread (the engine thread) owns an engine;
+ * nothing here is thread-safe.
  *
  * Sequences are slots [0, max_seqs); each has a KV block table. engine_forward evaluates a ragged batch
  * (struct batch) against those tables and writes the logits of the tokens that ask for them.
  *
- * Determinism: every output row is reduced in an order that depends only on that row, so a sequence's
- * logits are bit-identical alone or in any batch.
+ * Determinism: every backend reduces every output row in an order that depends only on that row, so a
+ * sequence's logits are bit-identical alone or in any batch.
  */
 #ifndef WAFER_ENGINE_ENGINE_H
 #define WAFER_ENGINE_ENGINE_H
@@ -29,11 +30,12 @@ struct engine_params {
     int64_t kv_blocks;    /* pool size in blocks; 0: from kv_bytes, else max_seqs * n_ctx positions */
     size_t kv_bytes;      /* KV memory budget in bytes (used when kv_blocks is 0 and kv_bytes > 0) */
     enum dtype kv_type;   /* DTYPE_F16 (default), DTYPE_F32 or DTYPE_Q8_0 (smaller, head_dim % 32 == 0) */
-    bool force_scalar;    /* use the portable scalar kernels (tests) */
+    bool force_scalar;    /* cpu backend: the portable scalar kernels instead of SIMD ones (--no-simd) */
     const char *backend;  /* "cpu" (default when NULL) or "scalar"; engine_create refuses other names */
 };
 
 struct engine;
+struct backend_desc; /* backend.h */
 
 void engine_params_default(struct engine_params *p);
 
@@ -42,13 +44,17 @@ void engine_params_default(struct engine_params *p);
  * loads a model. */
 int engine_backend_check(const char *name, char *err);
 
-/* Binds m (which must outlive the engine) to a KV pool, thread pool and scratch. NULL and a message on
- * failure (e.g. KV budget too small for one sequence). Caller frees with engine_destroy. */
+/* Binds m (which must outlive the engine) to the backend p->backend names, with its KV storage and scratch.
+ * NULL and a message on failure (unknown backend, with the available ones; KV budget too small for one
+ * block). Caller frees with engine_destroy. */
 struct engine *engine_create(const struct model *m, const struct engine_params *p, char *err);
 void engine_destroy(struct engine *e);
 
 const struct model *engine_model(const struct engine *e);
+/* The parameters as resolved: defaults filled in, backend named, n_threads the backend's. */
 const struct engine_params *engine_params_get(const struct engine *e);
+/* What runs the passes: backend name, threads, memory, kernels' instruction set per weight type. */
+void engine_describe(const struct engine *e, struct backend_desc *d);
 struct kv_pool *engine_kv(struct engine *e);
 /* The block table of sequence seq (0 <= seq < max_seqs), for schedulers that share prefixes. */
 struct kv_seq *engine_seq(struct engine *e, int seq);

@@ -1,7 +1,6 @@
 /*
- * kvcache: one preallocated pool of KV blocks with reference counts and a free stack, plus per-sequence
- * block tables. Layer-major storage (all blocks of layer 0, then layer 1, ...) keeps each layer's working
- * set together; inside a block, [kv_head][slot][head_dim] keeps one head's keys contiguous for attention.
+ * kvcache: the bookkeeping of a pool of KV blocks (reference counts and a free stack) plus per-sequence
+ * block tables. The data lives in the backend's storage; a copy on write goes through the pool's callback.
  */
 #include "engine/kvcache.h"
 
@@ -11,15 +10,11 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 struct kv_pool {
     struct kv_pool_params p;
-    size_t block_layer_bytes; /* one block, one layer, K or V */
-    size_t layer_bytes;       /* K (or V) of all blocks of one layer */
-    uint8_t *k;               /* [n_layers][n_blocks][n_kv_heads][block_size][head_dim] */
-    uint8_t *v;               /* same */
-    size_t map_bytes;
+    kv_block_copy_fn copy; /* the storage's block copy, or NULL */
+    void *copy_ctx;
     int32_t *refcount;   /* [n_blocks] */
     int32_t *free_stack; /* [n_blocks] */
     int64_t n_free;
@@ -32,7 +27,7 @@ size_t kv_pool_block_bytes(const struct kv_pool_params *p)
     return 2 * (size_t)p->n_layers * (size_t)p->n_kv_heads * (size_t)p->block_size * kv_pool_row_bytes(p);
 }
 
-struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err)
+struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn copy, void *copy_ctx, char *err)
 {
     if (p->type != DTYPE_F16 && p->type != DTYPE_F32 && p->type != DTYPE_Q8_0) {
         err_set(err, ERR_UNSUPPORTED, "KV cache type %s is not supported (use f16, f32 or q8_0)", dtype_name(p->type));
@@ -52,19 +47,8 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err)
     if (!pool)
         goto oom;
     pool->p = *p;
-    pool->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * kv_pool_row_bytes(p);
-    pool->layer_bytes = pool->block_layer_bytes * (size_t)p->n_blocks;
-    pool->map_bytes = 2 * pool->layer_bytes * (size_t)p->n_layers;
-    /* anonymous mapping: pages are zero and only touched pages cost memory */
-    void *m = mmap(NULL, pool->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) {
-        err_set(err, ERR_NOMEM, "cannot allocate %.1f MiB for the KV cache (%lld blocks); lower the KV budget",
-                pool->map_bytes / 1048576.0, (long long)p->n_blocks);
-        free(pool);
-        return NULL;
-    }
-    pool->k = m;
-    pool->v = pool->k + pool->layer_bytes * (size_t)p->n_layers;
+    pool->copy = copy;
+    pool->copy_ctx = copy_ctx;
     pool->refcount = calloc((size_t)p->n_blocks, sizeof *pool->refcount);
     pool->free_stack = malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
     if (!pool->refcount || !pool->free_stack) {
@@ -85,8 +69,6 @@ void kv_pool_destroy(struct kv_pool *pool)
 {
     if (!pool)
         return;
-    if (pool->k)
-        munmap(pool->k, pool->map_bytes);
     free(pool->refcount);
     free(pool->free_stack);
     free(pool);
@@ -95,16 +77,6 @@ void kv_pool_destroy(struct kv_pool *pool)
 const struct kv_pool_params *kv_pool_params(const struct kv_pool *pool) { return &pool->p; }
 
 int64_t kv_pool_free_blocks(const struct kv_pool *pool) { return pool->n_free; }
-
-void *kv_block_k(struct kv_pool *pool, int layer, int32_t b)
-{
-    return pool->k + (size_t)layer * pool->layer_bytes + (size_t)b * pool->block_layer_bytes;
-}
-
-void *kv_block_v(struct kv_pool *pool, int layer, int32_t b)
-{
-    return pool->v + (size_t)layer * pool->layer_bytes + (size_t)b * pool->block_layer_bytes;
-}
 
 int32_t kv_block_alloc(struct kv_pool *pool)
 {
@@ -132,6 +104,17 @@ void kv_block_unref(struct kv_pool *pool, int32_t b)
 int kv_block_refcount(const struct kv_pool *pool, int32_t b) { return pool->refcount[b]; }
 
 void kv_seq_init(struct kv_seq *s) { memset(s, 0, sizeof *s); }
+
+int kv_seq_init_cap(struct kv_seq *s, int cap_blocks)
+{
+    kv_seq_init(s);
+    if (cap_blocks <= 0)
+        return 0;
+    if (!(s->blocks = malloc((size_t)cap_blocks * sizeof *s->blocks)))
+        return ERR_NOMEM;
+    s->cap_blocks = cap_blocks;
+    return 0;
+}
 
 void kv_seq_deinit(struct kv_pool *pool, struct kv_seq *s)
 {
@@ -161,14 +144,6 @@ int kv_seq_blocks_needed(const struct kv_pool *pool, const struct kv_seq *s, int
     return need + (kv_seq_needs_cow(pool, s, n_pos) ? 1 : 0);
 }
 
-static void kv_block_copy(struct kv_pool *pool, int32_t dst, int32_t src)
-{
-    for (int l = 0; l < pool->p.n_layers; l++) {
-        memcpy(kv_block_k(pool, l, dst), kv_block_k(pool, l, src), pool->block_layer_bytes);
-        memcpy(kv_block_v(pool, l, dst), kv_block_v(pool, l, src), pool->block_layer_bytes);
-    }
-}
-
 int kv_seq_reserve(struct kv_pool *pool, struct kv_seq *s, int n_pos)
 {
     int want_blocks = kv_seq_blocks_for(pool, n_pos);
@@ -187,7 +162,8 @@ int kv_seq_reserve(struct kv_pool *pool, struct kv_seq *s, int n_pos)
     if (kv_seq_needs_cow(pool, s, n_pos)) {
         int idx = (s->n_pos - 1) / pool->p.block_size;
         int32_t nb = kv_block_alloc(pool);
-        kv_block_copy(pool, nb, s->blocks[idx]);
+        if (pool->copy)
+            pool->copy(pool->copy_ctx, nb, s->blocks[idx]);
         kv_block_unref(pool, s->blocks[idx]);
         s->blocks[idx] = nb;
     }

@@ -1,11 +1,15 @@
 /*
- * kvcache: the paged KV cache. One pool of fixed-size blocks (block_size positions each, every layer's K and
- * V) is allocated once from a memory budget; each sequence owns a block table (struct kv_seq). Blocks are
+ * kvcache: the paged KV cache's bookkeeping. A pool of n_blocks fixed-size blocks (block_size positions
+ * each, every layer's K and V); each sequence owns a block table (struct kv_seq). Blocks are
  * reference-counted so sequences sharing a prompt prefix share blocks; a block that is shared and must be
  * written is copied first (copy on write). Only the engine thread touches a pool.
  *
- * Storage of one block for one layer, K and V alike: [n_kv_heads][block_size] rows of head_dim elements of
- * the pool's type (F16 by default, F32, or Q8_0 blocks of 32), so one head's keys for a block are contiguous.
+ * The pool holds no KV data: the backend stores the blocks (in host or device memory, see backend.h), and
+ * the pool asks it, through the copy callback given at creation, to copy a block for a copy on write.
+ *
+ * Layout of one block for one layer, K and V alike, which every backend stores: [n_kv_heads][block_size]
+ * rows of head_dim elements of the pool's type (F16 by default, F32, or Q8_0 blocks of 32), so one head's
+ * keys for a block are contiguous.
  */
 #ifndef WAFER_ENGINE_KVCACHE_H
 #define WAFER_ENGINE_KVCACHE_H
@@ -26,8 +30,13 @@ struct kv_pool_params {
 
 struct kv_pool;
 
-/* Allocates the whole pool up front. NULL and a message on failure. Caller frees with kv_pool_destroy. */
-struct kv_pool *kv_pool_create(const struct kv_pool_params *p, char *err);
+/* Copies block src's data (every layer, K and V) over block dst's, in the storage the callback's ctx owns. */
+typedef void (*kv_block_copy_fn)(void *ctx, int32_t dst, int32_t src);
+
+/* The bookkeeping of a pool of p->n_blocks blocks (checks the type and geometry). copy(copy_ctx, dst, src)
+ * is called for every copy on write; NULL for a pool without storage (tests of the bookkeeping). NULL and a
+ * message on failure. Caller frees with kv_pool_destroy. */
+struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn copy, void *copy_ctx, char *err);
 void kv_pool_destroy(struct kv_pool *pool);
 const struct kv_pool_params *kv_pool_params(const struct kv_pool *pool);
 int64_t kv_pool_free_blocks(const struct kv_pool *pool);
@@ -35,10 +44,6 @@ int64_t kv_pool_free_blocks(const struct kv_pool *pool);
 size_t kv_pool_row_bytes(const struct kv_pool_params *p);
 /* Bytes of one block across all layers, K and V. */
 size_t kv_pool_block_bytes(const struct kv_pool_params *p);
-
-/* Storage of block b in layer l: [n_kv_heads][block_size] rows of kv_pool_row_bytes. */
-void *kv_block_k(struct kv_pool *pool, int layer, int32_t b);
-void *kv_block_v(struct kv_pool *pool, int layer, int32_t b);
 
 /* A free block with refcount 1, or ERR_NO_SPACE. */
 int32_t kv_block_alloc(struct kv_pool *pool);
@@ -56,11 +61,15 @@ struct kv_seq {
 };
 
 void kv_seq_init(struct kv_seq *s);
+/* kv_seq_init with room for cap_blocks blocks, so that reserving and sharing up to cap_blocks * block_size
+ * positions never allocates. 0 or ERR_NOMEM. */
+int kv_seq_init_cap(struct kv_seq *s, int cap_blocks);
 /* Releases every block reference and the table. */
 void kv_seq_deinit(struct kv_pool *pool, struct kv_seq *s);
 /* Makes room for positions [s->n_pos, n_pos): allocates blocks and copies a shared partially-filled last
- * block (copy on write). All or nothing: returns 0, ERR_NO_SPACE (no block changed) or ERR_NOMEM. Does not
- * change s->n_pos (the forward pass sets it once the positions are written). */
+ * block (copy on write, through the pool's copy callback). Grows the table only past its capacity. All or
+ * nothing: returns 0, ERR_NO_SPACE (no block changed) or ERR_NOMEM. Does not change s->n_pos (the forward
+ * pass sets it once the positions are written). */
 int kv_seq_reserve(struct kv_pool *pool, struct kv_seq *s, int n_pos);
 /* Number of new blocks kv_seq_reserve(s, n_pos) would take (including a copy on write). */
 int kv_seq_blocks_needed(const struct kv_pool *pool, const struct kv_seq *s, int n_pos);

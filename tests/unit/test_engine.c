@@ -1,9 +1,10 @@
 /*
- * Engine tests: greedy output equals llama.cpp's golden tokens (stories260K, from llama.cpp's GGUF and from
- * our own llama2.c conversion); logits equal a plain scalar reference forward pass written here (weights
- * dequantized with quant_row_to_f32, float math, textbook attention) for every weight type; batch
- * invariance (bit-identical logits alone or in any batch, any thread count); KV prefix sharing with copy on
- * write; precise errors for bad batches and a full KV cache.
+ * Engine tests, through both backends (cpu, scalar) where the check is about the forward pass: greedy
+ * output equals llama.cpp's golden tokens (stories260K, from llama.cpp's GGUF and from our own llama2.c
+ * conversion); logits equal a plain scalar reference forward pass written here (weights dequantized with
+ * quant_row_to_f32, float math, textbook attention) for every weight type; batch invariance (bit-identical
+ * logits alone or in any batch, any thread count); KV prefix sharing with copy on write (the backend's block
+ * copy); precise errors for bad batches and a full KV cache. test_backend.c compares the backends.
  */
 #include "testutil.h"
 
@@ -33,7 +34,7 @@ static int argmax(const float *x, int n)
     return b;
 }
 
-static void golden_check(const char *model_path, const char *golden_path, enum dtype kv_type)
+static void golden_check(const char *model_path, const char *golden_path, enum dtype kv_type, const char *backend)
 {
     char err[ERR_MSG_MAX];
     struct model *m = model_load(model_path, err);
@@ -43,6 +44,7 @@ static void golden_check(const char *model_path, const char *golden_path, enum d
     engine_params_default(&ep);
     ep.kv_type = kv_type;
     ep.n_threads = 2;
+    ep.backend = backend;
     struct engine *e = engine_create(m, &ep, err);
     assert_non_null(e);
     json_error_t je;
@@ -68,8 +70,9 @@ static void golden_check(const char *model_path, const char *golden_path, enum d
             int want = (int)json_integer_value(json_array_get(g, k));
             int got = argmax(logits, m->hp.n_vocab);
             if (got != want)
-                fail_msg("%s, prompt %zu ('%s'): generated token %zu is %d, llama.cpp gave %d", model_path, i,
-                         json_string_value(json_object_get(ent, "prompt")), k, got, want);
+                fail_msg("%s, %s backend, kv %s, prompt %zu ('%s'): generated token %zu is %d, llama.cpp gave %d",
+                         model_path, backend, dtype_name(kv_type), i, json_string_value(json_object_get(ent, "prompt")),
+                         k, got, want);
             batch_clear(&b);
             batch_add(&b, got, (int32_t)(np + k), 0, true);
             assert_int_equal(engine_forward(e, &b, logits, err), 0);
@@ -87,8 +90,10 @@ static void test_golden_stories_gguf(void **state)
     (void)state;
     const char *model = TEST_SHARED_OR_SKIP("models/stories260K/stories260K.gguf");
     const char *golden = TEST_SHARED_OR_SKIP("golden/stories260K_greedy.json");
-    golden_check(model, golden, DTYPE_F16);
-    golden_check(model, golden, DTYPE_F32);
+    golden_check(model, golden, DTYPE_F16, "cpu");
+    golden_check(model, golden, DTYPE_F32, "cpu");
+    golden_check(model, golden, DTYPE_F16, "scalar");
+    golden_check(model, golden, DTYPE_F32, "scalar");
 }
 
 static void test_golden_stories_llama2c(void **state)
@@ -101,7 +106,8 @@ static void test_golden_stories_llama2c(void **state)
     char err[ERR_MSG_MAX];
     if (llama2c_convert(bin, tok, out, err))
         fail_msg("%s", err);
-    golden_check(out, golden, DTYPE_F16);
+    golden_check(out, golden, DTYPE_F16, "cpu");
+    golden_check(out, golden, DTYPE_F16, "scalar");
     /* the converted vocabulary tokenizes every golden prompt as llama.cpp's conversion does */
     struct model *m = model_load(out, err);
     assert_non_null(m);
@@ -417,27 +423,6 @@ static double rel_err(const float *a, const float *b, size_t n)
     return sqrt(d / s);
 }
 
-static const char *gen_model(const char *name, const char *arch, enum ftype ft, int tied)
-{
-    const char *vocab = test_shared_path("models/stories260K/stories260K.gguf");
-    if (!vocab)
-        return NULL;
-    struct model_gen_params p;
-    model_gen_params_default(&p);
-    p.arch = arch;
-    p.dim = 256, p.layers = 2, p.heads = 8, p.kv_heads = 2, p.ffn = 512, p.ctx = 256;
-    p.vocab_from = vocab;
-    p.ftype = ft;
-    p.tied = tied;
-    p.std = 0.08f;
-    p.seed = 42;
-    const char *path = test_tmp_path(name);
-    char err[ERR_MSG_MAX];
-    if (model_gen_write(&p, path, err))
-        fail_msg("%s", err);
-    return path;
-}
-
 /* Engine logits for every position of toks through two prefill chunks, compared with the reference.
  * Tolerances (relative L2 over all logits). F32 weights with an F32 cache: only summation order differs
  * (measured ~5e-7, tolerance 1e-5). Everything else rounds somewhere as llama.cpp does (activations to F16 /
@@ -447,7 +432,9 @@ static const char *gen_model(const char *name, const char *arch, enum ftype ft, 
  * one-step difference: measured 1e-7 when no value flips, up to ~2e-2 for 8-bit and ~5e-4 for 16-bit
  * rounding when some do. Tolerances 3e-2 and 3e-3 stay far below the O(1) error of any layout, scale or
  * indexing mistake. Against a pure float reference (no rounding at all) the error is ~3%: tolerance 6e-2. */
-static void reference_check(const char *path, enum dtype kv, bool scalar, bool round_act, double tol)
+/* backend: "cpu" (with its portable scalar kernels when no_simd) or "scalar". */
+static void reference_check(const char *path, enum dtype kv, const char *backend, bool no_simd, bool round_act,
+                            double tol)
 {
     char err[ERR_MSG_MAX];
     struct model *m = model_load(path, err);
@@ -468,7 +455,8 @@ static void reference_check(const char *path, enum dtype kv, bool scalar, bool r
     struct engine_params ep;
     engine_params_default(&ep);
     ep.kv_type = kv;
-    ep.force_scalar = scalar;
+    ep.backend = backend;
+    ep.force_scalar = no_simd;
     ep.n_threads = 2;
     ep.max_batch_tokens = 16;
     struct engine *e = engine_create(m, &ep, err);
@@ -484,10 +472,13 @@ static void reference_check(const char *path, enum dtype kv, bool scalar, bool r
         row += b.n;
     }
     double re = rel_err(got, want, (size_t)N * m->hp.n_vocab);
-    print_message("    %-24s kv %-3s %-6s activations %-7s relative error %.2e (tolerance %.0e)\n", strrchr(path, '/') + 1,
-                  dtype_name(kv), scalar ? "scalar" : "simd", round_act ? "rounded" : "float", re, tol);
+    print_message("    %-24s kv %-4s %-6s kernels %-6s activations %-7s relative error %.2e (tolerance %.0e)\n",
+                  strrchr(path, '/') + 1, dtype_name(kv), backend,
+                  no_simd || strcmp(backend, "scalar") == 0 ? "scalar" : "simd",
+                  round_act ? "rounded" : "float", re, tol);
     if (!(re < tol))
-        fail_msg("%s: logits differ from the scalar reference by %.3e (tolerance %.1e)", path, re, tol);
+        fail_msg("%s, %s backend: logits differ from the scalar reference by %.3e (tolerance %.1e)", path, backend, re,
+                 tol);
     batch_deinit(&b);
     free(want), free(got);
     ref_free(&r);
@@ -499,15 +490,17 @@ static void check_type(enum ftype ft, const char *arch, double tol_f32kv, double
 {
     char name[64];
     snprintf(name, sizeof name, "rand-%s-%s.gguf", arch, ftype_name(ft));
-    const char *path = gen_model(name, arch, ft, false);
+    const char *path = test_gen_model(name, arch, ft, false);
     if (!path) {
         print_message("[  SKIPPED ] shared stories260K.gguf (vocabulary) not found\n");
         skip();
     }
-    reference_check(path, DTYPE_F32, false, true, tol_f32kv);
-    reference_check(path, DTYPE_F32, true, true, tol_f32kv);
-    reference_check(path, DTYPE_F16, false, true, tol_f16kv);
-    reference_check(path, DTYPE_F32, false, false, tol_float_ref);
+    reference_check(path, DTYPE_F32, "cpu", false, true, tol_f32kv);
+    reference_check(path, DTYPE_F32, "cpu", true, true, tol_f32kv);
+    reference_check(path, DTYPE_F16, "cpu", false, true, tol_f16kv);
+    reference_check(path, DTYPE_F32, "cpu", false, false, tol_float_ref);
+    reference_check(path, DTYPE_F32, "scalar", false, true, tol_f32kv);
+    reference_check(path, DTYPE_F16, "scalar", false, true, tol_f16kv);
 }
 
 static void test_ref_f32(void **s) { (void)s; check_type(FTYPE_F32, "llama", 1e-5, 1e-3, 1e-5); }
@@ -525,20 +518,22 @@ static void test_ref_qwen2(void **s) { (void)s; check_type(FTYPE_F32, "qwen2", 1
 static void test_ref_kv_q8_0(void **s)
 {
     (void)s;
-    const char *path = gen_model("rand-kvq8.gguf", "llama", FTYPE_F32, false);
+    const char *path = test_gen_model("rand-kvq8.gguf", "llama", FTYPE_F32, false);
     if (!path)
         skip();
-    reference_check(path, DTYPE_Q8_0, false, true, 5e-2);
-    reference_check(path, DTYPE_Q8_0, true, true, 5e-2);
+    reference_check(path, DTYPE_Q8_0, "cpu", false, true, 5e-2);
+    reference_check(path, DTYPE_Q8_0, "cpu", true, true, 5e-2);
+    reference_check(path, DTYPE_Q8_0, "scalar", false, true, 5e-2);
 }
 
 static void test_ref_tied(void **s)
 {
     (void)s;
-    const char *path = gen_model("rand-tied.gguf", "llama", FTYPE_Q8_0, true);
+    const char *path = test_gen_model("rand-tied.gguf", "llama", FTYPE_Q8_0, true);
     if (!path)
         skip();
-    reference_check(path, DTYPE_F32, false, true, 3e-2);
+    reference_check(path, DTYPE_F32, "cpu", false, true, 3e-2);
+    reference_check(path, DTYPE_F32, "scalar", false, true, 3e-2);
 }
 
 /* ---- batch invariance ---- */
@@ -582,14 +577,13 @@ static void run_seq_a(struct engine *e, int n_vocab, bool mixed, float *out /* [
     free(lg);
 }
 
-static void test_batch_invariance(void **state)
+static void batch_invariance_check(const char *backend)
 {
-    (void)state;
     const enum ftype types[] = {FTYPE_F32, FTYPE_Q4_0, FTYPE_Q4_K_M, FTYPE_F16};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         char name[64];
         snprintf(name, sizeof name, "inv-%s.gguf", ftype_name(types[ti]));
-        const char *path = gen_model(name, "llama", types[ti], false);
+        const char *path = test_gen_model(name, "llama", types[ti], false);
         if (!path)
             skip();
         char err[ERR_MSG_MAX];
@@ -601,6 +595,7 @@ static void test_batch_invariance(void **state)
         engine_params_default(&ep);
         ep.max_seqs = 3;
         ep.max_batch_tokens = 64;
+        ep.backend = backend;
         /* every weight type with the default F16 cache; F32 weights also with a Q8_0 cache */
         for (int kv = 0; kv < (types[ti] == FTYPE_F32 ? 2 : 1); kv++) {
             ep.kv_type = kv ? DTYPE_Q8_0 : DTYPE_F16;
@@ -616,20 +611,27 @@ static void test_batch_invariance(void **state)
             engine_destroy(e2);
             for (int s = 0; s < 7; s++)
                 if (memcmp(alone + (size_t)s * nv, mixed + (size_t)s * nv, (size_t)nv * 4))
-                    fail_msg("%s, kv %s: step %d logits differ between alone (1 thread) and batched (2 threads)", name,
-                             dtype_name(ep.kv_type), s);
+                    fail_msg("%s, %s backend, kv %s: step %d logits differ between alone (1 thread) and batched "
+                             "(2 threads)", name, backend, dtype_name(ep.kv_type), s);
         }
         free(alone), free(mixed);
         model_destroy(m);
     }
 }
 
-/* ---- prefix sharing ---- */
-
-static void test_kv_share_cow(void **state)
+static void test_batch_invariance(void **state)
 {
     (void)state;
-    const char *path = gen_model("share.gguf", "llama", FTYPE_F32, false);
+    batch_invariance_check("cpu");
+    batch_invariance_check("scalar");
+}
+
+/* ---- prefix sharing ---- */
+
+/* backend: whose block copy serves the copy on write */
+static void kv_share_cow_check(const char *backend)
+{
+    const char *path = test_gen_model("share.gguf", "llama", FTYPE_F32, false);
     if (!path)
         skip();
     char err[ERR_MSG_MAX];
@@ -640,7 +642,9 @@ static void test_kv_share_cow(void **state)
     engine_params_default(&ep);
     ep.max_seqs = 3;
     ep.block_size = 8;
+    ep.backend = backend;
     struct engine *e = engine_create(m, &ep, err);
+    assert_non_null(e);
     struct batch b;
     batch_init(&b, 64);
     float *l0 = malloc((size_t)nv * 4), *l1 = malloc((size_t)nv * 4), *l2 = malloc((size_t)nv * 4);
@@ -680,12 +684,19 @@ static void test_kv_share_cow(void **state)
     model_destroy(m);
 }
 
+static void test_kv_share_cow(void **state)
+{
+    (void)state;
+    kv_share_cow_check("cpu");
+    kv_share_cow_check("scalar");
+}
+
 /* ---- errors ---- */
 
 static void test_forward_errors(void **state)
 {
     (void)state;
-    const char *path = gen_model("err.gguf", "llama", FTYPE_F32, false);
+    const char *path = test_gen_model("err.gguf", "llama", FTYPE_F32, false);
     if (!path)
         skip();
     char err[ERR_MSG_MAX];
@@ -749,7 +760,7 @@ static void test_model_refusals(void **state)
     assert_null(model_load(p, err));
     assert_non_null(strstr(err, "architecture 'falcon' is not supported (supported: llama"));
     /* a weight type without kernels (Q5_K) is refused with the supported types */
-    const char *src = gen_model("for-q5.gguf", "llama", FTYPE_F32, false);
+    const char *src = test_gen_model("for-q5.gguf", "llama", FTYPE_F32, false);
     if (!src)
         skip();
     struct gguf *g = gguf_open(src, err);

@@ -15,7 +15,7 @@ static struct kv_pool *make_pool(void)
     struct kv_pool_params p = {.n_layers = 1, .n_kv_heads = 1, .head_dim = 4, .block_size = BS, .n_blocks = NB,
                                .type = DTYPE_F32};
     char err[ERR_MSG_MAX];
-    struct kv_pool *pool = kv_pool_create(&p, err);
+    struct kv_pool *pool = kv_pool_create(&p, NULL, NULL, err);
     assert_non_null(pool);
     return pool;
 }

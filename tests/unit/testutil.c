@@ -3,6 +3,8 @@
  */
 #include "testutil.h"
 
+#include "core/err.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,3 +79,24 @@ uint64_t test_rand_u64(uint64_t *s)
 }
 
 float test_rand_f32(uint64_t *s) { return (float)((test_rand_u64(s) >> 40) * (2.0 / 16777216.0) - 1.0); }
+
+const char *test_gen_model(const char *name, const char *arch, enum ftype ft, bool tied)
+{
+    const char *vocab = test_shared_path("models/stories260K/stories260K.gguf");
+    if (!vocab)
+        return NULL;
+    struct model_gen_params p;
+    model_gen_params_default(&p);
+    p.arch = arch;
+    p.dim = 256, p.layers = 2, p.heads = 8, p.kv_heads = 2, p.ffn = 512, p.ctx = 256;
+    p.vocab_from = vocab;
+    p.ftype = ft;
+    p.tied = tied;
+    p.std = 0.08f;
+    p.seed = 42;
+    const char *path = test_tmp_path(name);
+    char err[ERR_MSG_MAX];
+    if (model_gen_write(&p, path, err))
+        fail_msg("%s", err);
+    return path;
+}

@@ -4,7 +4,10 @@
 #ifndef WAFER_TESTS_TESTUTIL_H
 #define WAFER_TESTS_TESTUTIL_H
 
+#include "engine/gguf/model_gen.h"
+
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +33,12 @@ const char *test_tmp_path(const char *name);
 
 /* Reads a whole file; caller frees. NULL on error. */
 char *test_read_file(const char *path, size_t *len);
+
+/* Writes a small random model (dim 256, 2 layers, 8 heads, 2 KV heads, FFN 512, context 256, seed 42) of
+ * architecture arch ("llama", "qwen2") and format ft, with the shared stories260K vocabulary, to a temporary
+ * file `name`; tied: no output matrix. Its path, or NULL when the shared vocabulary is absent (the caller
+ * skips); fails the test when the writer fails. */
+const char *test_gen_model(const char *name, const char *arch, enum ftype ft, bool tied);
 
 /* Deterministic xorshift random numbers for test data. */
 uint64_t test_rand_u64(uint64_t *state);

@@ -1,0 +1,804 @@
+/*
+ * cpu_backend: the "cpu" backend (backend.h): the llama forward pass over a ragged batch and the paged KV
+ * cache, run as ONE thread-pool job with barriers between dependent ops (no fork/join per op). Weights are
+ * the model's host pointers, used as they are; KV blocks live in host memory (kv_host.h).
+ *
+ * Per layer, for the T tokens of the batch (x: [T][dim] residual stream, f32):
+ *   xn = rmsnorm(x) * attn_norm, converted to the weights' activation format   rows split over threads
+ *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)  weight rows split over threads
+ *   rope(q, k); k, v -> KV blocks of each token's sequence at its position
+ *   a = softmax(q K^T / sqrt(hd)) V per (token, KV head), the KV head's query heads together
+ *   x += a Wo^T
+ *   xn = rmsnorm(x) * ffn_norm;  h = silu(xn Wg^T) * (xn Wu^T);  x += h Wd^T
+ * then logits = rmsnorm(x[rows asked]) * output_norm Wout^T.
+ *
+ * Matrix products convert their input rows once to the weight type's activation format (kernel_ops
+ * vec_type) and then compute every output element with the kernels' gemm over panels of weight rows: a
+ * panel small enough to stay in cache is used for every token of the batch before the next one is read, and
+ * each element is bit-identical to a vec_dot over the full row. The reduction order of an element depends
+ * only on that row, never on T or on the thread split, so a sequence's logits are bit-identical alone or in
+ * any batch. Attention works the same way (attn.h fixes its reduction orders): softmax is exact and in two
+ * passes (max, then exp and a double sum), not online, because llama.cpp's non-flash attention rounds that
+ * way (query rounded to F16 against an F16 cache, probabilities rounded to F16 before the V product).
+ *
+ * Kernels are chosen once at create, per weight type: the best kernel_ops and gemv_ops for this CPU
+ * (AVX-512, AVX-VNNI, AVX2), or the portable scalar ones with force_scalar (--no-simd).
+ *
+ * Barriers: an op that produces rows split by token (rmsnorm, swiglu) converts the same rows to the
+ * activation format in the same thread, so the two need no barrier between them; each thread keeps its own
+ * copy of which conversions the activation slots hold (all threads make the same decisions), so no thread
+ * has to publish it. That leaves 10 barriers per layer.
+ *
+ * WAFER_PROFILE=1 in the environment makes destroy (engine_destroy) print the wall time spent in each op
+ * (measured on thread 0 at the barriers, so an op's time includes waiting for the slowest thread).
+ */
+#include "engine/cpu/cpu_backend.h"
+
+#include "core/err.h"
+#include "engine/backend.h"
+#include "engine/cpu/attn.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/threadpool.h"
+#include "engine/kv_host.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Activation conversion slots: a layer's matrices use at most two activation formats (e.g. Q4_K_M mixes
+ * Q4_K and Q6_K, both Q8_K; Q4_0 files keep output in Q6_K), so two slots avoid converting twice. */
+#define CPU_ACT_SLOTS 2
+
+/* What an activation slot holds, as one thread knows it (each thread keeps its own copy). */
+struct cpu_act {
+    enum dtype vec_type; /* format held, or DTYPE_COUNT when empty */
+    const float *src;    /* which float buffer it was converted from */
+    size_t row_bytes;    /* bytes per converted row */
+    uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
+    uint8_t *aux;        /* [T][aux_stride] gemv_ops prep of each row, or NULL when not prepared */
+    size_t aux_stride;   /* bytes between rows of aux: this format's aux_bytes(cols), 64-aligned (<= act_aux_cap)
+                          * so narrow activations touch (and keep resident) only the pages they use */
+    uint8_t *aux_buf;    /* the slot's aux buffer */
+};
+
+enum cpu_op {
+    OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_ATTN, OP_ATT_CONV, OP_WO, OP_GATE_UP, OP_SWIGLU, OP_DOWN, OP_OUTPUT,
+    OP_COUNT
+};
+
+static const char *const cpu_op_names[OP_COUNT] = {
+    "embed", "rmsnorm+convert", "matmul q,k,v", "rope+kv store", "attention", "convert attn out",
+    "matmul wo", "matmul gate,up", "swiglu+convert", "matmul down", "output norm+matmul",
+};
+
+struct cpu_prof {
+    double t[OP_COUNT]; /* seconds */
+    int64_t passes, tokens;
+};
+
+struct cpu_backend {
+    struct backend base;
+    const struct model *m;
+    struct engine_params p; /* the engine's, with n_threads resolved */
+    struct threadpool *tp;
+    struct kv_host kv;      /* the KV blocks */
+    float rope_theta_scale; /* base^(-2/head_dim) */
+    float rope_freq_scale;  /* 1 / linear scaling factor */
+    const float *rope_ff;   /* llama3 per-dimension divisors [head_dim / 2] or NULL */
+    const struct attn_kernels *attn;
+    const struct kernel_ops *kv_ops; /* Q8_0 kernels for a Q8_0 cache, else NULL */
+    size_t kv_row_bytes;             /* one cached row (position, KV head) */
+    const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
+    const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
+    const char *isa[DTYPE_COUNT];              /* instruction set of ops / gemv per weight type used */
+    uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
+    size_t gemv_aux_cap;
+    /* per activation format: the prep shared by the gemv_ops with a gemm for it (see gemv.h), or NULL */
+    void (*act_prep[DTYPE_COUNT])(int64_t n, const void *x, void *aux);
+    size_t (*act_aux_bytes[DTYPE_COUNT])(int64_t n); /* the aux_bytes that goes with act_prep */
+    size_t act_aux_cap;                        /* bytes of prep output per activation row */
+    uint8_t *act_aux_buf[CPU_ACT_SLOTS];       /* [T][act_aux_cap] */
+    float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
+    size_t scratch_floats;
+    size_t scratch_bytes;   /* everything allocated at create, for describe */
+
+    /* scratch, sized for max_batch_tokens (T) */
+    float *x;    /* [T][dim] residual */
+    float *xn;   /* [T][dim] normed */
+    float *q;    /* [T][n_heads * head_dim] */
+    float *k;    /* [T][kv_dim] */
+    float *v;    /* [T][kv_dim] */
+    float *att;  /* [T][n_heads * head_dim] */
+    float *hg;   /* [T][ffn] */
+    float *hu;   /* [T][ffn] */
+    float *tmp;  /* [T][dim] products added into x */
+    float *rope; /* [T][head_dim] cos, sin of each token's rotation angles */
+    uint8_t *act_buf[CPU_ACT_SLOTS]; /* [T][act_row_cap] */
+    struct cpu_act *act; /* [n_threads][CPU_ACT_SLOTS]: each thread's view of the slots */
+    size_t act_row_cap; /* bytes per row each slot can hold */
+
+    bool prof_on;
+    double prof_last;
+    struct cpu_prof prof[3]; /* [0] one token, [1] several sequences one token each, [2] others (prefill) */
+
+    /* the job being run */
+    const struct batch *b;
+    const struct kv_seq *seqs;   /* block tables by sequence id */
+    const int32_t *logit_rows;   /* [n_logits] batch index of each row whose logits are wanted */
+    float *logits;
+    int n_logits;
+    int n_seqs_in_batch; /* sequences with tokens in b: b->n equal to it means a pure decode step */
+};
+
+static void cpu_destroy(struct backend *be);
+
+static const struct kernel_ops *cpu_kernels(const struct cpu_backend *cb, enum dtype t)
+{
+    return cb->p.force_scalar ? kernel_ops_scalar(t) : kernel_ops_get(t);
+}
+
+/* The instruction set of the kernels chosen for weight type t, for describe. */
+static const char *cpu_isa_name(const struct cpu_backend *cb, enum dtype t)
+{
+    if (cb->p.force_scalar || cb->ops[t] != kernel_ops_avx2(t))
+        return "scalar";
+    const struct gemv_ops *g = cb->gemv[t];
+    if (g && (g == gemv_ops_avx512q(t) || g == gemv_ops_avx512k(t)))
+        return "avx512";
+    if (g && g == gemv_ops_vnni(t))
+        return "avx-vnni";
+    return "avx2";
+}
+
+/* Allocates size bytes (64-byte aligned when align) and counts them in scratch_bytes. */
+static void *cpu_alloc(struct cpu_backend *cb, size_t size, bool align)
+{
+    cb->scratch_bytes += size;
+    return align ? aligned_alloc(64, size) : malloc(size);
+}
+
+static struct backend *cpu_create(const struct model *m, const struct engine_params *params, char *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    cb->base.ops = &cpu_backend_ops;
+    cb->m = m;
+    cb->p = *params;
+    struct engine_params *p = &cb->p;
+    /* A model of a few MB is done in microseconds per op: splitting it only adds barrier waits (and a
+     * barrier can stall for a scheduler slice when another process holds a core), so by default it runs
+     * on one thread. An explicit n_threads is always honoured. */
+    if (p->n_threads <= 0 && m->weight_bytes < ((size_t)8 << 20))
+        p->n_threads = 1;
+    cb->tp = threadpool_create(p->n_threads);
+    if (!cb->tp)
+        goto oom;
+    p->n_threads = threadpool_size(cb->tp);
+
+    int hd = hp->head_dim;
+    if (hd > 1024) {
+        err_set(err, ERR_UNSUPPORTED, "head dimension %d is larger than the supported 1024", hd);
+        goto fail;
+    }
+    cb->rope_theta_scale = powf(hp->rope_base, -2.0f / (float)hd);
+    cb->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
+    cb->rope_ff = model_rope_freqs(m);
+    int group = hp->n_heads / hp->n_kv_heads;
+    /* scores [group][n_ctx], queries [group][hd], a dequantized V block [block_size][hd], quantized queries */
+    cb->kv_row_bytes = dtype_row_bytes(p->kv_type, hd);
+    cb->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd) + (size_t)p->block_size * hd +
+                        ((size_t)group * cb->kv_row_bytes + 3) / 4;
+    cb->scratch_floats = (cb->scratch_floats + 15) & ~(size_t)15; /* keep each thread's part 64-byte aligned */
+    cb->scratch = cpu_alloc(cb, (size_t)p->n_threads * cb->scratch_floats * sizeof(float), true);
+    if (!cb->scratch)
+        goto oom;
+    cb->attn = attn_kernels_get(p->force_scalar);
+    if (p->kv_type == DTYPE_Q8_0 && !(cb->kv_ops = cpu_kernels(cb, DTYPE_Q8_0))) {
+        err_set(err, ERR_UNSUPPORTED, "no kernels for a q8_0 KV cache");
+        goto fail;
+    }
+
+    size_t T = (size_t)p->max_batch_tokens;
+    size_t q_dim = (size_t)hp->n_heads * hd, kv_dim = (size_t)hp->n_kv_heads * hd;
+    cb->x = cpu_alloc(cb, T * hp->dim * sizeof(float), false);
+    cb->xn = cpu_alloc(cb, T * hp->dim * sizeof(float), false);
+    cb->q = cpu_alloc(cb, T * q_dim * sizeof(float), false);
+    cb->k = cpu_alloc(cb, T * kv_dim * sizeof(float), false);
+    cb->v = cpu_alloc(cb, T * kv_dim * sizeof(float), false);
+    cb->att = cpu_alloc(cb, T * q_dim * sizeof(float), false);
+    cb->hg = cpu_alloc(cb, T * hp->ffn_dim * sizeof(float), false);
+    cb->hu = cpu_alloc(cb, T * hp->ffn_dim * sizeof(float), false);
+    cb->tmp = cpu_alloc(cb, T * hp->dim * sizeof(float), false);
+    cb->rope = cpu_alloc(cb, T * hd * sizeof(float), false);
+    cb->act = calloc((size_t)p->n_threads * CPU_ACT_SLOTS, sizeof *cb->act);
+    if (!cb->x || !cb->xn || !cb->q || !cb->k || !cb->v || !cb->att || !cb->hg || !cb->hu || !cb->tmp || !cb->rope ||
+        !cb->act)
+        goto oom;
+    size_t max_cols = (size_t)hp->dim;
+    if ((size_t)hp->ffn_dim > max_cols)
+        max_cols = hp->ffn_dim;
+    if (q_dim > max_cols)
+        max_cols = q_dim;
+    cb->act_row_cap = max_cols * 4 + 64; /* F32 is the widest activation format */
+    for (int i = 0; i < CPU_ACT_SLOTS; i++) {
+        cb->act_buf[i] = cpu_alloc(cb, T * cb->act_row_cap, false);
+        if (!cb->act_buf[i])
+            goto oom;
+    }
+    for (int t = 0; t < p->n_threads; t++)
+        for (int i = 0; i < CPU_ACT_SLOTS; i++) {
+            cb->act[t * CPU_ACT_SLOTS + i].vec_type = DTYPE_COUNT;
+            cb->act[t * CPU_ACT_SLOTS + i].buf = cb->act_buf[i];
+        }
+    /* every weight type used must have kernels */
+    const struct model_weight *ws[] = {&m->output, &m->tok_embd};
+    for (size_t i = 0; i < 2; i++)
+        if (!(cb->ops[ws[i]->type] = cpu_kernels(cb, ws[i]->type))) {
+            err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(ws[i]->type));
+            goto fail;
+        }
+    for (int l = 0; l < hp->n_layers; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < 7; i++)
+            if (!(cb->ops[lw[i]->type] = cpu_kernels(cb, lw[i]->type))) {
+                err_set(err, ERR_UNSUPPORTED, "no kernels for weight type %s", dtype_name(lw[i]->type));
+                goto fail;
+            }
+    }
+    /* decode kernels and VNNI gemm (bit-identical to kernel_ops vec_dot and gemm) with their scratch */
+    if (!p->force_scalar)
+        for (int t = 0; t < DTYPE_COUNT; t++)
+            if (cb->ops[t] && cb->ops[t] == kernel_ops_avx2((enum dtype)t) && (cb->gemv[t] = gemv_ops_best((enum dtype)t))) {
+                size_t need = (cb->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
+                if (need > cb->gemv_aux_cap)
+                    cb->gemv_aux_cap = need;
+                if (cb->gemv[t]->gemm && cb->gemv[t]->aux_bytes((int64_t)max_cols) > 0) {
+                    cb->act_prep[cb->ops[t]->vec_type] = cb->gemv[t]->prep;
+                    cb->act_aux_bytes[cb->ops[t]->vec_type] = cb->gemv[t]->aux_bytes;
+                    if (need > cb->act_aux_cap)
+                        cb->act_aux_cap = need;
+                }
+            }
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        if (cb->ops[t])
+            cb->isa[t] = cpu_isa_name(cb, (enum dtype)t);
+    if (cb->gemv_aux_cap && !(cb->gemv_aux = cpu_alloc(cb, (size_t)p->n_threads * cb->gemv_aux_cap, true)))
+        goto oom;
+    for (int i = 0; i < CPU_ACT_SLOTS && cb->act_aux_cap; i++)
+        if (!(cb->act_aux_buf[i] = cpu_alloc(cb, T * cb->act_aux_cap, true)))
+            goto oom;
+    for (int t = 0; t < p->n_threads; t++)
+        for (int i = 0; i < CPU_ACT_SLOTS; i++)
+            cb->act[t * CPU_ACT_SLOTS + i].aux_buf = cb->act_aux_buf[i];
+    const char *prof = getenv("WAFER_PROFILE");
+    cb->prof_on = prof && *prof && strcmp(prof, "0") != 0;
+    return &cb->base;
+oom:
+    err_set(err, ERR_NOMEM, "out of memory creating the engine (batch of %d tokens)", p->max_batch_tokens);
+fail:
+    cpu_destroy(&cb->base);
+    return NULL;
+}
+
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void cpu_prof_print(const struct cpu_backend *cb)
+{
+    static const char *const kinds[3] = {"decode, one sequence", "decode, several sequences (one token each)",
+                                         "prefill (several tokens of a sequence)"};
+    for (int k = 0; k < 3; k++) {
+        const struct cpu_prof *pr = &cb->prof[k];
+        if (!pr->passes)
+            continue;
+        double total = 0;
+        for (int i = 0; i < OP_COUNT; i++)
+            total += pr->t[i];
+        fprintf(stderr, "engine profile, %s: %lld passes, %lld tokens, %.1f ms per pass, %d threads\n",
+                kinds[k], (long long)pr->passes,
+                (long long)pr->tokens, total / (double)pr->passes * 1e3, cb->p.n_threads);
+        for (int i = 0; i < OP_COUNT; i++)
+            fprintf(stderr, "  %-20s %9.3f ms per pass %5.1f%%\n", cpu_op_names[i], pr->t[i] / (double)pr->passes * 1e3,
+                    total > 0 ? 100 * pr->t[i] / total : 0.0);
+    }
+}
+
+static void cpu_destroy(struct backend *be)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    if (!cb)
+        return;
+    if (cb->prof_on)
+        cpu_prof_print(cb);
+    threadpool_destroy(cb->tp);
+    kv_host_deinit(&cb->kv);
+    free(cb->scratch);
+    free(cb->x);
+    free(cb->xn);
+    free(cb->q);
+    free(cb->k);
+    free(cb->v);
+    free(cb->att);
+    free(cb->hg);
+    free(cb->hu);
+    free(cb->tmp);
+    free(cb->rope);
+    for (int i = 0; i < CPU_ACT_SLOTS; i++)
+        free(cb->act_buf[i]);
+    free(cb->act);
+    free(cb->gemv_aux);
+    for (int i = 0; i < CPU_ACT_SLOTS; i++)
+        free(cb->act_aux_buf[i]);
+    free(cb);
+}
+
+/* ---- ops, each called by every thread (ith of nth) inside the job ---- */
+
+static inline int cpu_prof_kind(const struct cpu_backend *cb)
+{
+    return cb->b->n == 1 ? 0 : cb->b->n == cb->n_seqs_in_batch ? 1 : 2;
+}
+
+/* Thread 0 charges the time since its last mark to op k. */
+static inline void cpu_mark(struct cpu_backend *cb, int ith, enum cpu_op k)
+{
+    if (ith != 0 || !cb->prof_on)
+        return;
+    double now = cpu_now();
+    cb->prof[cpu_prof_kind(cb)].t[k] += now - cb->prof_last;
+    cb->prof_last = now;
+}
+
+/* y[r] = x[r] / rms(x[r]) * w for rows r in [r0, r1); rows of x indexed through idx when not NULL. */
+static void op_rmsnorm_rows(const float *x, float *y, const float *w, int64_t r0, int64_t r1, const int32_t *idx, int dim,
+                            float eps)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = x + (size_t)(idx ? idx[r] : r) * dim;
+        float *yr = y + (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xr[i] * xr[i];
+        float scale = 1.0f / sqrtf((float)(ss / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            yr[i] = xr[i] * scale * w[i];
+    }
+}
+
+/* This thread's view of the activation slots. */
+static inline struct cpu_act *cpu_acts(struct cpu_backend *cb, int ith) { return cb->act + (size_t)ith * CPU_ACT_SLOTS; }
+
+/* Forgets this thread's record of conversions (their source buffers are about to change). */
+static void op_act_invalidate(struct cpu_backend *cb, int ith)
+{
+    struct cpu_act *a = cpu_acts(cb, ith);
+    for (int i = 0; i < CPU_ACT_SLOTS; i++) {
+        a[i].vec_type = DTYPE_COUNT;
+        a[i].src = NULL;
+    }
+}
+
+/* Converts x [n_rows][cols] to the activation format of ops, unless a slot already holds that conversion.
+ * This thread converts rows threadpool_split(n_rows) gives it, so x's rows must be complete for those rows
+ * (the caller's barrier, or rows this thread wrote itself with the same split). Every thread makes the same
+ * choice of slot from its own record. Ends with a barrier when it converted. */
+static const struct cpu_act *op_act_prepare(struct cpu_backend *cb, const float *x, int n_rows, int cols,
+                                               const struct kernel_ops *ops, int ith, int nth)
+{
+    struct cpu_act *acts = cpu_acts(cb, ith);
+    for (int i = 0; i < CPU_ACT_SLOTS; i++)
+        if (acts[i].vec_type == ops->vec_type && acts[i].src == x)
+            return &acts[i];
+    /* choose the slot not holding the other live conversion of x; otherwise slot 0 */
+    int s = acts[0].src == x && acts[0].vec_type != DTYPE_COUNT ? 1 : 0;
+    struct cpu_act *a = &acts[s];
+    size_t rb = dtype_row_bytes(ops->vec_type, cols);
+    int64_t r0, r1;
+    threadpool_split(n_rows, ith, nth, &r0, &r1);
+    void (*prep)(int64_t, const void *, void *) = n_rows > 1 ? cb->act_prep[ops->vec_type] : NULL;
+    size_t as = prep ? (cb->act_aux_bytes[ops->vec_type](cols) + 63) & ~(size_t)63 : 0;
+    for (int64_t r = r0; r < r1; r++) {
+        ops->from_f32(x + (size_t)r * cols, a->buf + (size_t)r * rb, cols);
+        if (prep)
+            prep(cols, a->buf + (size_t)r * rb, a->aux_buf + (size_t)r * as);
+    }
+    a->aux_stride = as;
+    a->vec_type = ops->vec_type;
+    a->src = x;
+    a->row_bytes = rb;
+    a->aux = prep ? a->aux_buf : NULL;
+    threadpool_barrier(cb->tp);
+    return a;
+}
+
+/* Normalizes rows of x (indexed through idx when not NULL) into xn and converts them for ops; rows split by
+ * thread, one barrier at the end. */
+static const struct cpu_act *op_norm_prepare(struct cpu_backend *cb, const float *w, int n_rows, const int32_t *idx,
+                                                const struct kernel_ops *ops, int ith, int nth)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    int64_t r0, r1;
+    threadpool_split(n_rows, ith, nth, &r0, &r1);
+    op_rmsnorm_rows(cb->x, cb->xn, w, r0, r1, idx, hp->dim, hp->norm_eps);
+    op_act_invalidate(cb, ith);
+    return op_act_prepare(cb, cb->xn, n_rows, hp->dim, ops, ith, nth);
+}
+
+/* Rows of a weight panel: enough to amortize a call, few enough (about 96 KiB) that the panel stays in L2
+ * while every activation row of the batch passes over it. A multiple of 12 so the kernels' 2-, 3- and
+ * 4-row tiles divide it. */
+static int64_t cpu_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
+{
+    if (n_tok <= 1)
+        return n_rows > 0 ? n_rows : 1; /* decode: each weight row is used once, no reuse to protect */
+    int64_t r = (int64_t)((96u << 10) / row_bytes);
+    r -= r % 12;
+    return r < 12 ? 12 : r;
+}
+
+/* out[t][r] (=|+=) dot(W[r], act[t]) for r in this thread's share of W's rows, t < n_rows; out rows are
+ * ldo floats apart. Accumulation goes through cb->tmp ([n_rows][w->rows]) so the add is x + product, the
+ * same rounding whether a row runs alone or in a batch. */
+static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
+                      float *out, int ldo, bool accumulate, int ith, int nth)
+{
+    const struct kernel_ops *ops = cb->ops[w->type];
+    int64_t r0, r1;
+    threadpool_split(w->rows, ith, nth, &r0, &r1);
+    float *dst = accumulate ? cb->tmp : out;
+    size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
+    const uint8_t *wb = w->data;
+    const struct gemv_ops *gv = cb->gemv[w->type];
+    if (n_rows == 1 && gv && r1 > r0) {
+        uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
+        gv->prep(w->cols, a->buf, aux);
+        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
+        if (accumulate)
+            for (int64_t r = r0; r < r1; r++)
+                out[r] = out[r] + dst[r];
+        return;
+    }
+    /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
+    bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
+    /* A gemv_ops gemm blocks columns so their activations stay in L2 while all its rows pass over them, so it
+     * gets the thread's whole share of rows: in panels it would stream every column's activations (and aux)
+     * once per panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
+    int64_t pr = own ? r1 - r0 : cpu_panel_rows(w->row_bytes, n_rows, r1 - r0);
+    for (int64_t p = r0; p < r1; p += pr) {
+        int64_t n = r1 - p < pr ? r1 - p : pr;
+        if (own)
+            gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                     a->row_bytes, a->aux, a->aux_stride);
+        else
+            ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                      a->row_bytes);
+    }
+    if (accumulate)
+        for (int t = 0; t < n_rows; t++) {
+            float *o = out + (size_t)t * ldo;
+            const float *d = dst + (size_t)t * ldd;
+            for (int64_t r = r0; r < r1; r++)
+                o[r] = o[r] + d[r];
+        }
+}
+
+/* cos/sin of each rotation angle for position pos: cs[2i] = cos, cs[2i+1] = sin, i < head_dim / 2. The
+ * angle is built by repeated float multiplication (theta_i = pos * scale^i), exactly as ggml does, so the
+ * rounding matches llama.cpp's. */
+static void op_rope_cache(const struct cpu_backend *cb, int pos, float *cs)
+{
+    int half = cb->m->hp.head_dim / 2;
+    float theta = (float)pos;
+    for (int i = 0; i < half; i++) {
+        float th = cb->rope_freq_scale * (cb->rope_ff ? theta / cb->rope_ff[i] : theta);
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        theta *= cb->rope_theta_scale;
+    }
+}
+
+/* Rotates the pairs of one head vector x[head_dim] by the angles in cs. */
+static void op_rope_head(const struct cpu_backend *cb, float *x, const float *cs)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    int half = hp->head_dim / 2;
+    if (hp->rope_layout == ROPE_ADJACENT) {
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = x[2 * i], b = x[2 * i + 1];
+            x[2 * i] = a * c - b * s;
+            x[2 * i + 1] = a * s + b * c;
+        }
+    } else {
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1];
+            float a = x[i], b = x[i + half];
+            x[i] = a * c - b * s;
+            x[i + half] = a * s + b * c;
+        }
+    }
+}
+
+/* Thread ith's attention scratch: scores [group][n_ctx], then the rounded queries [group][head_dim]. */
+static float *cpu_scratch(const struct cpu_backend *cb, int ith) { return cb->scratch + (size_t)ith * cb->scratch_floats; }
+
+/* Biases, RoPE on q and k, and the k, v rows stored into each token's KV slot; tokens split over threads. */
+static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, int layer, int ith, int nth)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    const struct batch *b = cb->b;
+    int hd = hp->head_dim, q_dim = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd;
+    int64_t t0, t1;
+    threadpool_split(b->n, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const struct batch_token *bt = &b->tok[t];
+        float *q = cb->q + (size_t)t * q_dim, *k = cb->k + (size_t)t * kv_dim, *v = cb->v + (size_t)t * kv_dim;
+        if (L->bq) {
+            for (int i = 0; i < q_dim; i++)
+                q[i] += L->bq[i];
+            for (int i = 0; i < kv_dim; i++)
+                k[i] += L->bk[i], v[i] += L->bv[i];
+        }
+        const float *cs = cb->rope + (size_t)t * hd;
+        for (int h = 0; h < hp->n_heads; h++)
+            op_rope_head(cb, q + (size_t)h * hd, cs);
+        for (int h = 0; h < hp->n_kv_heads; h++)
+            op_rope_head(cb, k + (size_t)h * hd, cs);
+        const struct kv_seq *s = &cb->seqs[bt->seq];
+        int32_t blk = s->blocks[bt->pos / cb->p.block_size];
+        int slot = bt->pos % cb->p.block_size;
+        void *kb = kv_host_k(&cb->kv, layer, blk), *vb = kv_host_v(&cb->kv, layer, blk);
+        for (int h = 0; h < hp->n_kv_heads; h++) {
+            void *kr = kv_host_row(&cb->kv, kb, h, slot), *vr = kv_host_row(&cb->kv, vb, h, slot);
+            const float *ks = k + (size_t)h * hd, *vs = v + (size_t)h * hd;
+            if (cb->p.kv_type == DTYPE_F32) {
+                memcpy(kr, ks, (size_t)hd * sizeof(float));
+                memcpy(vr, vs, (size_t)hd * sizeof(float));
+            } else if (cb->p.kv_type == DTYPE_Q8_0) {
+                cb->kv_ops->from_f32(ks, kr, hd);
+                cb->kv_ops->from_f32(vs, vr, hd);
+            } else {
+                cb->attn->to_f16(ks, kr, hd);
+                cb->attn->to_f16(vs, vr, hd);
+            }
+        }
+    }
+}
+
+/* Causal attention for every (token, KV head) pair: the KV head's `group` query heads together, so each
+ * cached row is read once for all of them, over positions 0..pos of the token's sequence read block by
+ * block in position order. Pairs are dealt to threads round-robin, which balances a prefill (later tokens
+ * attend to more positions). Softmax is exact and in two passes (max, then exp and a double sum).
+ * Rounding by cache type:
+ *   F16  as llama.cpp's non-flash attention: the query is rounded to F16 for the K products, and the
+ *        normalized probabilities are rounded to F16 for the V products (attn.h fixes the sum orders).
+ *   F32  no rounding.
+ *   Q8_0 as llama.cpp does for a Q8_0 K: the query is quantized to Q8_0 and the products are Q8_0 dot
+ *        products (kernel_ops, so SIMD and scalar builds differ as they do for Q8_0 weights); V rows are
+ *        dequantized and the F32 probabilities applied. (llama.cpp can only run a quantized V in its flash
+ *        attention, which uses an online softmax; this stays exact and two-pass.)
+ * Every sum runs over the token's own positions in a fixed order, so batching never changes the result. */
+static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
+{
+    const struct model_hparams *hp = &cb->m->hp;
+    const struct attn_kernels *ak = cb->attn;
+    const struct batch *b = cb->b;
+    int hd = hp->head_dim, q_dim = hp->n_heads * hd, n_kv = hp->n_kv_heads, group = hp->n_heads / n_kv;
+    int bs = cb->p.block_size;
+    size_t lds = (size_t)cb->p.n_ctx;
+    float scale = 1.0f / sqrtf((float)hd);
+    enum dtype kt = cb->p.kv_type;
+    float *sc = cpu_scratch(cb, ith), *qr = sc + (size_t)group * lds, *vtmp = qr + (size_t)group * hd;
+    uint8_t *qq = (uint8_t *)(vtmp + (size_t)bs * hd); /* [group][kv_row_bytes] quantized queries */
+    for (int64_t pi = ith; pi < (int64_t)b->n * n_kv; pi += nth) {
+        int t = (int)(pi / n_kv), kvh = (int)(pi % n_kv);
+        const struct batch_token *bt = &b->tok[t];
+        const struct kv_seq *s = &cb->seqs[bt->seq];
+        const float *q = cb->q + (size_t)t * q_dim + (size_t)kvh * group * hd;
+        int n_pos = bt->pos + 1;
+        if (kt == DTYPE_F16)
+            ak->round_f16(q, qr, (int64_t)group * hd);
+        else if (kt == DTYPE_F32)
+            memcpy(qr, q, (size_t)group * hd * sizeof(float));
+        else
+            for (int g = 0; g < group; g++)
+                cb->kv_ops->from_f32(q + (size_t)g * hd, qq + (size_t)g * cb->kv_row_bytes, hd);
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
+            const void *kb = kv_host_row(&cb->kv, kv_host_k(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+            if (kt == DTYPE_F16) {
+                ak->scores_f16(hd, group, qr, kb, n, scale, sc + p0, lds);
+            } else if (kt == DTYPE_F32) {
+                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
+            } else {
+                cb->kv_ops->gemm(hd, n, group, sc + p0, lds, kb, cb->kv_row_bytes, qq, cb->kv_row_bytes);
+                for (int g = 0; g < group; g++)
+                    for (int j = 0; j < n; j++)
+                        sc[(size_t)g * lds + p0 + j] *= scale;
+            }
+        }
+        for (int g = 0; g < group; g++) {
+            float *sg = sc + (size_t)g * lds;
+            float mx = -INFINITY;
+            for (int p = 0; p < n_pos; p++)
+                if (sg[p] > mx)
+                    mx = sg[p];
+            double sum = 0;
+            for (int p = 0; p < n_pos; p++) {
+                sg[p] = expf(sg[p] - mx);
+                sum += sg[p];
+            }
+            float inv = (float)(1.0 / sum);
+            for (int p = 0; p < n_pos; p++)
+                sg[p] *= inv;
+            if (kt == DTYPE_F16)
+                ak->round_f16(sg, sg, n_pos);
+        }
+        float *o = cb->att + (size_t)t * q_dim + (size_t)kvh * group * hd;
+        memset(o, 0, (size_t)group * hd * sizeof(float));
+        for (int p0 = 0; p0 < n_pos; p0 += bs) {
+            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
+            const void *vb = kv_host_row(&cb->kv, kv_host_v(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+            if (kt == DTYPE_F16) {
+                ak->accum_f16(hd, group, sc + p0, lds, vb, n, o);
+            } else if (kt == DTYPE_F32) {
+                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
+            } else {
+                for (int j = 0; j < n; j++)
+                    cb->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * cb->kv_row_bytes, vtmp + (size_t)j * hd, hd);
+                ak->accum_f32(hd, group, sc + p0, lds, vtmp, n, o);
+            }
+        }
+    }
+}
+
+/* g = silu(g) * u for this thread's rows, then those rows converted for ops (one barrier). */
+static const struct cpu_act *op_swiglu_prepare(struct cpu_backend *cb, int n_rows, const struct kernel_ops *ops, int ith,
+                                                  int nth)
+{
+    int ffn = cb->m->hp.ffn_dim;
+    int64_t r0, r1;
+    threadpool_split(n_rows, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *g = cb->hg + (size_t)r * ffn;
+        const float *u = cb->hu + (size_t)r * ffn;
+        for (int i = 0; i < ffn; i++)
+            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    op_act_invalidate(cb, ith);
+    return op_act_prepare(cb, cb->hg, n_rows, ffn, ops, ith, nth);
+}
+
+/* Token embeddings and each token's RoPE angles; tokens split over threads. */
+static void op_embed(struct cpu_backend *cb, int ith, int nth)
+{
+    const struct model *m = cb->m;
+    const struct kernel_ops *ops = cb->ops[m->tok_embd.type];
+    int64_t t0, t1;
+    threadpool_split(cb->b->n, ith, nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        ops->to_f32((const uint8_t *)m->tok_embd.data + (size_t)cb->b->tok[t].token * m->tok_embd.row_bytes,
+                    cb->x + (size_t)t * m->hp.dim, m->hp.dim);
+        op_rope_cache(cb, cb->b->tok[t].pos, cb->rope + (size_t)t * m->hp.head_dim);
+    }
+}
+
+static void cpu_job(void *ctx, int ith, int nth)
+{
+    struct cpu_backend *cb = ctx;
+    const struct model *m = cb->m;
+    const struct model_hparams *hp = &m->hp;
+    struct threadpool *tp = cb->tp;
+    int T = cb->b->n, dim = hp->dim, q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
+
+    op_embed(cb, ith, nth);
+    threadpool_barrier(tp);
+    cpu_mark(cb, ith, OP_EMBED);
+    for (int l = 0; l < hp->n_layers; l++) {
+        const struct model_layer *L = &m->layers[l];
+        const struct cpu_act *a = op_norm_prepare(cb, L->attn_norm, T, NULL, cb->ops[L->wq.type], ith, nth);
+        cpu_mark(cb, ith, OP_NORM);
+        op_matmul(cb, &L->wq, a, T, cb->q, q_dim, false, ith, nth);
+        a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->wk.type], ith, nth);
+        op_matmul(cb, &L->wk, a, T, cb->k, kv_dim, false, ith, nth);
+        a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->wv.type], ith, nth);
+        op_matmul(cb, &L->wv, a, T, cb->v, kv_dim, false, ith, nth);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_QKV);
+        op_rope_store(cb, L, l, ith, nth);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_ROPE);
+        op_attention(cb, l, ith, nth);
+        op_act_invalidate(cb, ith);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_ATTN);
+        a = op_act_prepare(cb, cb->att, T, q_dim, cb->ops[L->wo.type], ith, nth);
+        cpu_mark(cb, ith, OP_ATT_CONV);
+        op_matmul(cb, &L->wo, a, T, cb->x, dim, true, ith, nth);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_WO);
+        a = op_norm_prepare(cb, L->ffn_norm, T, NULL, cb->ops[L->w_gate.type], ith, nth);
+        cpu_mark(cb, ith, OP_NORM);
+        op_matmul(cb, &L->w_gate, a, T, cb->hg, hp->ffn_dim, false, ith, nth);
+        a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->w_up.type], ith, nth);
+        op_matmul(cb, &L->w_up, a, T, cb->hu, hp->ffn_dim, false, ith, nth);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_GATE_UP);
+        a = op_swiglu_prepare(cb, T, cb->ops[L->w_down.type], ith, nth);
+        cpu_mark(cb, ith, OP_SWIGLU);
+        op_matmul(cb, &L->w_down, a, T, cb->x, dim, true, ith, nth);
+        threadpool_barrier(tp);
+        cpu_mark(cb, ith, OP_DOWN);
+    }
+    if (cb->n_logits > 0) {
+        const struct cpu_act *a = op_norm_prepare(cb, m->output_norm, cb->n_logits, cb->logit_rows,
+                                                  cb->ops[m->output.type], ith, nth);
+        op_matmul(cb, &m->output, a, cb->n_logits, cb->logits, hp->n_vocab, false, ith, nth);
+        cpu_mark(cb, ith, OP_OUTPUT); /* no barrier: threadpool_run waits for every thread */
+    }
+}
+
+static int cpu_forward(struct backend *be, const struct backend_pass *pass, char *err)
+{
+    struct cpu_backend *cb = (struct cpu_backend *)be;
+    cb->b = pass->b;
+    cb->seqs = pass->seqs;
+    cb->logit_rows = pass->logit_rows;
+    cb->logits = pass->logits;
+    cb->n_logits = pass->n_logits;
+    cb->n_seqs_in_batch = pass->n_seqs;
+    if (cb->prof_on)
+        cb->prof_last = cpu_now();
+    threadpool_run(cb->tp, cpu_job, cb);
+    if (cb->prof_on) {
+        struct cpu_prof *pr = &cb->prof[cpu_prof_kind(cb)];
+        pr->passes++;
+        pr->tokens += cb->b->n;
+    }
+    cb->b = NULL;
+    return 0;
+}
+
+static int cpu_kv_alloc(struct backend *be, const struct kv_pool_params *layout, char *err)
+{
+    return kv_host_init(&((struct cpu_backend *)be)->kv, layout, err);
+}
+
+static void cpu_kv_copy(struct backend *be, int32_t dst, int32_t src)
+{
+    kv_host_copy(&((struct cpu_backend *)be)->kv, dst, src);
+}
+
+static void cpu_describe(const struct backend *be, struct backend_desc *d)
+{
+    const struct cpu_backend *cb = (const struct cpu_backend *)be;
+    memset(d, 0, sizeof *d);
+    d->name = cpu_backend_ops.name;
+    d->n_threads = cb->p.n_threads;
+    d->weight_bytes = cb->m->weight_bytes;
+    d->kv_bytes = cb->kv.map_bytes;
+    d->scratch_bytes = cb->scratch_bytes;
+    memcpy(d->isa, cb->isa, sizeof d->isa);
+}
+
+const struct backend_ops cpu_backend_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .kv_alloc = cpu_kv_alloc,
+    .kv_copy = cpu_kv_copy,
+    .forward = cpu_forward,
+    .describe = cpu_describe,
+};

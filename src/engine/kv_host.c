@@ -1,0 +1,43 @@
+/*
+ * kv_host: host-memory KV block storage (see kv_host.h), one anonymous mapping for K and V of every layer.
+ */
+#include "engine/kv_host.h"
+
+#include "core/err.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+int kv_host_init(struct kv_host *h, const struct kv_pool_params *p, char *err)
+{
+    memset(h, 0, sizeof *h);
+    h->p = *p;
+    h->row_bytes = kv_pool_row_bytes(p);
+    h->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * h->row_bytes;
+    h->layer_bytes = h->block_layer_bytes * (size_t)p->n_blocks;
+    size_t bytes = 2 * h->layer_bytes * (size_t)p->n_layers;
+    /* anonymous mapping: pages are zero and only touched pages cost memory */
+    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return err_set(err, ERR_NOMEM, "cannot allocate %.1f MiB for the KV cache (%lld blocks); lower the KV budget",
+                       bytes / 1048576.0, (long long)p->n_blocks);
+    h->map_bytes = bytes;
+    h->k = m;
+    h->v = h->k + h->layer_bytes * (size_t)p->n_layers;
+    return 0;
+}
+
+void kv_host_deinit(struct kv_host *h)
+{
+    if (h->k)
+        munmap(h->k, h->map_bytes);
+    memset(h, 0, sizeof *h);
+}
+
+void kv_host_copy(struct kv_host *h, int32_t dst, int32_t src)
+{
+    for (int l = 0; l < h->p.n_layers; l++) {
+        memcpy(kv_host_k(h, l, dst), kv_host_k(h, l, src), h->block_layer_bytes);
+        memcpy(kv_host_v(h, l, dst), kv_host_v(h, l, src), h->block_layer_bytes);
+    }
+}
