@@ -21,6 +21,7 @@
 
 #include "bench/membw.h"
 #include "cli/cli_common.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/engine.h"
 #include "engine/cpu/gemv.h"
@@ -169,7 +170,7 @@ static int32_t bench_token(struct bench_ctx *c) { return (int32_t)(bench_rng_nex
 static double bench_pp(struct bench_ctx *c, int n)
 {
     engine_seq_truncate(c->e, 0, 0);
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n; i += c->b.cap) {
         batch_clear(&c->b);
         for (int j = i; j < n && j < i + c->b.cap; j++)
@@ -177,7 +178,7 @@ static double bench_pp(struct bench_ctx *c, int n)
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
-    return cli_now() - t0;
+    return clock_now_s() - t0;
 }
 
 /* n decode steps of n_seqs sequences (one token each per step) from empty caches; returns seconds or -1. */
@@ -185,7 +186,7 @@ static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
 {
     for (int s = 0; s < n_seqs; s++)
         engine_seq_truncate(c->e, s, 0);
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n; i++) {
         batch_clear(&c->b);
         for (int s = 0; s < n_seqs; s++)
@@ -193,7 +194,7 @@ static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
-    return cli_now() - t0;
+    return clock_now_s() - t0;
 }
 
 static size_t bench_peak_rss(void)
@@ -331,7 +332,7 @@ int bench_model_main(int argc, char **argv)
             have_bw = true;
     }
 
-    double t_load = cli_now();
+    double t_load = clock_now_s();
     c.m = model_load_ex(o.model_path, o.use_mmap, c.err);
     if (!c.m) {
         fprintf(stderr, "wafer bench: %s\n", c.err);
@@ -365,7 +366,7 @@ int bench_model_main(int argc, char **argv)
         fprintf(stderr, "wafer bench: %s\n", c.err);
         goto out;
     }
-    double load_s = cli_now() - t_load;
+    double load_s = clock_now_s() - t_load;
     const struct engine_params *p = engine_params_get(c.e);
     size_t kv_bytes = (size_t)p->kv_blocks * kv_pool_block_bytes(kv_pool_params(engine_kv(c.e)));
     if (tokenizer_add_bos(c.m->tok))

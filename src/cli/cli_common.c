@@ -7,7 +7,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long min, long max, long *out)
 {
@@ -70,11 +69,4 @@ int cli_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *o
     }
     *out = (uint64_t)(v * mul);
     return 0;
-}
-
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }

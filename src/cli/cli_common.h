@@ -15,7 +15,4 @@ int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *ou
 /* Sizes such as "512M", "2G", "1048576" (bytes). */
 int cli_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *out);
 
-/* Monotonic seconds. */
-double cli_now(void);
-
 #endif

@@ -7,6 +7,7 @@
  */
 #include "cli/cli.h"
 #include "cli/cli_common.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -165,7 +166,7 @@ int cmd_perplexity_main(int argc, char **argv)
     logits = malloc((size_t)nbatch * n_vocab * sizeof *logits);
     if (!logits || batch_init(&b, (int)nbatch))
         goto oom;
-    double nll = 0, t0 = cli_now();
+    double nll = 0, t0 = clock_now_s();
     long count = 0;
     for (int k = 0; k < n_chunk; k++) {
         const int32_t *w = toks + (size_t)k * ctx;
@@ -187,7 +188,7 @@ int cmd_perplexity_main(int argc, char **argv)
                     row++;
                 }
         }
-        double el = cli_now() - t0;
+        double el = clock_now_s() - t0;
         fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s, %.0f s left)\n", k + 1, n_chunk, exp(nll / count),
                 (k + 1) * ctx / el, el / (k + 1) * (n_chunk - k - 1));
     }

@@ -5,6 +5,7 @@
  */
 #include "cli/cli.h"
 #include "cli/cli_common.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -112,7 +113,7 @@ int cmd_run_main(int argc, char **argv)
     int32_t *toks = NULL;
     float *logits = NULL;
     struct batch b = {0};
-    double t_load = cli_now();
+    double t_load = clock_now_s();
     struct model *m = model_load_ex(model_path, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
@@ -132,7 +133,7 @@ int cmd_run_main(int argc, char **argv)
     }
     log_info("loaded %s: %s, %d layers, dim %d, %s weights, %d threads, ctx %d, in %.0f ms", m->name, hp->arch,
              hp->n_layers, hp->dim, dtype_name(m->main_type), engine_params_get(e)->n_threads, ep.n_ctx,
-             (cli_now() - t_load) * 1e3);
+             (clock_now_s() - t_load) * 1e3);
 
     size_t plen = strlen(prompt);
     int cap = (int)plen + 8;
@@ -168,7 +169,7 @@ int cmd_run_main(int argc, char **argv)
         sampler_accept(smp, toks[i]);
 
     /* prefill in chunks of the largest batch; logits only for the prompt's last token */
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n_prompt; i += b.cap) {
         batch_clear(&b);
         for (int j = i; j < n_prompt && j < i + b.cap; j++)
@@ -178,7 +179,7 @@ int cmd_run_main(int argc, char **argv)
             goto out;
         }
     }
-    double t1 = cli_now();
+    double t1 = clock_now_s();
     struct detok_stream ds = {0};
     char piece[256];
     int n_gen = 0;
@@ -209,7 +210,7 @@ int cmd_run_main(int argc, char **argv)
         fwrite(piece, 1, (size_t)n, stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    double t2 = cli_now();
+    double t2 = clock_now_s();
     fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tok/s) | generated: %d tokens in %.1f ms (%.1f tok/s) | finish: %s\n",
             n_prompt, (t1 - t0) * 1e3, n_prompt / (t1 - t0), n_gen, (t2 - t1) * 1e3, n_gen / (t2 - t1), finish);
     rc = 0;

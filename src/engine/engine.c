@@ -30,6 +30,7 @@
  */
 #include "engine/engine.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/cpu/attn.h"
@@ -310,13 +311,6 @@ fail:
     return NULL;
 }
 
-static double engine_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void engine_prof_print(const struct engine *e)
 {
     static const char *const kinds[3] = {"decode, one sequence", "decode, several sequences (one token each)",
@@ -389,7 +383,7 @@ static inline void engine_mark(struct engine *e, int ith, enum engine_op k)
 {
     if (ith != 0 || !e->prof_on)
         return;
-    double now = engine_now();
+    double now = clock_now_s();
     e->prof[engine_prof_kind(e)].t[k] += now - e->prof_last;
     e->prof_last = now;
 }
@@ -855,7 +849,7 @@ int engine_forward(struct engine *e, const struct batch *b, float *logits, char 
     for (int s = 0; s < e->p.max_seqs; s++)
         e->n_seqs_in_batch += next[s] >= 0;
     if (e->prof_on)
-        e->prof_last = engine_now();
+        e->prof_last = clock_now_s();
     threadpool_run(e->tp, engine_job, e);
     if (e->prof_on) {
         struct engine_prof *pr = &e->prof[engine_prof_kind(e)];

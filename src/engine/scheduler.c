@@ -24,6 +24,7 @@
  */
 #include "engine/scheduler.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "server/metrics.h"
@@ -97,13 +98,6 @@ struct scheduler {
     atomic_ullong st_steps;
     int64_t kv_total;
 };
-
-int64_t sched_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- requests */
 
@@ -364,7 +358,7 @@ static void waiting_remove(struct scheduler *s, struct sched_req *r)
  * slots and drops the scheduler's reference. */
 static void req_finish(struct scheduler *s, struct sched_req *r, int error, const char *msg)
 {
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     s->dirty = true;
     for (int i = 0; r->seqs && i < r->n_choices; i++)
         seq_release_slot(s, &r->seqs[i]);
@@ -527,7 +521,7 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     r->state = RS_RUNNING;
     r->admit_order = ++s->admit_counter;
     s->running[s->n_running++] = r;
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     if (!r->counted) {
         r->counted = true;
         pthread_mutex_lock(&r->mu);
@@ -681,7 +675,7 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
     int32_t t = sampler_sample(q->smp, logits, r->n_logprobs >= 0 ? &lp : NULL, n_top ? s->top_buf : NULL, n_top);
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     bool first_of_req;
     pthread_mutex_lock(&r->mu);
     first_of_req = r->t_first_token == 0;
@@ -827,7 +821,7 @@ static bool step(struct scheduler *s)
 /* Applies cancellations and deadlines to every queued and running request. */
 static bool sweep_cancelled(struct scheduler *s)
 {
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     bool any = false;
     int all = atomic_load(&s->cancel_all);
     for (int pass = 0; pass < 2; pass++) {

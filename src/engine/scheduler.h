@@ -169,7 +169,4 @@ void scheduler_cancel_all(struct scheduler *s, int reason);
 
 void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
 
-/* CLOCK_MONOTONIC in ns. */
-int64_t sched_now_ns(void);
-
 #endif

@@ -12,6 +12,7 @@
  */
 #include "server/server.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -53,7 +54,7 @@ static char cur_cors[384];
 
 const char *api_cors_headers(void) { return cur_cors; }
 
-static double ms_since(int64_t t0) { return (double)(sched_now_ns() - t0) / 1e6; }
+static double ms_since(int64_t t0) { return (double)(clock_now_ns() - t0) / 1e6; }
 
 /* ---------------------------------------------------------------- responses */
 
@@ -328,12 +329,12 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
     if (!g->seed_set) {
         uint64_t seed;
         if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-            seed = (uint64_t)sched_now_ns() ^ (r->id << 32);
+            seed = (uint64_t)clock_now_ns() ^ (r->id << 32);
         r->sp.seed = seed;
     }
     r->n_logprobs = g->logprobs;
     r->ignore_eos = g->ignore_eos;
-    r->t_arrival = sched_now_ns();
+    r->t_arrival = clock_now_ns();
     /* the request's own timeout may shorten the server's, never lengthen it */
     double timeout = srv->cfg->request_timeout;
     if (g->timeout > 0 && (timeout <= 0 || g->timeout < timeout))
@@ -366,7 +367,7 @@ struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum a
     call->n_reqs = n_reqs;
     call->n = 1;
     call->logprobs = -1;
-    call->t_start = sched_now_ns();
+    call->t_start = clock_now_ns();
     call->created = (int64_t)time(NULL);
     snprintf(call->cors, sizeof call->cors, "%s", cur_cors);
     uint64_t rnd = 0;
@@ -755,7 +756,7 @@ static int server_load(struct server *srv)
     struct server_config *cfg = srv->cfg;
     char err[ERR_MSG_MAX];
     const char *origin = cfg->model_path_origin ? cfg->model_path_origin : "--model";
-    int64_t t0 = sched_now_ns();
+    int64_t t0 = clock_now_ns();
     srv->model = model_load_ex(cfg->model_path, cfg->use_mmap, err);
     if (!srv->model) {
         log_error("%s: cannot load model '%s': %s", origin, cfg->model_path, err);
@@ -819,7 +820,7 @@ static int server_load(struct server *srv)
     log_info("model %s (%s, %d layers, dim %d, %s) %s in %.0f ms: context %d, %d slots, %lld KV blocks of %d, "
              "prefill chunk %d, %d compute threads, chat template %s",
              cfg->model_name, hp->arch, hp->n_layers, hp->dim, dtype_name(srv->model->main_type),
-             srv->model->mapped ? "mapped" : "read into memory", (double)(sched_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
+             srv->model->mapped ? "mapped" : "read into memory", (double)(clock_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
              kp->block_size, cfg->prefill_chunk, engine_params_get(srv->engine)->n_threads,
              srv->chat == CHAT_NONE ? "none" : chat_family_name(srv->chat));
     return 0;
@@ -920,11 +921,11 @@ int server_run(struct server_config *cfg)
                 atomic_store(&srv->state, SERVER_DRAINING);
                 if (srv->sched)
                     scheduler_drain(srv->sched);
-                drain_deadline = sched_now_ns() + (int64_t)(cfg->drain_timeout * 1e9);
+                drain_deadline = clock_now_ns() + (int64_t)(cfg->drain_timeout * 1e9);
                 log_info("%s: draining %d request(s) for up to %.0f s (signal again to stop now)",
                          sig == SIGTERM ? "SIGTERM" : "SIGINT", atomic_load(&srv->n_inflight), cfg->drain_timeout);
             } else {
-                drain_deadline = sched_now_ns(); /* second signal: stop now */
+                drain_deadline = clock_now_ns(); /* second signal: stop now */
             }
         }
         if (stop_sent) {
@@ -933,7 +934,7 @@ int server_run(struct server_config *cfg)
             continue;
         }
         if (atomic_load(&srv->state) == SERVER_DRAINING &&
-            (atomic_load(&srv->n_inflight) == 0 || sched_now_ns() >= drain_deadline)) {
+            (atomic_load(&srv->n_inflight) == 0 || clock_now_ns() >= drain_deadline)) {
             if (atomic_load(&srv->n_inflight) > 0) {
                 log_warn("drain timeout: cancelling %d request(s) still in flight", atomic_load(&srv->n_inflight));
                 scheduler_cancel_all(srv->sched, ERR_UNAVAILABLE);

@@ -3,6 +3,7 @@
  * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). */
 #include "testutil.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/engine.h"
 #include "engine/model.h"
@@ -109,7 +110,7 @@ static struct sched_req *make_req(const struct model *m, const char *prompt, int
     assert_non_null(r);
     r->max_tokens = max_tokens;
     r->sp.temperature = 0;
-    r->t_arrival = sched_now_ns();
+    r->t_arrival = clock_now_ns();
     return r;
 }
 
@@ -283,7 +284,7 @@ static void test_cancel_deadline_queue(void **state)
     }
     /* queued with a short deadline: times out while queued */
     struct sched_req *q = make_req(f.m, prompts[1], 10, 1);
-    q->deadline = sched_now_ns() + 50 * 1000000LL;
+    q->deadline = clock_now_ns() + 50 * 1000000LL;
     assert_int_equal(scheduler_submit(f.s, q), 0);
     struct sched_req *q2 = make_req(f.m, prompts[2], 10, 1);
     assert_int_equal(scheduler_submit(f.s, q2), 0);
@@ -398,7 +399,7 @@ static void test_chunked_prefill_does_not_stall(void **state)
     struct sched_req *b = sched_req_create(toks, nt, 1);
     b->max_tokens = 1;
     b->sp.temperature = 0;
-    b->t_arrival = sched_now_ns();
+    b->t_arrival = clock_now_ns();
     pthread_mutex_lock(&a->mu);
     int a_before = a->choices[0].n_toks;
     pthread_mutex_unlock(&a->mu);

@@ -3,6 +3,7 @@
  */
 #include "engine/gguf/model_gen.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/gguf/gguf.h"
@@ -25,13 +26,6 @@ void model_gen_params_default(struct model_gen_params *p)
     p->std = 0.02f;
     p->rope_base = 10000.0f;
     p->seed = 1;
-}
-
-static double model_gen_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 struct model_gen_job {
@@ -215,7 +209,7 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
     if ((rc = gguf_writer_begin(w, out_path, err)))
         goto out;
     started = true;
-    double t0 = model_gen_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n_t; i++) {
         struct model_tensor_decl *t = &decl[i];
         struct model_gen_job job = {
@@ -237,7 +231,7 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
         if ((rc = gguf_writer_write_tensor(w, i, buf, job.row_bytes * (size_t)job.rows, err)))
             goto out;
         if (p->progress && (i == n_t - 1 || i % 10 == 0))
-            fprintf(stderr, "\r[%d/%d] %-28s %-5s %.1f s", i + 1, n_t, t->name, dtype_name(t->type), model_gen_now() - t0);
+            fprintf(stderr, "\r[%d/%d] %-28s %-5s %.1f s", i + 1, n_t, t->name, dtype_name(t->type), clock_now_s() - t0);
     }
     if (p->progress)
         fputc('\n', stderr);
