@@ -20,7 +20,7 @@
 #include "bench/bench_model.h"
 
 #include "bench/membw.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "engine/engine.h"
@@ -250,12 +250,12 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_path = optarg; break;
-        case 'p': if (cli_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
-        case 'n': if (cli_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
-        case 't': if (cli_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case 'b': if (cli_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
-        case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
-        case 'u': if (cli_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
+        case 'p': if (flags_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
+        case 'n': if (flags_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
+        case 't': if (flags_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case 'b': if (flags_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
+        case 'r': if (flags_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
+        case 'u': if (flags_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
         case 1:
             if (dtype_from_name(optarg, &o->kv_type) || (o->kv_type != DTYPE_F16 && o->kv_type != DTYPE_F32 && o->kv_type != DTYPE_Q8_0)) {
                 fprintf(stderr, "wafer bench: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
@@ -265,7 +265,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 2: o->no_simd = true; break;
         case 3: o->no_membw = true; break;
         case 4: o->membw_only = true; break;
-        case 5: if (cli_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
+        case 5: if (flags_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
         case 6: o->json = true; break;
         case 7: o->use_mmap = true; break;
         case 'h': bench_model_usage(stdout); return -1;

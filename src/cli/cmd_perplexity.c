@@ -6,7 +6,7 @@
  * PPL = exp(sum / count), count = n_chunk * (ctx - ctx/2 - 1).
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -68,9 +68,9 @@ int cmd_perplexity_main(int argc, char **argv)
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'f': file = optarg; break;
-        case 'c': if (cli_parse_int("perplexity", "--ctx", optarg, 4, 1 << 20, &ctx)) return 2; break;
-        case 'b': if (cli_parse_int("perplexity", "--batch", optarg, 1, 1 << 16, &nbatch)) return 2; break;
-        case 't': if (cli_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'c': if (flags_parse_int("perplexity", "--ctx", optarg, 4, 1 << 20, &ctx)) return 2; break;
+        case 'b': if (flags_parse_int("perplexity", "--batch", optarg, 1, 1 << 16, &nbatch)) return 2; break;
+        case 't': if (flags_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 1: json = true; break;
         case 2:
             if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {

@@ -4,7 +4,7 @@
  * the UTF-8-safe detokenizer; logs and the speed summary go to stderr.
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -72,15 +72,15 @@ int cmd_run_main(int argc, char **argv)
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
-        case 'n': if (cli_parse_int("run", "--max-tokens", optarg, 0, 1 << 24, &max_tokens)) return 2; break;
-        case 1: if (cli_parse_float("run", "--temperature", optarg, 0, 100, &d)) return 2; sp.temperature = (float)d; break;
-        case 2: if (cli_parse_int("run", "--top-k", optarg, 0, 1 << 30, &l)) return 2; sp.top_k = (int)l; break;
-        case 3: if (cli_parse_float("run", "--top-p", optarg, 0, 1, &d)) return 2; sp.top_p = (float)d; break;
-        case 4: if (cli_parse_float("run", "--min-p", optarg, 0, 1, &d)) return 2; sp.min_p = (float)d; break;
-        case 5: if (cli_parse_float("run", "--repeat-penalty", optarg, 0.01, 100, &d)) return 2; sp.repeat_penalty = (float)d; break;
-        case 6: if (cli_parse_u64("run", "--seed", optarg, &sp.seed)) return 2; seeded = true; break;
-        case 't': if (cli_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'c': if (cli_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
+        case 'n': if (flags_parse_int("run", "--max-tokens", optarg, 0, 1 << 24, &max_tokens)) return 2; break;
+        case 1: if (flags_parse_float("run", "--temperature", optarg, 0, 100, &d)) return 2; sp.temperature = (float)d; break;
+        case 2: if (flags_parse_int("run", "--top-k", optarg, 0, 1 << 30, &l)) return 2; sp.top_k = (int)l; break;
+        case 3: if (flags_parse_float("run", "--top-p", optarg, 0, 1, &d)) return 2; sp.top_p = (float)d; break;
+        case 4: if (flags_parse_float("run", "--min-p", optarg, 0, 1, &d)) return 2; sp.min_p = (float)d; break;
+        case 5: if (flags_parse_float("run", "--repeat-penalty", optarg, 0.01, 100, &d)) return 2; sp.repeat_penalty = (float)d; break;
+        case 6: if (flags_parse_u64("run", "--seed", optarg, &sp.seed)) return 2; seeded = true; break;
+        case 't': if (flags_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'c': if (flags_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
         case 7:
             if (dtype_from_name(optarg, &kv_type) || (kv_type != DTYPE_F16 && kv_type != DTYPE_F32 && kv_type != DTYPE_Q8_0)) {
                 fprintf(stderr, "wafer run: --kv-type: expected f16, f32 or q8_0, got '%s'\n", optarg);
