@@ -14,7 +14,7 @@
 #include "engine/scheduler.h"
 #include "server/chat_template.h"
 #include "server/config.h"
-#include "server/http.h"
+#include "core/http.h"
 #include "server/metrics.h"
 #include "server/request_validate.h"
 

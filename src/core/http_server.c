@@ -48,7 +48,7 @@
  *     a body it was refused reads our answer instead of a connection reset.
  *   - SIGPIPE never fires: every socket write is send(..., MSG_NOSIGNAL).
  */
-#include "server/http.h"
+#include "core/http.h"
 
 #include "core/clock.h"
 #include "core/err.h"
