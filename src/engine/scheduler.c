@@ -27,7 +27,6 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "server/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +57,7 @@ struct scheduler {
     struct engine *e;
     const struct tokenizer *tok;
     struct sched_params p;
-    struct metrics *metrics;
+    struct sched_observer obs;
     void (*notify)(void *);
     void *notify_ctx;
     int n_vocab, n_ctx, max_seqs;
@@ -98,6 +97,21 @@ struct scheduler {
     atomic_ullong st_steps;
     int64_t kv_total;
 };
+
+/* ---------------------------------------------------------------- measures */
+
+static void obs_count(struct scheduler *s, enum sched_counter c, int64_t v)
+{
+    if (s->obs.count)
+        s->obs.count(s->obs.ctx, c, v);
+}
+
+/* Reports the time from t0 to t1 (ns). */
+static void obs_time(struct scheduler *s, enum sched_timing t, int64_t t0, int64_t t1)
+{
+    if (s->obs.observe)
+        s->obs.observe(s->obs.ctx, t, (double)(t1 - t0) / 1e9);
+}
 
 /* ---------------------------------------------------------------- requests */
 
@@ -381,14 +395,12 @@ static void req_finish(struct scheduler *s, struct sched_req *r, int error, cons
     r->t_finished = now;
     r->version++;
     pthread_mutex_unlock(&r->mu);
-    if (s->metrics) {
-        if (!error)
-            metrics_observe(s->metrics, MH_E2E, (double)(now - r->t_arrival) / 1e9);
-        else if (error == ERR_CANCELLED)
-            metrics_add(s->metrics, MC_CANCELLED, 1);
-        else if (error == ERR_TIMEOUT)
-            metrics_add(s->metrics, MC_TIMEOUTS, 1);
-    }
+    if (!error)
+        obs_time(s, SCHED_TIM_E2E, r->t_arrival, now);
+    else if (error == ERR_CANCELLED)
+        obs_count(s, SCHED_CTR_CANCELLED, 1);
+    else if (error == ERR_TIMEOUT)
+        obs_count(s, SCHED_CTR_TIMEOUTS, 1);
     sched_req_unref(r);
 }
 
@@ -528,15 +540,13 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
         r->t_admitted = now;
         r->cached_tokens = cached_leader;
         pthread_mutex_unlock(&r->mu);
-        if (s->metrics) {
-            metrics_observe(s->metrics, MH_QUEUE, (double)(now - r->t_arrival) / 1e9);
-            metrics_add(s->metrics, MC_PROMPT_TOKENS, r->n_prompt);
-            if (s->pc) {
-                metrics_add(s->metrics, MC_PREFIX_QUERIES, 1);
-                if (cached_leader > 0) {
-                    metrics_add(s->metrics, MC_PREFIX_HITS, 1);
-                    metrics_add(s->metrics, MC_PREFIX_HIT_TOKENS, cached_leader);
-                }
+        obs_time(s, SCHED_TIM_QUEUE, r->t_arrival, now);
+        obs_count(s, SCHED_CTR_PROMPT_TOKENS, r->n_prompt);
+        if (s->pc) {
+            obs_count(s, SCHED_CTR_PREFIX_QUERIES, 1);
+            if (cached_leader > 0) {
+                obs_count(s, SCHED_CTR_PREFIX_HITS, 1);
+                obs_count(s, SCHED_CTR_PREFIX_HIT_TOKENS, cached_leader);
             }
         }
     }
@@ -590,8 +600,7 @@ static void preempt_last(struct scheduler *s)
     s->waiting[0] = v;
     s->n_waiting++;
     atomic_fetch_add(&s->n_queued, 1);
-    if (s->metrics)
-        metrics_add(s->metrics, MC_PREEMPTIONS, 1);
+    obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
     log_debug("scheduler: preempted request %llu (KV cache full)", (unsigned long long)v->id);
 }
 
@@ -682,12 +691,10 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     if (first_of_req)
         r->t_first_token = now;
     pthread_mutex_unlock(&r->mu);
-    if (s->metrics) {
-        if (first_of_req)
-            metrics_observe(s->metrics, MH_TTFT, (double)(now - r->t_arrival) / 1e9);
-        else if (q->t_last)
-            metrics_observe(s->metrics, MH_ITL, (double)(now - q->t_last) / 1e9);
-    }
+    if (first_of_req)
+        obs_time(s, SCHED_TIM_TTFT, r->t_arrival, now);
+    else if (q->t_last)
+        obs_time(s, SCHED_TIM_ITL, q->t_last, now);
     q->t_last = now;
     if (!r->ignore_eos && tokenizer_is_eog(s->tok, t)) {
         seq_finish(s, r, c, SCHED_STOP);
@@ -698,8 +705,7 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     if (rc)
         return rc;
     q->n_gen++;
-    if (s->metrics)
-        metrics_add(s->metrics, MC_GENERATED_TOKENS, 1);
+    obs_count(s, SCHED_CTR_GENERATED_TOKENS, 1);
     int n = tokenizer_stream_push(s->tok, &q->ds, t, false, s->piece, s->piece_cap);
     if (n > s->piece_cap) {
         char *np = realloc(s->piece, (size_t)n);
@@ -763,8 +769,7 @@ static bool step(struct scheduler *s)
     char err[ERR_MSG_MAX];
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
     atomic_fetch_add(&s->st_steps, 1);
-    if (s->metrics)
-        metrics_add(s->metrics, MC_ENGINE_STEPS, 1);
+    obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);
     if (rc) {
         /* Should not happen (the plan respects every engine rule): fail the requests of this step. */
         log_error("scheduler: engine_forward failed: %s", err);
@@ -932,7 +937,8 @@ void sched_params_default(struct sched_params *p)
 }
 
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
-                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err)
+                                   const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
+                                   char *err)
 {
     const struct engine_params *ep = engine_params_get(e);
     if (p->max_batch_size < 1 || p->max_batch_size > ep->max_seqs || p->max_batch_size > SCHED_MAX_SLOTS) {
@@ -953,7 +959,8 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->e = e;
     s->tok = tok;
     s->p = *p;
-    s->metrics = metrics;
+    if (obs)
+        s->obs = *obs;
     s->notify = notify;
     s->notify_ctx = notify_ctx;
     s->n_vocab = engine_model(e)->hp.n_vocab;
@@ -1044,8 +1051,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
     }
     if (atomic_load(&s->n_queued) >= s->p.max_queue) {
         pthread_mutex_unlock(&s->mu);
-        if (s->metrics)
-            metrics_add(s->metrics, MC_REJECTED_QUEUE_FULL, 1);
+        obs_count(s, SCHED_CTR_REJECTED_QUEUE_FULL, 1);
         return ERR_QUEUE_FULL;
     }
     if (s->n_inbox == s->cap_inbox) {

@@ -131,7 +131,41 @@ struct sched_params {
 
 void sched_params_default(struct sched_params *p);
 
-struct metrics;
+/* What the scheduler counts, as it happens. The scheduler only measures; what becomes of a measure (a
+ * Prometheus counter, an alert, a dashboard) is the observer's business. New measures are appended here;
+ * an observer ignores those it does not know. */
+enum sched_counter {
+    SCHED_CTR_PROMPT_TOKENS,       /* prompt tokens of a request, once, at its first admission */
+    SCHED_CTR_GENERATED_TOKENS,    /* generated tokens (an end-of-generation token is not counted) */
+    SCHED_CTR_PREFIX_QUERIES,      /* first admissions that looked the prefix cache up */
+    SCHED_CTR_PREFIX_HITS,         /* ... and reused cached KV blocks */
+    SCHED_CTR_PREFIX_HIT_TOKENS,   /* prompt tokens taken from the cache instead of being recomputed */
+    SCHED_CTR_PREEMPTIONS,         /* requests preempted (recomputed later) for lack of KV blocks */
+    SCHED_CTR_CANCELLED,           /* requests finished with ERR_CANCELLED (the submitter went away) */
+    SCHED_CTR_TIMEOUTS,            /* requests finished with ERR_TIMEOUT (deadline passed) */
+    SCHED_CTR_REJECTED_QUEUE_FULL, /* submissions refused with ERR_QUEUE_FULL */
+    SCHED_CTR_ENGINE_STEPS,        /* forward passes */
+    SCHED_CTR_COUNT_
+};
+
+/* Durations the scheduler measures, in seconds, from the request's t_arrival. */
+enum sched_timing {
+    SCHED_TIM_TTFT,  /* arrival -> first generated token of the request */
+    SCHED_TIM_ITL,   /* between consecutive tokens of one sequence */
+    SCHED_TIM_E2E,   /* arrival -> end of a request that finished without error */
+    SCHED_TIM_QUEUE, /* arrival -> first admission into the running batch */
+    SCHED_TIM_COUNT_
+};
+
+/* Receives the scheduler's measures. Either function may be NULL. They are called on the engine thread,
+ * except SCHED_CTR_REJECTED_QUEUE_FULL, counted on the thread that called scheduler_submit: they must be
+ * thread-safe, quick, and must not call back into the scheduler. Several consumers share one observer by
+ * fanning out in its functions. */
+struct sched_observer {
+    void *ctx;
+    void (*count)(void *ctx, enum sched_counter c, int64_t v);
+    void (*observe)(void *ctx, enum sched_timing t, double seconds);
+};
 
 /* Snapshot for /metrics and /ready (any thread). */
 struct sched_stats {
@@ -146,10 +180,12 @@ struct sched_stats {
 struct scheduler;
 
 /* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
- * max_batch_size) and the model's tokenizer. metrics may be NULL. notify(ctx) is called from the engine
- * thread whenever requests have new output or finished. NULL and a message on failure. */
+ * max_batch_size) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
+ * measures; its ctx must outlive the scheduler. notify(ctx) is called from the engine thread whenever
+ * requests have new output or finished. NULL and a message on failure. */
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
-                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err);
+                                   const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
+                                   char *err);
 /* Stops the engine thread (requests still in flight are finished with ERR_UNAVAILABLE) and frees. */
 void scheduler_destroy(struct scheduler *s);
 

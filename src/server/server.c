@@ -787,7 +787,9 @@ static int server_load(struct server *srv)
     sp.max_batch_size = cfg->max_batch_size;
     sp.max_queue = cfg->max_queue;
     sp.prefill_chunk = cfg->prefill_chunk;
-    srv->sched = scheduler_create(srv->engine, srv->model->tok, &sp, srv->metrics, notify_io, srv, err);
+    struct sched_observer obs;
+    metrics_sched_observer(srv->metrics, &obs);
+    srv->sched = scheduler_create(srv->engine, srv->model->tok, &sp, &obs, notify_io, srv, err);
     if (!srv->sched || scheduler_start(srv->sched)) {
         log_error("cannot start the scheduler: %s", srv->sched ? "thread creation failed" : err);
         return 1;

@@ -1,6 +1,7 @@
 /* Tests for the scheduler on the real stories260K model: greedy output equals a plain engine loop, equal
  * alone and in a batch, n > 1 choices, stop strings, cancellation and deadlines (queued and running), queue
- * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). */
+ * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). What
+ * the scheduler measures is read through a test observer (the engine knows no server metrics). */
 #include "testutil.h"
 
 #include "core/clock.h"
@@ -9,9 +10,9 @@
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "server/metrics.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -47,12 +48,36 @@ static void wait_finished(struct sched_req *r)
     assert_true(req_finished(r));
 }
 
+/* Sums of what the scheduler reported through its observer. */
+struct test_obs {
+    _Atomic int64_t count[SCHED_CTR_COUNT_];
+    _Atomic int64_t n_timed[SCHED_TIM_COUNT_];
+    _Atomic int negative; /* durations below zero (must stay 0) */
+};
+
+static void test_obs_count(void *ctx, enum sched_counter c, int64_t v)
+{
+    struct test_obs *o = ctx;
+    atomic_fetch_add(&o->count[c], v);
+}
+
+static void test_obs_observe(void *ctx, enum sched_timing t, double seconds)
+{
+    struct test_obs *o = ctx;
+    atomic_fetch_add(&o->n_timed[t], 1);
+    if (!(seconds >= 0))
+        atomic_fetch_add(&o->negative, 1);
+}
+
 struct fixture {
     struct model *m;
     struct engine *e;
     struct scheduler *s;
-    struct metrics *metrics;
+    struct test_obs obs;
 };
+
+static int64_t obs_count(struct fixture *f, enum sched_counter c) { return atomic_load(&f->obs.count[c]); }
+static int64_t obs_timed(struct fixture *f, enum sched_timing t) { return atomic_load(&f->obs.n_timed[t]); }
 
 static void fixture_up_model(struct fixture *f, const char *model, int max_batch, int max_queue, int64_t kv_blocks,
                              int chunk)
@@ -69,13 +94,14 @@ static void fixture_up_model(struct fixture *f, const char *model, int max_batch
     ep.kv_blocks = kv_blocks;
     f->e = engine_create(f->m, &ep, err);
     assert_non_null(f->e);
-    f->metrics = metrics_create();
+    memset(&f->obs, 0, sizeof f->obs);
+    struct sched_observer obs = {.ctx = &f->obs, .count = test_obs_count, .observe = test_obs_observe};
     struct sched_params sp;
     sched_params_default(&sp);
     sp.max_batch_size = max_batch;
     sp.max_queue = max_queue;
     sp.prefill_chunk = chunk;
-    f->s = scheduler_create(f->e, f->m->tok, &sp, f->metrics, on_notify, NULL, err);
+    f->s = scheduler_create(f->e, f->m->tok, &sp, &obs, on_notify, NULL, err);
     if (!f->s)
         print_error("%s\n", err);
     assert_non_null(f->s);
@@ -91,7 +117,7 @@ static void fixture_down(struct fixture *f)
 {
     scheduler_destroy(f->s);
     engine_destroy(f->e);
-    metrics_destroy(f->metrics);
+    assert_int_equal(atomic_load(&f->obs.negative), 0);
     model_destroy(f->m);
 }
 
@@ -206,8 +232,17 @@ static void test_matches_reference_and_batch(void **state)
     scheduler_stats(f.s, &st);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.kv_blocks_used, 0);
-    /* the first request's prompt was cached: usage reports it */
-    assert_true(metrics_get(f.metrics, MC_PREFIX_QUERIES) == 9);
+    /* every request was measured once at admission, first token and end; tokens add up */
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_QUERIES), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_QUEUE), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_TTFT), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_E2E), 9);
+    int64_t gen = nref[0];
+    for (int i = 0; i < 8; i++)
+        gen += nref[i];
+    assert_int_equal(obs_count(&f, SCHED_CTR_GENERATED_TOKENS), gen);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_ITL), gen - 9);
+    assert_true(obs_count(&f, SCHED_CTR_ENGINE_STEPS) > 0);
     fixture_down(&f);
 }
 
@@ -307,8 +342,9 @@ static void test_cancel_deadline_queue(void **state)
     scheduler_stats(f.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.waiting, 0);
-    assert_int_equal(metrics_get(f.metrics, MC_CANCELLED), 1);
-    assert_int_equal(metrics_get(f.metrics, MC_TIMEOUTS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_CANCELLED), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_TIMEOUTS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_REJECTED_QUEUE_FULL), 1);
     sched_req_unref(run);
     sched_req_unref(q);
     sched_req_unref(q2);
@@ -339,8 +375,8 @@ static void test_preemption(void **state)
         assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
         sched_req_unref(rs[i]);
     }
-    print_message("preemptions: %lld\n", (long long)metrics_get(f.metrics, MC_PREEMPTIONS));
-    assert_true(metrics_get(f.metrics, MC_PREEMPTIONS) > 0);
+    print_message("preemptions: %lld\n", (long long)obs_count(&f, SCHED_CTR_PREEMPTIONS));
+    assert_true(obs_count(&f, SCHED_CTR_PREEMPTIONS) > 0);
     struct sched_stats st;
     scheduler_stats(f.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
@@ -366,7 +402,8 @@ static void test_prefix_reuse(void **state)
     int na = req_tokens(a, 0, ta, 16), nb = req_tokens(b, 0, tb, 16);
     assert_int_equal(na, nb);
     assert_memory_equal(ta, tb, (size_t)na * sizeof *ta);
-    assert_int_equal(metrics_get(f.metrics, MC_PREFIX_HITS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HITS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HIT_TOKENS), b->cached_tokens);
     sched_req_unref(a);
     sched_req_unref(b);
     fixture_down(&f);
