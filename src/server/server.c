@@ -76,9 +76,9 @@ void api_respond_json(struct server *srv, struct http_conn *c, enum api_route ro
     char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!body) {
-        http_respond(c, 500, "application/json", cur_cors,
-                     "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}",
-                     88);
+        static const char oom[] =
+            "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        http_respond(c, 500, "application/json", cur_cors, oom, sizeof oom - 1);
         status = 500;
     } else {
         http_respond(c, status, "application/json", cur_cors, body, strlen(body));
