@@ -10,9 +10,10 @@
  * out, the most recently admitted request is preempted (its blocks freed, its tokens recomputed when it
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
- * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; everything else
- * in a request marked "engine" is touched only by the engine thread. A request is reference-counted: the
- * submitter holds one reference, the scheduler another until the request is finished.
+ * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; the engine thread
+ * appends a request's output under the request's own lock, which only scheduler.c can take (readers go
+ * through sched_req_status_get and sched_req_read). A request is reference-counted: the submitter holds one
+ * reference, the scheduler another until the request is finished.
  */
 #ifndef WAFER_ENGINE_SCHEDULER_H
 #define WAFER_ENGINE_SCHEDULER_H
@@ -43,7 +44,8 @@ struct sched_token {
     int32_t top_off;             /* first of n_top entries in the choice's top[] (-1: none) */
 };
 
-/* Output of one choice. Appended by the engine thread under the request's mutex. */
+/* Output of one choice. Appended by the engine thread under the request's lock; readers see it in
+ * sched_req_read. */
 struct sched_choice {
     char *text; /* all text so far (not NUL-terminated) */
     size_t text_len, text_cap;
@@ -54,8 +56,12 @@ struct sched_choice {
     enum sched_finish finish;
 };
 
-struct sched_seq; /* engine-private per-choice state */
+struct sched_req_state; /* the scheduler's part of a request (scheduler.c) */
 
+/* A generation request. The submitter fills the input, submits, and from then on reaches the request only
+ * through functions: sched_req_status_get and sched_req_read to read its output, scheduler_cancel to stop it,
+ * sched_req_ref/unref to keep it. Its output, progress, reference count and engine-thread state live in
+ * st, a type only scheduler.c knows, so no other file can take its lock or read half-written output. */
 struct sched_req {
     /* ---- input: set by the submitter before scheduler_submit, then read-only ---- */
     uint64_t id;
@@ -68,29 +74,12 @@ struct sched_req {
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
     bool ignore_eos;
-    int64_t t_arrival; /* ns, CLOCK_MONOTONIC */
-    int64_t deadline;  /* ns, CLOCK_MONOTONIC; 0: none */
+    int64_t t_arrival; /* ns, clock_now_ns() */
+    int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
 
-    /* ---- shared ---- */
-    atomic_int refs;
-    atomic_int cancel; /* 0, or the ERR_* reason (ERR_CANCELLED, ERR_TIMEOUT, ERR_UNAVAILABLE) */
-    pthread_mutex_t mu;
-    /* guarded by mu: */
-    struct sched_choice *choices; /* [n_choices] */
-    bool finished;                /* every choice is done; nothing more will be appended */
-    int error;                    /* ERR_* when finished with SCHED_ERROR */
-    char errmsg[256];
-    int cached_tokens;            /* prompt tokens reused from the prefix cache at first admission */
-    int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
-    uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
-
-    /* ---- engine thread only ---- */
-    struct sched_seq *seqs; /* [n_choices] */
-    int state;              /* queued / waiting / running / done */
-    uint64_t admit_order;
-    int n_done;
-    bool counted;           /* prompt tokens / queue time recorded */
+    /* ---- the scheduler's, private ---- */
+    struct sched_req_state *st;
 };
 
 /* A new request with refcount 1 (the caller's). prompt is copied. NULL on OOM. The caller fills the input

@@ -33,12 +33,46 @@ static void on_notify(void *ctx)
     pthread_mutex_unlock(&notify_mu);
 }
 
-static bool req_finished(struct sched_req *r)
+/* The request as a reader sees it (the test reads requests as the server does: through functions). */
+static struct sched_req_status req_status(struct sched_req *r)
 {
-    pthread_mutex_lock(&r->mu);
-    bool f = r->finished;
-    pthread_mutex_unlock(&r->mu);
-    return f;
+    struct sched_req_status st;
+    sched_req_status_get(r, &st);
+    return st;
+}
+
+static bool req_finished(struct sched_req *r) { return req_status(r).finished; }
+
+/* A copy of one choice's output. */
+struct choice_copy {
+    int want; /* the choice to copy */
+    int32_t ids[512];
+    int n_toks;
+    char text[2048];
+    size_t text_len;
+    enum sched_finish finish;
+};
+
+static bool copy_choice(void *ctx, int c, const struct sched_choice *ch)
+{
+    struct choice_copy *cc = ctx;
+    if (c != cc->want)
+        return true;
+    cc->n_toks = ch->n_toks < 512 ? ch->n_toks : 512;
+    for (int i = 0; i < cc->n_toks; i++)
+        cc->ids[i] = ch->toks[i].id;
+    cc->text_len = ch->text_len < sizeof cc->text ? ch->text_len : sizeof cc->text;
+    if (cc->text_len)
+        memcpy(cc->text, ch->text, cc->text_len);
+    cc->finish = ch->finish;
+    return false;
+}
+
+static void req_choice(struct sched_req *r, int c, struct choice_copy *out)
+{
+    memset(out, 0, sizeof *out);
+    out->want = c;
+    sched_req_read(r, copy_choice, out);
 }
 
 static void wait_finished(struct sched_req *r)
@@ -143,11 +177,10 @@ static struct sched_req *make_req(const struct model *m, const char *prompt, int
 /* Generated token ids of choice c (copy). */
 static int req_tokens(struct sched_req *r, int c, int32_t *out, int cap)
 {
-    pthread_mutex_lock(&r->mu);
-    int n = r->choices[c].n_toks < cap ? r->choices[c].n_toks : cap;
-    for (int i = 0; i < n; i++)
-        out[i] = r->choices[c].toks[i].id;
-    pthread_mutex_unlock(&r->mu);
+    struct choice_copy cc;
+    req_choice(r, c, &cc);
+    int n = cc.n_toks < cap ? cc.n_toks : cap;
+    memcpy(out, cc.ids, (size_t)n * sizeof *out);
     return n;
 }
 
@@ -205,12 +238,14 @@ static void test_matches_reference_and_batch(void **state)
     struct sched_req *r = make_req(f.m, prompts[0], 40, 1);
     assert_int_equal(scheduler_submit(f.s, r), 0);
     wait_finished(r);
-    assert_int_equal(r->error, 0);
+    assert_int_equal(req_status(r).error, 0);
     int n = req_tokens(r, 0, got, 64);
     assert_int_equal(n, nref[0]);
     assert_memory_equal(got, ref[0], (size_t)n * sizeof *got);
-    assert_true(r->choices[0].finish == SCHED_STOP || r->choices[0].finish == SCHED_LENGTH);
-    assert_true(r->choices[0].text_len > 0);
+    struct choice_copy cc;
+    req_choice(r, 0, &cc);
+    assert_true(cc.finish == SCHED_STOP || cc.finish == SCHED_LENGTH);
+    assert_true(cc.text_len > 0);
     sched_req_unref(r);
     /* eight at once */
     struct sched_req *rs[8];
@@ -220,7 +255,7 @@ static void test_matches_reference_and_batch(void **state)
     }
     for (int i = 0; i < 8; i++) {
         wait_finished(rs[i]);
-        assert_int_equal(rs[i]->error, 0);
+        assert_int_equal(req_status(rs[i]).error, 0);
         n = req_tokens(rs[i], 0, got, 64);
         if (n != nref[i] || memcmp(got, ref[i], (size_t)n * sizeof *got))
             print_error("request %d differs from its reference in a batch\n", i);
@@ -256,7 +291,7 @@ static void test_n_choices_and_stop(void **state)
     struct sched_req *r = make_req(f.m, prompts[2], 30, 3);
     assert_int_equal(scheduler_submit(f.s, r), 0);
     wait_finished(r);
-    assert_int_equal(r->error, 0);
+    assert_int_equal(req_status(r).error, 0);
     for (int c = 0; c < 3; c++) {
         int n = req_tokens(r, c, got, 64);
         assert_int_equal(n, nref);
@@ -264,8 +299,10 @@ static void test_n_choices_and_stop(void **state)
     }
     /* stop string: the text ends before it and the finish reason is stop */
     char full[1024];
-    size_t fl = r->choices[0].text_len < sizeof full - 1 ? r->choices[0].text_len : sizeof full - 1;
-    memcpy(full, r->choices[0].text, fl);
+    struct choice_copy cc;
+    req_choice(r, 0, &cc);
+    size_t fl = cc.text_len < sizeof full - 1 ? cc.text_len : sizeof full - 1;
+    memcpy(full, cc.text, fl);
     full[fl] = 0;
     sched_req_unref(r);
     assert_true(fl > 12);
@@ -278,9 +315,10 @@ static void test_n_choices_and_stop(void **state)
     assert_int_equal(sched_req_set_stop(r2, stops, 1), 0);
     assert_int_equal(scheduler_submit(f.s, r2), 0);
     wait_finished(r2);
-    assert_int_equal(r2->choices[0].finish, SCHED_STOP);
-    assert_int_equal(r2->choices[0].text_len, (size_t)(first - full));
-    assert_memory_equal(r2->choices[0].text, full, (size_t)(first - full));
+    req_choice(r2, 0, &cc);
+    assert_int_equal(cc.finish, SCHED_STOP);
+    assert_int_equal(cc.text_len, (size_t)(first - full));
+    assert_memory_equal(cc.text, full, (size_t)(first - full));
     sched_req_unref(r2);
     /* sampled choices with a seed: reproducible */
     struct sched_req *a = make_req(f.m, prompts[0], 20, 2), *b = make_req(f.m, prompts[0], 20, 2);
@@ -328,16 +366,16 @@ static void test_cancel_deadline_queue(void **state)
     assert_int_equal(scheduler_submit(f.s, q3), ERR_QUEUE_FULL);
     sched_req_unref(q3);
     wait_finished(q);
-    assert_int_equal(q->error, ERR_TIMEOUT);
-    assert_non_null(strstr(q->errmsg, "while queued"));
-    assert_int_equal(q->choices[0].n_toks, 0);
+    assert_int_equal(req_status(q).error, ERR_TIMEOUT);
+    assert_non_null(strstr(req_status(q).errmsg, "while queued"));
+    assert_int_equal(req_status(q).n_generated, 0);
     /* cancel the running one (as a client going away): q2 then runs to completion */
     scheduler_cancel(f.s, run, ERR_CANCELLED);
     wait_finished(run);
-    assert_int_equal(run->error, ERR_CANCELLED);
-    assert_true(run->choices[0].n_toks > 0);
+    assert_int_equal(req_status(run).error, ERR_CANCELLED);
+    assert_true(req_status(run).n_generated > 0);
     wait_finished(q2);
-    assert_int_equal(q2->error, 0);
+    assert_int_equal(req_status(q2).error, 0);
     struct sched_stats st;
     scheduler_stats(f.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
@@ -369,7 +407,7 @@ static void test_preemption(void **state)
     }
     for (int i = 0; i < 4; i++) {
         wait_finished(rs[i]);
-        assert_int_equal(rs[i]->error, 0);
+        assert_int_equal(req_status(rs[i]).error, 0);
         int n = req_tokens(rs[i], 0, got, 128);
         assert_int_equal(n, nref[i]);
         assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
@@ -392,18 +430,18 @@ static void test_prefix_reuse(void **state)
     struct sched_req *a = make_req(f.m, p, 8, 1);
     assert_int_equal(scheduler_submit(f.s, a), 0);
     wait_finished(a);
-    assert_int_equal(a->cached_tokens, 0);
+    assert_int_equal(req_status(a).cached_tokens, 0);
     struct sched_req *b = make_req(f.m, p, 8, 1);
     assert_int_equal(scheduler_submit(f.s, b), 0);
     wait_finished(b);
-    assert_true(b->cached_tokens >= 16);
-    assert_true(b->cached_tokens < b->n_prompt);
+    assert_true(req_status(b).cached_tokens >= 16);
+    assert_true(req_status(b).cached_tokens < b->n_prompt);
     int32_t ta[16], tb[16];
     int na = req_tokens(a, 0, ta, 16), nb = req_tokens(b, 0, tb, 16);
     assert_int_equal(na, nb);
     assert_memory_equal(ta, tb, (size_t)na * sizeof *ta);
     assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HITS), 1);
-    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HIT_TOKENS), b->cached_tokens);
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HIT_TOKENS), req_status(b).cached_tokens);
     sched_req_unref(a);
     sched_req_unref(b);
     fixture_down(&f);
@@ -420,10 +458,7 @@ static void test_chunked_prefill_does_not_stall(void **state)
     a->ignore_eos = true;
     assert_int_equal(scheduler_submit(f.s, a), 0);
     for (int i = 0; i < 5000; i++) {
-        pthread_mutex_lock(&a->mu);
-        int n = a->choices[0].n_toks;
-        pthread_mutex_unlock(&a->mu);
-        if (n >= 2)
+        if (req_status(a).n_generated >= 2)
             break;
         usleep(1000);
     }
@@ -437,14 +472,10 @@ static void test_chunked_prefill_does_not_stall(void **state)
     b->max_tokens = 1;
     b->sp.temperature = 0;
     b->t_arrival = clock_now_ns();
-    pthread_mutex_lock(&a->mu);
-    int a_before = a->choices[0].n_toks;
-    pthread_mutex_unlock(&a->mu);
+    int a_before = req_status(a).n_generated;
     assert_int_equal(scheduler_submit(f.s, b), 0);
     wait_finished(b);
-    pthread_mutex_lock(&a->mu);
-    int a_during = a->choices[0].n_toks - a_before;
-    pthread_mutex_unlock(&a->mu);
+    int a_during = req_status(a).n_generated - a_before;
     print_message("prompt of %d tokens in chunks of 8: the decoding request made %d tokens meanwhile\n", nt, a_during);
     assert_true(a_during >= nt / 8 - 2);
     scheduler_cancel(f.s, a, ERR_CANCELLED);
