@@ -3,6 +3,7 @@
 #   make test       unit tests (cmocka), fuzz corpora replayed under ASan, end-to-end tests (pytest)
 #   make asan       the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       libFuzzer targets, each fuzzed for FUZZ_SECONDS seconds
+#   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
 #   make deps       installs the Debian packages the build and tests need (apt-get; root or sudo)
 #   make bench      speed benchmarks (see docs/performance.md)
 
@@ -26,7 +27,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build deps bench clean
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench clean
 all: $(BUILD)/wafer
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -86,6 +87,11 @@ fuzz: fuzz-build
 
 deps:
 	@bash scripts/install-deps.sh
+
+# The layers core < engine < {server, jobs, route, bench} < cli, checked on the includes of src/ and on the
+# symbols the built objects use (scripts/check_layers.py says the rules and prints each violation).
+check-layers: $(BUILD)/wafer
+	$(PYTHON) scripts/check_layers.py --obj $(BUILD)/obj
 
 # make bench BENCH_MODELS="a.gguf b.gguf" [LLAMA_BENCH="native=/path/llama-bench ..."] [BENCH_ARGS="-r 3 --rounds 2"]
 # wafer bench on each model, and llama-bench back to back when given; prints the docs/performance.md table.

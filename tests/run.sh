@@ -2,7 +2,8 @@
 # Runs every test wafer has and prints one closing line "N passed, N failed, N skipped".
 #   unit:  each build/tests/test_* binary (cmocka; its counts are parsed from its output)
 #   fuzz:  each build/fuzz/fuzz_* target replays its corpus in tests/fuzz/corpus/<name>/ (ASan+UBSan)
-#   e2e:   pytest over tests/e2e (real binaries on loopback), skipped when WAFER_TEST_UNIT_ONLY=1
+#   e2e:   pytest over tests/e2e (real binaries on loopback), skipped when WAFER_TEST_UNIT_ONLY=1; a pytest that
+#          fails, is missing, is interrupted or runs no test counts as a failure
 # Environment: BUILD (build dir), SHARED (the ../shared folder), PYTHON (/usr/bin/python3).
 set -u
 cd "$(dirname "$0")/.."
@@ -46,10 +47,24 @@ if [ -z "${WAFER_TEST_UNIT_ONLY:-}" ]; then
 
     if ls tests/e2e/test_*.py >/dev/null 2>&1; then
         log="$BUILD/e2e.log"
+        mkdir -p "$BUILD"
         "$PYTHON" -m pytest -q -rs tests/e2e 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
         p=$(tail -1 "$log" | grep -Eo '[0-9]+ passed' | grep -Eo '[0-9]+'); p=${p:-0}
         f=$(tail -1 "$log" | grep -Eo '[0-9]+ (failed|errors?)' | awk '{s+=$1} END {print s+0}')
         s=$(tail -1 "$log" | grep -Eo '[0-9]+ skipped' | grep -Eo '[0-9]+'); s=${s:-0}
+        # pytest's exit status decides, not only its summary line: 1 failures (or no pytest at all: "No module
+        # named pytest"), 2 interrupted, 3 internal error, 4 usage error, 5 no test collected, >128 a signal
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            case $rc in
+                1) why="pytest failed without a failing test (is pytest installed for $PYTHON?)" ;;
+                2) why="pytest was interrupted" ;;
+                5) why="pytest ran no test" ;;
+                *) why="pytest exited with status $rc" ;;
+            esac
+            echo "e2e: $why"
+            f=1
+        fi
         passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
         [ "$f" -ne 0 ] && failures+=("e2e")
     fi

@@ -20,7 +20,8 @@
 #include "bench/bench_model.h"
 
 #include "bench/membw.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -170,7 +171,7 @@ static int32_t bench_token(struct bench_ctx *c) { return (int32_t)(bench_rng_nex
 static double bench_pp(struct bench_ctx *c, int n)
 {
     engine_seq_truncate(c->e, 0, 0);
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n; i += c->b.cap) {
         batch_clear(&c->b);
         for (int j = i; j < n && j < i + c->b.cap; j++)
@@ -178,7 +179,7 @@ static double bench_pp(struct bench_ctx *c, int n)
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
-    return cli_now() - t0;
+    return clock_now_s() - t0;
 }
 
 /* n decode steps of n_seqs sequences (one token each per step) from empty caches; returns seconds or -1. */
@@ -186,7 +187,7 @@ static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
 {
     for (int s = 0; s < n_seqs; s++)
         engine_seq_truncate(c->e, s, 0);
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n; i++) {
         batch_clear(&c->b);
         for (int s = 0; s < n_seqs; s++)
@@ -194,7 +195,7 @@ static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
-    return cli_now() - t0;
+    return clock_now_s() - t0;
 }
 
 static size_t bench_peak_rss(void)
@@ -238,12 +239,12 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_path = optarg; break;
-        case 'p': if (cli_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
-        case 'n': if (cli_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
-        case 't': if (cli_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
-        case 'b': if (cli_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
-        case 'r': if (cli_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
-        case 'u': if (cli_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
+        case 'p': if (flags_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
+        case 'n': if (flags_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
+        case 't': if (flags_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
+        case 'b': if (flags_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
+        case 'r': if (flags_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
+        case 'u': if (flags_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
         case 1:
             if (engine_opts_set_kv_type(&o->eo, optarg, err)) {
                 fprintf(stderr, "wafer bench: --kv-type: %s\n", err);
@@ -253,7 +254,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 2: o->eo.no_simd = true; break;
         case 3: o->no_membw = true; break;
         case 4: o->membw_only = true; break;
-        case 5: if (cli_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
+        case 5: if (flags_parse_int("bench", "--membw-mib", optarg, 1, 1 << 20, &o->membw_mib)) return 2; break;
         case 6: o->json = true; break;
         case 7: o->use_mmap = true; break;
         case 8:
@@ -326,7 +327,7 @@ int bench_model_main(int argc, char **argv)
             have_bw = true;
     }
 
-    double t_load = cli_now();
+    double t_load = clock_now_s();
     c.m = model_load_ex(o.model_path, o.use_mmap, c.err);
     if (!c.m) {
         fprintf(stderr, "wafer bench: %s\n", c.err);
@@ -362,7 +363,7 @@ int bench_model_main(int argc, char **argv)
         fprintf(stderr, "wafer bench: %s\n", c.err);
         goto out;
     }
-    double load_s = cli_now() - t_load;
+    double load_s = clock_now_s() - t_load;
     const struct engine_params *p = engine_params_get(c.e);
     struct backend_desc desc;
     engine_describe(c.e, &desc);

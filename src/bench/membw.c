@@ -5,6 +5,7 @@
  */
 #include "bench/membw.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/threadpool.h"
@@ -62,13 +63,6 @@ static void membw_job_fn(void *ctx, int ith, int nth)
     atomic_fetch_xor_explicit(&j->checksum, membw_read(p, n), memory_order_relaxed);
 }
 
-static double membw_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int membw_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -98,9 +92,9 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
     j.fill = false;
     threadpool_run(tp, membw_job_fn, &j); /* warm-up pass: threads awake, TLB and prefetchers settled */
     for (int i = 0; i < passes; i++) {
-        double t0 = membw_now();
+        double t0 = clock_now_s();
         threadpool_run(tp, membw_job_fn, &j);
-        gbs[i] = (double)bytes / (membw_now() - t0) / 1e9;
+        gbs[i] = (double)bytes / (clock_now_s() - t0) / 1e9;
     }
     qsort(gbs, (size_t)passes, sizeof *gbs, membw_cmp_double);
     out->median_gbs = passes % 2 ? gbs[passes / 2] : 0.5 * (gbs[passes / 2 - 1] + gbs[passes / 2]);

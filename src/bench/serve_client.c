@@ -11,6 +11,7 @@
 #include "bench/serve_client.h"
 
 #include "bench/serve_sse.h"
+#include "core/clock.h"
 #include "core/err.h"
 
 #include <curl/curl.h>
@@ -48,13 +49,6 @@ struct client_req {
     bool oom;
     char curl_err[CURL_ERROR_SIZE];
 };
-
-static double client_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 const char *serve_outcome_name(int outcome)
 {
@@ -94,7 +88,7 @@ static int client_on_event(void *ctx, const char *data, size_t len)
     }
     if (c.done) {
         q->done_seen = true;
-        q->t_done = client_now();
+        q->t_done = clock_now_s();
         return 0;
     }
     if (c.is_error) {
@@ -105,7 +99,7 @@ static int client_on_event(void *ctx, const char *data, size_t len)
         return 1;
     }
     if (c.text) {
-        double now = client_now();
+        double now = clock_now_s();
         if (!q->got_first) {
             q->got_first = true;
             q->t_first = now;
@@ -347,7 +341,7 @@ static struct client_req *client_start(const struct serve_client_config *cfg, CU
     long tmo = (long)(cfg->timeout_s * 1000.0);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, tmo < 1 ? 1L : tmo);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, tmo < 1 ? 1L : tmo);
-    q->t_send = client_now();
+    q->t_send = clock_now_s();
     if (curl_multi_add_handle(multi, e) != CURLM_OK)
         goto fail;
     return q;
@@ -416,10 +410,10 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
         }
     }
 
-    double t0 = client_now(), t_last_done = t0, t_progress = 0;
+    double t0 = clock_now_s(), t_last_done = t0, t_progress = 0;
     while (done < n) {
         /* start whatever is due */
-        double now = client_now() - t0;
+        double now = clock_now_s() - t0;
         while (next < n && (closed_loop ? in_flight < cfg->concurrency : arrival[next] <= now)) {
             struct client_req *q = client_start(cfg, multi, headers, &prompts[next], next);
             if (!q) {
@@ -452,7 +446,7 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
             struct client_req *q = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
             CURLcode res = msg->data.result;
-            double t_end = client_now();
+            double t_end = clock_now_s();
             struct serve_request_result *r = &results[q->index];
             memset(r, 0, sizeof *r);
             client_finish(q, res, t0, t_end, prompts[q->index].approx_tokens, r);
@@ -470,7 +464,7 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
         if (closed_loop && next < n && in_flight < cfg->concurrency)
             wait_ms = 0;
         if (!closed_loop && next < n) {
-            double dt = arrival[next] - (client_now() - t0);
+            double dt = arrival[next] - (clock_now_s() - t0);
             wait_ms = dt <= 0 ? 0 : dt >= 0.1 ? 100 : (int)ceil(dt * 1000.0);
         }
         if (wait_ms > 0) {
@@ -480,7 +474,7 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
                 goto out;
             }
         }
-        double el = client_now() - t0;
+        double el = clock_now_s() - t0;
         if (cfg->progress && el - t_progress >= 0.1) {
             t_progress = el;
             cfg->progress(cfg->progress_ctx, done, failed, n, el);

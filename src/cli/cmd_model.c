@@ -2,7 +2,7 @@
  * wafer model new: flags -> model_gen_write (see src/engine/model_gen.h).
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/gguf/ftype.h"
@@ -77,11 +77,11 @@ int cmd_model_main(int argc, char **argv)
             }
             arch = optarg;
             break;
-        case 2: if (cli_parse_int("model new", "--dim", optarg, 2, 65536, &dim)) return 2; break;
-        case 3: if (cli_parse_int("model new", "--layers", optarg, 1, 1024, &layers)) return 2; break;
-        case 4: if (cli_parse_int("model new", "--heads", optarg, 1, 1024, &heads)) return 2; break;
-        case 5: if (cli_parse_int("model new", "--kv-heads", optarg, 1, 1024, &kv_heads)) return 2; break;
-        case 6: if (cli_parse_int("model new", "--ffn", optarg, 1, 1 << 20, &ffn)) return 2; break;
+        case 2: if (flags_parse_int("model new", "--dim", optarg, 2, 65536, &dim)) return 2; break;
+        case 3: if (flags_parse_int("model new", "--layers", optarg, 1, 1024, &layers)) return 2; break;
+        case 4: if (flags_parse_int("model new", "--heads", optarg, 1, 1024, &heads)) return 2; break;
+        case 5: if (flags_parse_int("model new", "--kv-heads", optarg, 1, 1024, &kv_heads)) return 2; break;
+        case 6: if (flags_parse_int("model new", "--ffn", optarg, 1, 1 << 20, &ffn)) return 2; break;
         case 7: vocab = optarg; break;
         case 8:
             if (ftype_from_name(optarg, &ft)) {
@@ -89,13 +89,13 @@ int cmd_model_main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 9: if (cli_parse_u64("model new", "--seed", optarg, &seed)) return 2; break;
-        case 10: if (cli_parse_int("model new", "--ctx", optarg, 1, 1 << 24, &ctx)) return 2; break;
+        case 9: if (flags_parse_u64("model new", "--seed", optarg, &seed)) return 2; break;
+        case 10: if (flags_parse_int("model new", "--ctx", optarg, 1, 1 << 24, &ctx)) return 2; break;
         case 11: tied = true; break;
-        case 12: if (cli_parse_float("model new", "--std", optarg, 0, 100, &std_)) return 2; break;
-        case 13: if (cli_parse_int("model new", "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 12: if (flags_parse_float("model new", "--std", optarg, 0, 100, &std_)) return 2; break;
+        case 13: if (flags_parse_int("model new", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 14: pure = true; break;
-        case 15: if (cli_parse_float("model new", "--rope-base", optarg, 1, 1e12, &rope_base)) return 2; break;
+        case 15: if (flags_parse_float("model new", "--rope-base", optarg, 1, 1e12, &rope_base)) return 2; break;
         case 'h': model_usage(stdout); return 0;
         default: model_usage(stderr); return 2;
         }

@@ -6,7 +6,8 @@
  * PPL = exp(sum / count), count = n_chunk * (ctx - ctx/2 - 1).
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/flags.h"
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -72,9 +73,9 @@ int cmd_perplexity_main(int argc, char **argv)
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'f': file = optarg; break;
-        case 'c': if (cli_parse_int("perplexity", "--ctx", optarg, 4, 1 << 20, &ctx)) return 2; break;
-        case 'b': if (cli_parse_int("perplexity", "--batch", optarg, 1, 1 << 16, &nbatch)) return 2; break;
-        case 't': if (cli_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'c': if (flags_parse_int("perplexity", "--ctx", optarg, 4, 1 << 20, &ctx)) return 2; break;
+        case 'b': if (flags_parse_int("perplexity", "--batch", optarg, 1, 1 << 16, &nbatch)) return 2; break;
+        case 't': if (flags_parse_int("perplexity", "--threads", optarg, 1, 1024, &threads)) return 2; break;
         case 1: json = true; break;
         case 2:
             if (engine_opts_set_kv_type(&eo, optarg, err)) {
@@ -168,7 +169,7 @@ int cmd_perplexity_main(int argc, char **argv)
     logits = malloc((size_t)nbatch * n_vocab * sizeof *logits);
     if (!logits || batch_init(&b, (int)nbatch))
         goto oom;
-    double nll = 0, t0 = cli_now();
+    double nll = 0, t0 = clock_now_s();
     long count = 0;
     for (int k = 0; k < n_chunk; k++) {
         const int32_t *w = toks + (size_t)k * ctx;
@@ -190,7 +191,7 @@ int cmd_perplexity_main(int argc, char **argv)
                     row++;
                 }
         }
-        double el = cli_now() - t0;
+        double el = clock_now_s() - t0;
         fprintf(stderr, "[%d/%d] ppl %.4f  (%.1f tok/s, %.0f s left)\n", k + 1, n_chunk, exp(nll / count),
                 (k + 1) * ctx / el, el / (k + 1) * (n_chunk - k - 1));
     }

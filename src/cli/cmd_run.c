@@ -13,8 +13,9 @@
  * Only the generated text goes to stdout (and a final newline); logs and the speed summary go to stderr.
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/clock.h"
 #include "core/err.h"
+#include "core/flags.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
@@ -168,15 +169,15 @@ int cmd_run_main(int argc, char **argv)
         switch (c) {
         case 'm': model_path = optarg; break;
         case 'p': prompt = optarg; break;
-        case 'n': if (cli_parse_int("run", "--max-tokens", optarg, 1, 1 << 24, &max_tokens)) return 2; break;
-        case 1: if (cli_parse_float("run", "--temperature", optarg, 0, 2, &d)) return 2; sp.temperature = (float)d; break;
-        case 2: if (cli_parse_int("run", "--top-k", optarg, 0, 1 << 30, &l)) return 2; sp.top_k = (int)l; break;
-        case 3: if (cli_parse_float("run", "--top-p", optarg, 0, 1, &d)) return 2; sp.top_p = (float)d; break;
-        case 4: if (cli_parse_float("run", "--min-p", optarg, 0, 1, &d)) return 2; sp.min_p = (float)d; break;
-        case 5: if (cli_parse_float("run", "--repeat-penalty", optarg, 0.01, 100, &d)) return 2; sp.repeat_penalty = (float)d; break;
-        case 6: if (cli_parse_u64("run", "--seed", optarg, &sp.seed)) return 2; seeded = true; break;
-        case 't': if (cli_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
-        case 'c': if (cli_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
+        case 'n': if (flags_parse_int("run", "--max-tokens", optarg, 1, 1 << 24, &max_tokens)) return 2; break;
+        case 1: if (flags_parse_float("run", "--temperature", optarg, 0, 2, &d)) return 2; sp.temperature = (float)d; break;
+        case 2: if (flags_parse_int("run", "--top-k", optarg, 0, 1 << 30, &l)) return 2; sp.top_k = (int)l; break;
+        case 3: if (flags_parse_float("run", "--top-p", optarg, 0, 1, &d)) return 2; sp.top_p = (float)d; break;
+        case 4: if (flags_parse_float("run", "--min-p", optarg, 0, 1, &d)) return 2; sp.min_p = (float)d; break;
+        case 5: if (flags_parse_float("run", "--repeat-penalty", optarg, 0.01, 100, &d)) return 2; sp.repeat_penalty = (float)d; break;
+        case 6: if (flags_parse_u64("run", "--seed", optarg, &sp.seed)) return 2; seeded = true; break;
+        case 't': if (flags_parse_int("run", "--threads", optarg, 1, 1024, &threads)) return 2; break;
+        case 'c': if (flags_parse_int("run", "--ctx-size", optarg, 1, 1 << 24, &ctx)) return 2; break;
         case 7:
             if (engine_opts_set_kv_type(&eo, optarg, err)) {
                 fprintf(stderr, "wafer run: --kv-type: %s\n", err);
@@ -194,9 +195,9 @@ int cmd_run_main(int argc, char **argv)
             if (*optarg) /* an empty stop string would stop at once; ignored, as the server does */
                 stop[n_stop++] = optarg;
             break;
-        case 12: if (cli_parse_float("run", "--frequency-penalty", optarg, -2, 2, &d)) return 2; sp.frequency_penalty = (float)d; break;
-        case 13: if (cli_parse_float("run", "--presence-penalty", optarg, -2, 2, &d)) return 2; sp.presence_penalty = (float)d; break;
-        case 14: if (cli_parse_int("run", "--repeat-last-n", optarg, -1, 1 << 20, &l)) return 2; sp.repeat_last_n = (int)l; break;
+        case 12: if (flags_parse_float("run", "--frequency-penalty", optarg, -2, 2, &d)) return 2; sp.frequency_penalty = (float)d; break;
+        case 13: if (flags_parse_float("run", "--presence-penalty", optarg, -2, 2, &d)) return 2; sp.presence_penalty = (float)d; break;
+        case 14: if (flags_parse_int("run", "--repeat-last-n", optarg, -1, 1 << 20, &l)) return 2; sp.repeat_last_n = (int)l; break;
         case 15:
             if (engine_opts_set_backend(&eo, optarg, err)) {
                 fprintf(stderr, "wafer run: --backend: %s\n", err);
@@ -233,7 +234,7 @@ int cmd_run_main(int argc, char **argv)
     pthread_cond_init(&wake.cv, &ca);
     pthread_condattr_destroy(&ca);
 
-    double t_load = cli_now();
+    double t_load = clock_now_s();
     struct model *m = model_load_ex(model_path, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
@@ -258,7 +259,7 @@ int cmd_run_main(int argc, char **argv)
     int n_ctx = engine_params_get(e)->n_ctx;
     log_info("loaded %s: %s, %d layers, dim %d, %s weights, %d threads, ctx %d, backend %s, in %.0f ms", m->name,
              hp->arch, hp->n_layers, hp->dim, dtype_name(m->main_type), engine_params_get(e)->n_threads, n_ctx,
-             eo.backend ? eo.backend : "cpu", (cli_now() - t_load) * 1e3);
+             eo.backend ? eo.backend : "cpu", (clock_now_s() - t_load) * 1e3);
 
     int n_prompt = tokenizer_encode_alloc(m->tok, prompt, strlen(prompt), true, true, &toks);
     if (n_prompt < 0) {
@@ -298,7 +299,7 @@ int cmd_run_main(int argc, char **argv)
     r->max_tokens = (int)max_tokens;
     r->sp = sp;
     r->ignore_eos = ignore_eos;
-    r->t_arrival = sched_now_ns();
+    r->t_arrival = clock_now_ns();
     int src = scheduler_submit(s, r);
     if (src) {
         fprintf(stderr, "wafer run: cannot submit the request: %s\n", err_name(src));

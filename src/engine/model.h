@@ -1,6 +1,8 @@
 /*
- * model: a llama-family model loaded from GGUF. The file is mmapped and validated once: architecture, every
- * hyperparameter, every tensor's presence, shape and type; weights stay read-only views into the mapping.
+ * model: a llama-family model loaded from GGUF and validated once: architecture, every hyperparameter, every
+ * tensor's presence, shape and type. By default the file is read into memory (decode streams it faster than
+ * from a mapping); it is mapped instead when asked (model_load_ex, --mmap) or when it would not fit in the
+ * available memory. Either way the weights are read-only views into that one copy of the file.
  * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (bias on q, k, v).
  */
 #ifndef WAFER_ENGINE_MODEL_H

@@ -24,9 +24,9 @@
  */
 #include "engine/scheduler.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "server/metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,11 +53,39 @@ struct sched_seq {
     bool step_logits;
 };
 
+/* The scheduler's part of a request. */
+struct sched_req_state {
+    atomic_int refs;
+    atomic_int cancel; /* 0, or the ERR_* reason (ERR_CANCELLED, ERR_TIMEOUT, ERR_UNAVAILABLE) */
+    pthread_mutex_t mu;
+    /* guarded by mu (written by the engine thread, read through sched_req_status_get / sched_req_read): */
+    struct sched_choice *choices; /* [n_choices] */
+    bool finished;                /* every choice is done; nothing more will be appended */
+    int error;                    /* ERR_* when finished with SCHED_ERROR */
+    char errmsg[256];
+    int cached_tokens;            /* prompt tokens reused from the prefix cache at first admission */
+    int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
+    uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
+
+    /* engine thread only */
+    struct sched_seq *seqs; /* [n_choices] */
+    int state;              /* RS_QUEUED / RS_RUNNING / RS_DONE */
+    uint64_t admit_order;
+    int n_done;
+    bool counted;           /* prompt tokens / queue time recorded */
+};
+
+/* A request and its state in one allocation (the request first, so freeing it frees both). */
+struct sched_req_box {
+    struct sched_req req;
+    struct sched_req_state st;
+};
+
 struct scheduler {
     struct engine *e;
     const struct tokenizer *tok;
     struct sched_params p;
-    struct metrics *metrics;
+    struct sched_observer obs;
     void (*notify)(void *);
     void *notify_ctx;
     int n_vocab, n_ctx, max_seqs;
@@ -98,11 +126,19 @@ struct scheduler {
     int64_t kv_total;
 };
 
-int64_t sched_now_ns(void)
+/* ---------------------------------------------------------------- measures */
+
+static void obs_count(struct scheduler *s, enum sched_counter c, int64_t v)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    if (s->obs.count)
+        s->obs.count(s->obs.ctx, c, v);
+}
+
+/* Reports the time from t0 to t1 (ns). */
+static void obs_time(struct scheduler *s, enum sched_timing t, int64_t t0, int64_t t1)
+{
+    if (s->obs.observe)
+        s->obs.observe(s->obs.ctx, t, (double)(t1 - t0) / 1e9);
 }
 
 /* ---------------------------------------------------------------- requests */
@@ -111,15 +147,17 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
 {
     if (n_prompt < 1 || n_choices < 1)
         return NULL;
-    struct sched_req *r = calloc(1, sizeof *r);
-    if (!r)
+    struct sched_req_box *box = calloc(1, sizeof *box);
+    if (!box)
         return NULL;
+    struct sched_req *r = &box->req;
+    r->st = &box->st;
     r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
-    r->choices = calloc((size_t)n_choices, sizeof *r->choices);
-    if (!r->prompt || !r->choices) {
+    r->st->choices = calloc((size_t)n_choices, sizeof *r->st->choices);
+    if (!r->prompt || !r->st->choices) {
         free(r->prompt);
-        free(r->choices);
-        free(r);
+        free(r->st->choices);
+        free(r); /* the box */
         return NULL;
     }
     memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *prompt);
@@ -128,9 +166,9 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
     r->max_tokens = 16;
     r->n_logprobs = -1;
     sampler_params_default(&r->sp);
-    atomic_init(&r->refs, 1);
-    atomic_init(&r->cancel, 0);
-    pthread_mutex_init(&r->mu, NULL);
+    atomic_init(&r->st->refs, 1);
+    atomic_init(&r->st->cancel, 0);
+    pthread_mutex_init(&r->st->mu, NULL);
     return r;
 }
 
@@ -149,7 +187,7 @@ int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop)
     return 0;
 }
 
-void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->refs, 1); }
+void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->st->refs, 1); }
 
 static void sched_seq_free(struct sched_seq *q)
 {
@@ -160,53 +198,53 @@ static void sched_seq_free(struct sched_seq *q)
 
 void sched_req_unref(struct sched_req *r)
 {
-    if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+    if (!r || atomic_fetch_sub(&r->st->refs, 1) != 1)
         return;
-    if (r->seqs) {
+    if (r->st->seqs) {
         for (int i = 0; i < r->n_choices; i++)
-            sched_seq_free(&r->seqs[i]);
-        free(r->seqs);
+            sched_seq_free(&r->st->seqs[i]);
+        free(r->st->seqs);
     }
     for (int i = 0; i < r->n_choices; i++) {
-        free(r->choices[i].text);
-        free(r->choices[i].toks);
-        free(r->choices[i].top);
+        free(r->st->choices[i].text);
+        free(r->st->choices[i].toks);
+        free(r->st->choices[i].top);
     }
-    free(r->choices);
+    free(r->st->choices);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
     free(r->prompt);
-    pthread_mutex_destroy(&r->mu);
-    free(r);
+    pthread_mutex_destroy(&r->st->mu);
+    free(r); /* and its state: r heads their sched_req_box */
 }
 
 /* ---------------------------------------------------------------- outbox (reader side) */
 
 void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
 {
-    pthread_mutex_lock(&r->mu);
-    out->finished = r->finished;
-    out->error = r->error;
-    snprintf(out->errmsg, sizeof out->errmsg, "%s", r->errmsg);
-    out->cached_tokens = r->cached_tokens;
+    pthread_mutex_lock(&r->st->mu);
+    out->finished = r->st->finished;
+    out->error = r->st->error;
+    snprintf(out->errmsg, sizeof out->errmsg, "%s", r->st->errmsg);
+    out->cached_tokens = r->st->cached_tokens;
     out->n_generated = 0;
     for (int c = 0; c < r->n_choices; c++)
-        out->n_generated += r->choices[c].n_toks;
-    out->t_admitted = r->t_admitted;
-    out->t_first_token = r->t_first_token;
-    out->t_finished = r->t_finished;
-    out->version = r->version;
-    pthread_mutex_unlock(&r->mu);
+        out->n_generated += r->st->choices[c].n_toks;
+    out->t_admitted = r->st->t_admitted;
+    out->t_first_token = r->st->t_first_token;
+    out->t_finished = r->st->t_finished;
+    out->version = r->st->version;
+    pthread_mutex_unlock(&r->st->mu);
 }
 
 bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const struct sched_choice *ch), void *ctx)
 {
     bool ok = true;
-    pthread_mutex_lock(&r->mu);
+    pthread_mutex_lock(&r->st->mu);
     for (int c = 0; c < r->n_choices && ok; c++)
-        ok = fn(ctx, c, &r->choices[c]);
-    pthread_mutex_unlock(&r->mu);
+        ok = fn(ctx, c, &r->st->choices[c]);
+    pthread_mutex_unlock(&r->st->mu);
     return ok;
 }
 
@@ -215,8 +253,8 @@ bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const stru
 static int choice_append(struct sched_req *r, int c, int32_t id, const char *text, size_t len, float lp,
                          const struct sampler_logprob *top, int n_top)
 {
-    struct sched_choice *ch = &r->choices[c];
-    pthread_mutex_lock(&r->mu);
+    struct sched_choice *ch = &r->st->choices[c];
+    pthread_mutex_lock(&r->st->mu);
     int rc = 0;
     if (ch->text_len + len + 1 > ch->text_cap) {
         size_t cap = ch->text_cap ? ch->text_cap : 256;
@@ -263,9 +301,9 @@ static int choice_append(struct sched_req *r, int c, int32_t id, const char *tex
     ch->toks[ch->n_toks++] = (struct sched_token){.id = id, .text_off = (uint32_t)ch->text_len,
                                                   .text_len = (uint32_t)len, .logprob = lp, .top_off = top_off};
     ch->text_len += len;
-    r->version++;
+    r->st->version++;
 out:
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->st->mu);
     return rc;
 }
 
@@ -274,8 +312,8 @@ static void choice_append_tail(struct sched_req *r, int c, const char *text, siz
 {
     if (!len)
         return;
-    struct sched_choice *ch = &r->choices[c];
-    pthread_mutex_lock(&r->mu);
+    struct sched_choice *ch = &r->st->choices[c];
+    pthread_mutex_lock(&r->st->mu);
     bool ok = true;
     if (ch->text_len + len + 1 > ch->text_cap) {
         size_t cap = ch->text_cap ? ch->text_cap : 256;
@@ -293,9 +331,9 @@ static void choice_append_tail(struct sched_req *r, int c, const char *text, siz
         if (ch->n_toks > 0 && ch->toks[ch->n_toks - 1].text_off + ch->toks[ch->n_toks - 1].text_len == ch->text_len)
             ch->toks[ch->n_toks - 1].text_len += (uint32_t)len;
         ch->text_len += len;
-        r->version++;
+        r->st->version++;
     }
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->st->mu);
 }
 
 /* ---------------------------------------------------------------- engine-side helpers */
@@ -364,44 +402,42 @@ static void waiting_remove(struct scheduler *s, struct sched_req *r)
  * slots and drops the scheduler's reference. */
 static void req_finish(struct scheduler *s, struct sched_req *r, int error, const char *msg)
 {
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     s->dirty = true;
-    for (int i = 0; r->seqs && i < r->n_choices; i++)
-        seq_release_slot(s, &r->seqs[i]);
-    if (r->state == RS_RUNNING)
+    for (int i = 0; r->st->seqs && i < r->n_choices; i++)
+        seq_release_slot(s, &r->st->seqs[i]);
+    if (r->st->state == RS_RUNNING)
         running_remove(s, r);
-    else if (r->state == RS_QUEUED) {
+    else if (r->st->state == RS_QUEUED) {
         waiting_remove(s, r);
         atomic_fetch_sub(&s->n_queued, 1);
     }
-    r->state = RS_DONE;
-    pthread_mutex_lock(&r->mu);
+    r->st->state = RS_DONE;
+    pthread_mutex_lock(&r->st->mu);
     for (int i = 0; i < r->n_choices; i++)
-        if (r->choices[i].finish == SCHED_RUNNING)
-            r->choices[i].finish = error ? SCHED_ERROR : SCHED_LENGTH;
+        if (r->st->choices[i].finish == SCHED_RUNNING)
+            r->st->choices[i].finish = error ? SCHED_ERROR : SCHED_LENGTH;
     if (error) {
-        r->error = error;
-        snprintf(r->errmsg, sizeof r->errmsg, "%s", msg ? msg : err_name(error));
+        r->st->error = error;
+        snprintf(r->st->errmsg, sizeof r->st->errmsg, "%s", msg ? msg : err_name(error));
     }
-    r->finished = true;
-    r->t_finished = now;
-    r->version++;
-    pthread_mutex_unlock(&r->mu);
-    if (s->metrics) {
-        if (!error)
-            metrics_observe(s->metrics, MH_E2E, (double)(now - r->t_arrival) / 1e9);
-        else if (error == ERR_CANCELLED)
-            metrics_add(s->metrics, MC_CANCELLED, 1);
-        else if (error == ERR_TIMEOUT)
-            metrics_add(s->metrics, MC_TIMEOUTS, 1);
-    }
+    r->st->finished = true;
+    r->st->t_finished = now;
+    r->st->version++;
+    pthread_mutex_unlock(&r->st->mu);
+    if (!error)
+        obs_time(s, SCHED_TIM_E2E, r->t_arrival, now);
+    else if (error == ERR_CANCELLED)
+        obs_count(s, SCHED_CTR_CANCELLED, 1);
+    else if (error == ERR_TIMEOUT)
+        obs_count(s, SCHED_CTR_TIMEOUTS, 1);
     sched_req_unref(r);
 }
 
 /* One choice finished (stop or length): flush held-back text; the request ends when all choices have. */
 static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sched_finish why)
 {
-    struct sched_seq *q = &r->seqs[c];
+    struct sched_seq *q = &r->st->seqs[c];
     if (q->done)
         return;
     q->done = true;
@@ -418,25 +454,25 @@ static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sch
         choice_append_tail(r, c, out, m);
     }
     free(out);
-    pthread_mutex_lock(&r->mu);
-    r->choices[c].finish = why;
-    r->version++;
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_lock(&r->st->mu);
+    r->st->choices[c].finish = why;
+    r->st->version++;
+    pthread_mutex_unlock(&r->st->mu);
     seq_release_slot(s, q);
-    if (++r->n_done == r->n_choices)
+    if (++r->st->n_done == r->n_choices)
         req_finish(s, r, 0, NULL);
 }
 
 /* Builds the engine-side state of a request when it is first seen. */
 static int req_prepare(struct scheduler *s, struct sched_req *r)
 {
-    r->seqs = calloc((size_t)r->n_choices, sizeof *r->seqs);
-    if (!r->seqs)
+    r->st->seqs = calloc((size_t)r->n_choices, sizeof *r->st->seqs);
+    if (!r->st->seqs)
         return ERR_NOMEM;
     for (int i = 0; i < r->n_choices; i++)
-        r->seqs[i].slot = -1;
+        r->st->seqs[i].slot = -1;
     for (int i = 0; i < r->n_choices; i++) {
-        struct sched_seq *q = &r->seqs[i];
+        struct sched_seq *q = &r->st->seqs[i];
         q->cap_toks = r->n_prompt + (r->max_tokens < 4096 ? r->max_tokens : 4096) + 1;
         q->toks = malloc((size_t)q->cap_toks * sizeof *q->toks);
         struct sampler_params sp = r->sp;
@@ -471,7 +507,7 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
 {
     int active = 0;
     for (int i = 0; i < r->n_choices; i++)
-        active += !r->seqs[i].done;
+        active += !r->st->seqs[i].done;
     if (s->n_free_slots < active)
         return false;
     /* attach cached prefixes, then check the blocks the prompts still need (+1 per sequence for its
@@ -480,7 +516,7 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     int64_t need = 0;
     int cached_leader = 0;
     for (int i = 0; i < r->n_choices; i++) {
-        struct sched_seq *q = &r->seqs[i];
+        struct sched_seq *q = &r->st->seqs[i];
         if (q->done)
             continue;
         q->slot = s->free_slots[s->n_free_slots - 1 - k];
@@ -505,10 +541,10 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     int64_t headroom = 0;
     for (int i = 0; i < s->n_running; i++)
         for (int c = 0; c < s->running[i]->n_choices; c++)
-            headroom += !s->running[i]->seqs[c].done;
+            headroom += !s->running[i]->st->seqs[c].done;
     if (need + headroom > kv_available(s)) {
         for (int i = 0; i < r->n_choices; i++) {
-            struct sched_seq *q = &r->seqs[i];
+            struct sched_seq *q = &r->st->seqs[i];
             if (q->slot >= 0) {
                 engine_seq_truncate(s->e, q->slot, 0);
                 q->slot = -1;
@@ -520,29 +556,27 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     }
     s->n_free_slots -= k;
     for (int i = 0; i < r->n_choices; i++)
-        if (r->seqs[i].slot >= 0) {
-            s->slot_req[r->seqs[i].slot] = r;
-            s->slot_choice[r->seqs[i].slot] = i;
+        if (r->st->seqs[i].slot >= 0) {
+            s->slot_req[r->st->seqs[i].slot] = r;
+            s->slot_choice[r->st->seqs[i].slot] = i;
         }
-    r->state = RS_RUNNING;
-    r->admit_order = ++s->admit_counter;
+    r->st->state = RS_RUNNING;
+    r->st->admit_order = ++s->admit_counter;
     s->running[s->n_running++] = r;
-    int64_t now = sched_now_ns();
-    if (!r->counted) {
-        r->counted = true;
-        pthread_mutex_lock(&r->mu);
-        r->t_admitted = now;
-        r->cached_tokens = cached_leader;
-        pthread_mutex_unlock(&r->mu);
-        if (s->metrics) {
-            metrics_observe(s->metrics, MH_QUEUE, (double)(now - r->t_arrival) / 1e9);
-            metrics_add(s->metrics, MC_PROMPT_TOKENS, r->n_prompt);
-            if (s->pc) {
-                metrics_add(s->metrics, MC_PREFIX_QUERIES, 1);
-                if (cached_leader > 0) {
-                    metrics_add(s->metrics, MC_PREFIX_HITS, 1);
-                    metrics_add(s->metrics, MC_PREFIX_HIT_TOKENS, cached_leader);
-                }
+    int64_t now = clock_now_ns();
+    if (!r->st->counted) {
+        r->st->counted = true;
+        pthread_mutex_lock(&r->st->mu);
+        r->st->t_admitted = now;
+        r->st->cached_tokens = cached_leader;
+        pthread_mutex_unlock(&r->st->mu);
+        obs_time(s, SCHED_TIM_QUEUE, r->t_arrival, now);
+        obs_count(s, SCHED_CTR_PROMPT_TOKENS, r->n_prompt);
+        if (s->pc) {
+            obs_count(s, SCHED_CTR_PREFIX_QUERIES, 1);
+            if (cached_leader > 0) {
+                obs_count(s, SCHED_CTR_PREFIX_HITS, 1);
+                obs_count(s, SCHED_CTR_PREFIX_HIT_TOKENS, cached_leader);
             }
         }
     }
@@ -555,12 +589,12 @@ static void admit(struct scheduler *s)
         struct sched_req *r = s->waiting[0];
         int active = 0;
         for (int i = 0; i < r->n_choices; i++)
-            active += !r->seqs[i].done;
+            active += !r->st->seqs[i].done;
         /* A request that can never fit is refused instead of blocking the queue forever. */
         int64_t need_alone = 0;
         for (int i = 0; i < r->n_choices; i++)
-            if (!r->seqs[i].done)
-                need_alone += blocks_for(s, r->seqs[i].n_toks + 1);
+            if (!r->st->seqs[i].done)
+                need_alone += blocks_for(s, r->st->seqs[i].n_toks + 1);
         if (active > s->max_seqs) {
             char msg[128];
             snprintf(msg, sizeof msg, "n = %d choices exceed the server's max batch size %d", active, s->max_seqs);
@@ -589,15 +623,14 @@ static void preempt_last(struct scheduler *s)
 {
     struct sched_req *v = s->running[s->n_running - 1];
     for (int i = 0; i < v->n_choices; i++)
-        seq_release_slot(s, &v->seqs[i]);
+        seq_release_slot(s, &v->st->seqs[i]);
     s->n_running--;
-    v->state = RS_QUEUED;
+    v->st->state = RS_QUEUED;
     memmove(&s->waiting[1], &s->waiting[0], (size_t)s->n_waiting * sizeof *s->waiting);
     s->waiting[0] = v;
     s->n_waiting++;
     atomic_fetch_add(&s->n_queued, 1);
-    if (s->metrics)
-        metrics_add(s->metrics, MC_PREEMPTIONS, 1);
+    obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
     log_debug("scheduler: preempted request %llu (KV cache full)", (unsigned long long)v->id);
 }
 
@@ -606,11 +639,11 @@ static void preempt_last(struct scheduler *s)
 /* Followers join once their leader holds the prompt but its last token. */
 static int join_followers(struct scheduler *s, struct sched_req *r)
 {
-    struct sched_seq *lead = &r->seqs[0];
+    struct sched_seq *lead = &r->st->seqs[0];
     if (lead->slot < 0 || lead->n_kv < r->n_prompt - 1)
         return 0;
     for (int i = 1; i < r->n_choices; i++) {
-        struct sched_seq *q = &r->seqs[i];
+        struct sched_seq *q = &r->st->seqs[i];
         if (!q->follower_waiting || q->slot < 0)
             continue;
         int rc = kv_seq_share(engine_kv(s->e), engine_seq(s->e, q->slot), engine_seq(s->e, lead->slot),
@@ -633,7 +666,7 @@ static int64_t plan_step(struct scheduler *s)
     for (int i = 0; i < s->n_running; i++) {
         struct sched_req *r = s->running[i];
         for (int c = 0; c < r->n_choices; c++) {
-            struct sched_seq *q = &r->seqs[c];
+            struct sched_seq *q = &r->st->seqs[c];
             q->step_take = 0;
             q->step_logits = false;
             if (q->done || q->slot < 0 || q->follower_waiting || q->n_toks - q->n_kv != 1)
@@ -650,9 +683,9 @@ static int64_t plan_step(struct scheduler *s)
         struct sched_req *r = s->running[i];
         bool has_waiting_followers = false;
         for (int c = 1; c < r->n_choices; c++)
-            has_waiting_followers |= r->seqs[c].follower_waiting && !r->seqs[c].done;
+            has_waiting_followers |= r->st->seqs[c].follower_waiting && !r->st->seqs[c].done;
         for (int c = 0; c < r->n_choices && budget > 0; c++) {
-            struct sched_seq *q = &r->seqs[c];
+            struct sched_seq *q = &r->st->seqs[c];
             int remaining = q->n_toks - q->n_kv;
             if (q->done || q->slot < 0 || q->follower_waiting || remaining <= 1)
                 continue;
@@ -677,23 +710,21 @@ static int64_t plan_step(struct scheduler *s)
 
 static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits)
 {
-    struct sched_seq *q = &r->seqs[c];
+    struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
     int32_t t = sampler_sample(q->smp, logits, r->n_logprobs >= 0 ? &lp : NULL, n_top ? s->top_buf : NULL, n_top);
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     bool first_of_req;
-    pthread_mutex_lock(&r->mu);
-    first_of_req = r->t_first_token == 0;
+    pthread_mutex_lock(&r->st->mu);
+    first_of_req = r->st->t_first_token == 0;
     if (first_of_req)
-        r->t_first_token = now;
-    pthread_mutex_unlock(&r->mu);
-    if (s->metrics) {
-        if (first_of_req)
-            metrics_observe(s->metrics, MH_TTFT, (double)(now - r->t_arrival) / 1e9);
-        else if (q->t_last)
-            metrics_observe(s->metrics, MH_ITL, (double)(now - q->t_last) / 1e9);
-    }
+        r->st->t_first_token = now;
+    pthread_mutex_unlock(&r->st->mu);
+    if (first_of_req)
+        obs_time(s, SCHED_TIM_TTFT, r->t_arrival, now);
+    else if (q->t_last)
+        obs_time(s, SCHED_TIM_ITL, q->t_last, now);
     q->t_last = now;
     if (!r->ignore_eos && tokenizer_is_eog(s->tok, t)) {
         seq_finish(s, r, c, SCHED_STOP);
@@ -704,8 +735,7 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     if (rc)
         return rc;
     q->n_gen++;
-    if (s->metrics)
-        metrics_add(s->metrics, MC_GENERATED_TOKENS, 1);
+    obs_count(s, SCHED_CTR_GENERATED_TOKENS, 1);
     int n = tokenizer_stream_push(s->tok, &q->ds, t, false, s->piece, s->piece_cap);
     if (n > s->piece_cap) {
         char *np = realloc(s->piece, (size_t)n);
@@ -769,8 +799,7 @@ static bool step(struct scheduler *s)
     char err[ERR_MSG_MAX];
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
     atomic_fetch_add(&s->st_steps, 1);
-    if (s->metrics)
-        metrics_add(s->metrics, MC_ENGINE_STEPS, 1);
+    obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);
     if (rc) {
         /* Should not happen (the plan respects every engine rule): fail the requests of this step. */
         log_error("scheduler: engine_forward failed: %s", err);
@@ -778,7 +807,7 @@ static bool step(struct scheduler *s)
             struct sched_req *r = s->running[i];
             bool in_step = false;
             for (int c = 0; c < r->n_choices; c++)
-                in_step |= r->seqs[c].step_take > 0;
+                in_step |= r->st->seqs[c].step_take > 0;
             if (in_step)
                 req_finish(s, r, ERR_INTERNAL, err), i--;
         }
@@ -792,7 +821,7 @@ static bool step(struct scheduler *s)
     for (int i = 0; i < s->n_running; i++) {
         struct sched_req *r = s->running[i];
         for (int c = 0; c < r->n_choices; c++) {
-            struct sched_seq *q = &r->seqs[c];
+            struct sched_seq *q = &r->st->seqs[c];
             if (!q->step_take)
                 continue;
             q->n_kv += q->step_take;
@@ -813,9 +842,9 @@ static bool step(struct scheduler *s)
     }
     for (int k = 0; k < n_rows; k++) {
         struct sched_req *r = row_req[k];
-        if (r->state == RS_RUNNING && !r->seqs[row_choice[k]].done) {
+        if (r->st->state == RS_RUNNING && !r->st->seqs[row_choice[k]].done) {
             int err2 = sample_seq(s, r, row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab);
-            if (err2 && r->state != RS_DONE)
+            if (err2 && r->st->state != RS_DONE)
                 req_finish(s, r, err2, "out of memory while sampling");
         }
     }
@@ -827,7 +856,7 @@ static bool step(struct scheduler *s)
 /* Applies cancellations and deadlines to every queued and running request. */
 static bool sweep_cancelled(struct scheduler *s)
 {
-    int64_t now = sched_now_ns();
+    int64_t now = clock_now_ns();
     bool any = false;
     int all = atomic_load(&s->cancel_all);
     for (int pass = 0; pass < 2; pass++) {
@@ -835,7 +864,7 @@ static bool sweep_cancelled(struct scheduler *s)
         int *n = pass ? &s->n_running : &s->n_waiting;
         for (int i = 0; i < *n; i++) {
             struct sched_req *r = list[i];
-            int why = atomic_load(&r->cancel);
+            int why = atomic_load(&r->st->cancel);
             if (!why && r->deadline && now >= r->deadline)
                 why = ERR_TIMEOUT;
             if (!why && all)
@@ -901,7 +930,7 @@ static void *engine_thread(void *arg)
         /* engine-side setup of new requests */
         for (int i = 0; i < s->n_waiting; i++) {
             struct sched_req *r = s->waiting[i];
-            if (!r->seqs && req_prepare(s, r)) {
+            if (!r->st->seqs && req_prepare(s, r)) {
                 req_finish(s, r, ERR_NOMEM, "out of memory preparing the request");
                 i--;
             }
@@ -938,7 +967,8 @@ void sched_params_default(struct sched_params *p)
 }
 
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
-                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err)
+                                   const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
+                                   char *err)
 {
     const struct engine_params *ep = engine_params_get(e);
     if (p->max_batch_size < 1 || p->max_batch_size > ep->max_seqs || p->max_batch_size > SCHED_MAX_SLOTS) {
@@ -959,7 +989,8 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->e = e;
     s->tok = tok;
     s->p = *p;
-    s->metrics = metrics;
+    if (obs)
+        s->obs = *obs;
     s->notify = notify;
     s->notify_ctx = notify_ctx;
     s->n_vocab = engine_model(e)->hp.n_vocab;
@@ -1050,8 +1081,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
     }
     if (atomic_load(&s->n_queued) >= s->p.max_queue) {
         pthread_mutex_unlock(&s->mu);
-        if (s->metrics)
-            metrics_add(s->metrics, MC_REJECTED_QUEUE_FULL, 1);
+        obs_count(s, SCHED_CTR_REJECTED_QUEUE_FULL, 1);
         return ERR_QUEUE_FULL;
     }
     if (s->n_inbox == s->cap_inbox) {
@@ -1064,7 +1094,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
         s->cap_inbox *= 2;
     }
     sched_req_ref(r);
-    r->state = RS_QUEUED;
+    r->st->state = RS_QUEUED;
     s->inbox[s->n_inbox++] = r;
     atomic_fetch_add(&s->n_queued, 1);
     atomic_store(&s->st_waiting, atomic_load(&s->n_queued));
@@ -1076,7 +1106,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
 void scheduler_cancel(struct scheduler *s, struct sched_req *r, int reason)
 {
     int zero = 0;
-    atomic_compare_exchange_strong(&r->cancel, &zero, reason);
+    atomic_compare_exchange_strong(&r->st->cancel, &zero, reason);
     pthread_mutex_lock(&s->mu);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);

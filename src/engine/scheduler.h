@@ -10,9 +10,10 @@
  * out, the most recently admitted request is preempted (its blocks freed, its tokens recomputed when it
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
- * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; everything else
- * in a request marked "engine" is touched only by the engine thread. A request is reference-counted: the
- * submitter holds one reference, the scheduler another until the request is finished.
+ * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; the engine thread
+ * appends a request's output under the request's own lock, which only scheduler.c can take (readers go
+ * through sched_req_status_get and sched_req_read). A request is reference-counted: the submitter holds one
+ * reference, the scheduler another until the request is finished.
  */
 #ifndef WAFER_ENGINE_SCHEDULER_H
 #define WAFER_ENGINE_SCHEDULER_H
@@ -43,7 +44,8 @@ struct sched_token {
     int32_t top_off;             /* first of n_top entries in the choice's top[] (-1: none) */
 };
 
-/* Output of one choice. Appended by the engine thread under the request's mutex. */
+/* Output of one choice. Appended by the engine thread under the request's lock; readers see it in
+ * sched_req_read. */
 struct sched_choice {
     char *text; /* all text so far (not NUL-terminated) */
     size_t text_len, text_cap;
@@ -54,8 +56,12 @@ struct sched_choice {
     enum sched_finish finish;
 };
 
-struct sched_seq; /* engine-private per-choice state */
+struct sched_req_state; /* the scheduler's part of a request (scheduler.c) */
 
+/* A generation request. The submitter fills the input, submits, and from then on reaches the request only
+ * through functions: sched_req_status_get and sched_req_read to read its output, scheduler_cancel to stop it,
+ * sched_req_ref/unref to keep it. Its output, progress, reference count and engine-thread state live in
+ * st, a type only scheduler.c knows, so no other file can take its lock or read half-written output. */
 struct sched_req {
     /* ---- input: set by the submitter before scheduler_submit, then read-only ---- */
     uint64_t id;
@@ -68,29 +74,12 @@ struct sched_req {
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
     bool ignore_eos;
-    int64_t t_arrival; /* ns, CLOCK_MONOTONIC */
-    int64_t deadline;  /* ns, CLOCK_MONOTONIC; 0: none */
+    int64_t t_arrival; /* ns, clock_now_ns() */
+    int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
 
-    /* ---- shared ---- */
-    atomic_int refs;
-    atomic_int cancel; /* 0, or the ERR_* reason (ERR_CANCELLED, ERR_TIMEOUT, ERR_UNAVAILABLE) */
-    pthread_mutex_t mu;
-    /* guarded by mu: */
-    struct sched_choice *choices; /* [n_choices] */
-    bool finished;                /* every choice is done; nothing more will be appended */
-    int error;                    /* ERR_* when finished with SCHED_ERROR */
-    char errmsg[256];
-    int cached_tokens;            /* prompt tokens reused from the prefix cache at first admission */
-    int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
-    uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
-
-    /* ---- engine thread only ---- */
-    struct sched_seq *seqs; /* [n_choices] */
-    int state;              /* queued / waiting / running / done */
-    uint64_t admit_order;
-    int n_done;
-    bool counted;           /* prompt tokens / queue time recorded */
+    /* ---- the scheduler's, private ---- */
+    struct sched_req_state *st;
 };
 
 /* A new request with refcount 1 (the caller's). prompt is copied. NULL on OOM. The caller fills the input
@@ -131,7 +120,41 @@ struct sched_params {
 
 void sched_params_default(struct sched_params *p);
 
-struct metrics;
+/* What the scheduler counts, as it happens. The scheduler only measures; what becomes of a measure (a
+ * Prometheus counter, an alert, a dashboard) is the observer's business. New measures are appended here;
+ * an observer ignores those it does not know. */
+enum sched_counter {
+    SCHED_CTR_PROMPT_TOKENS,       /* prompt tokens of a request, once, at its first admission */
+    SCHED_CTR_GENERATED_TOKENS,    /* generated tokens (an end-of-generation token is not counted) */
+    SCHED_CTR_PREFIX_QUERIES,      /* first admissions that looked the prefix cache up */
+    SCHED_CTR_PREFIX_HITS,         /* ... and reused cached KV blocks */
+    SCHED_CTR_PREFIX_HIT_TOKENS,   /* prompt tokens taken from the cache instead of being recomputed */
+    SCHED_CTR_PREEMPTIONS,         /* requests preempted (recomputed later) for lack of KV blocks */
+    SCHED_CTR_CANCELLED,           /* requests finished with ERR_CANCELLED (the submitter went away) */
+    SCHED_CTR_TIMEOUTS,            /* requests finished with ERR_TIMEOUT (deadline passed) */
+    SCHED_CTR_REJECTED_QUEUE_FULL, /* submissions refused with ERR_QUEUE_FULL */
+    SCHED_CTR_ENGINE_STEPS,        /* forward passes */
+    SCHED_CTR_COUNT_
+};
+
+/* Durations the scheduler measures, in seconds, from the request's t_arrival. */
+enum sched_timing {
+    SCHED_TIM_TTFT,  /* arrival -> first generated token of the request */
+    SCHED_TIM_ITL,   /* between consecutive tokens of one sequence */
+    SCHED_TIM_E2E,   /* arrival -> end of a request that finished without error */
+    SCHED_TIM_QUEUE, /* arrival -> first admission into the running batch */
+    SCHED_TIM_COUNT_
+};
+
+/* Receives the scheduler's measures. Either function may be NULL. They are called on the engine thread,
+ * except SCHED_CTR_REJECTED_QUEUE_FULL, counted on the thread that called scheduler_submit: they must be
+ * thread-safe, quick, and must not call back into the scheduler. Several consumers share one observer by
+ * fanning out in its functions. */
+struct sched_observer {
+    void *ctx;
+    void (*count)(void *ctx, enum sched_counter c, int64_t v);
+    void (*observe)(void *ctx, enum sched_timing t, double seconds);
+};
 
 /* Snapshot for /metrics and /ready (any thread). */
 struct sched_stats {
@@ -146,10 +169,12 @@ struct sched_stats {
 struct scheduler;
 
 /* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
- * max_batch_size) and the model's tokenizer. metrics may be NULL. notify(ctx) is called from the engine
- * thread whenever requests have new output or finished. NULL and a message on failure. */
+ * max_batch_size) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
+ * measures; its ctx must outlive the scheduler. notify(ctx) is called from the engine thread whenever
+ * requests have new output or finished. NULL and a message on failure. */
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
-                                   struct metrics *metrics, void (*notify)(void *ctx), void *notify_ctx, char *err);
+                                   const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
+                                   char *err);
 /* Stops the engine thread (requests still in flight are finished with ERR_UNAVAILABLE) and frees. */
 void scheduler_destroy(struct scheduler *s);
 
@@ -168,8 +193,5 @@ void scheduler_drain(struct scheduler *s);
 void scheduler_cancel_all(struct scheduler *s, int reason);
 
 void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
-
-/* CLOCK_MONOTONIC in ns. */
-int64_t sched_now_ns(void);
 
 #endif

@@ -1,6 +1,10 @@
 /*
- * api: what the endpoint handlers (api_*.c) and the wiring (server.c) share. Everything here runs on the
- * I/O thread except where a comment says otherwise.
+ * api: what the endpoint handlers (api_*.c), the request lifecycle (api_call.c) and the wiring (server.c)
+ * share. Everything here runs on the I/O thread except where a comment says otherwise.
+ *
+ * Who calls whom (no circle: scripts/check_layers.py checks it): server.c routes each request to a handler;
+ * the handlers build on api_prepare.c (from a request to scheduler requests) and api_call.c (answers, calls);
+ * api_call.c calls back into a handler only through the pump the handler gave its call.
  *
  * One HTTP request that generates is an api_call: it owns one scheduler request per prompt (several for a
  * multi-prompt completion or a batch_generate), lives in the server's list of active calls, and is pumped
@@ -11,10 +15,11 @@
 #ifndef WAFER_SERVER_API_H
 #define WAFER_SERVER_API_H
 
+#include "core/http.h"
 #include "engine/scheduler.h"
 #include "server/chat_template.h"
 #include "server/config.h"
-#include "server/http.h"
+#include "core/http.h"
 #include "server/metrics.h"
 #include "server/request_validate.h"
 
@@ -70,6 +75,7 @@ struct api_call {
     struct http_conn *conn; /* NULL once the client went away */
     enum api_route route;
     enum api_kind kind;
+    void (*pump)(struct api_call *call); /* the handler's: streams what is new, or answers once all finished */
     char id[48];
     int64_t t_start; /* ns, monotonic */
     int64_t created; /* unix seconds */
@@ -92,8 +98,12 @@ struct api_call {
     struct api_call *prev, *next;
 };
 
-/* ---- server.c ---- */
+/* ---- api_call.c: answers ---- */
 const char *api_route_name(enum api_route r);
+/* Sets the CORS header lines of the request about to be handled (from server.cors_origins and its Origin). */
+void api_cors_begin(struct server *srv, const struct http_request *req);
+/* The CORS header lines for this request (empty string when none), valid until the next request. */
+const char *api_cors_headers(void);
 /* Sends an OpenAI-style error {"error":{"message","type","param","code"}} and counts/logs it. code is the
  * ERR_* code (status and type come from the err table unless status is given, > 0); oa_code overrides the
  * "code" string. extra_headers may be NULL. */
@@ -101,26 +111,42 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
                        const char *param, const char *oa_code, const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 9, 10)));
 void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e);
-/* Sends o (stolen) as one server-sent event "data: <json>\n\n". */
-int api_sse_send(struct http_conn *c, json_t *o);
-/* Answers a call (not yet answered) with an error; the call's own log line follows at api_call_finish. */
-void api_call_respond_error(struct api_call *call, int code, const char *message);
 /* Serializes j (stolen) and sends it with status; counts it. */
 void api_respond_json(struct server *srv, struct http_conn *c, enum api_route route, int status, json_t *j);
-/* The CORS header lines for this request (empty string when none), valid until the next call. */
-const char *api_cors_headers(void);
+/* The OpenAI error object {"error": {...}} (new reference): type from code, "code" is oa_code or code's name. */
+json_t *api_error_json(int code, const char *param, const char *oa_code, const char *message);
+/* Sends o (stolen) as one server-sent event "data: <json>\n\n". */
+int api_sse_send(struct http_conn *c, json_t *o);
+/* Valid UTF-8 copy of s[0..len) (invalid bytes become U+FFFD) as a JSON string. */
+json_t *api_json_text(const char *s, size_t len);
+/* Finish reason of a choice: "stop", "length", or NULL while running. */
+const char *api_finish_name(enum sched_finish f);
 
-/* Creates a call for a request that will be answered later; it is linked into srv->calls. */
+/* ---- api_call.c: calls ---- */
+/* Creates a call for a request that will be answered later, linked into srv->calls; pump is the handler's
+ * (api_call_pump calls it). NULL on OOM. */
 struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum api_route route, enum api_kind kind,
-                                 int n_reqs);
-/* Ends the call: unlinks, cancels and drops its scheduler requests, logs, frees. */
-void api_call_finish(struct api_call *call);
+                                 int n_reqs, void (*pump)(struct api_call *call));
 /* Submits every prepared request (reqs[i] != NULL). On failure cancels those already submitted and answers
  * the error itself (429 with Retry-After, 503): returns false, the call is finished. */
 bool api_call_submit(struct api_call *call);
-/* Pushes what is new to the client; finishes the call when everything was sent. */
+/* Pushes what is new to the client (unless the client is gone or its output is backed up): runs the call's
+ * pump, which finishes the call once everything was sent. */
 void api_call_pump(struct api_call *call);
+/* Sends the stream's headers (200, text/event-stream). */
+void api_call_stream_begin(struct api_call *call);
+/* Ends a stream with "data: [DONE]", counts it with status, and finishes the call. */
+void api_call_stream_end(struct api_call *call, int status);
+/* Answers 200 with o (stolen) and finishes the call. */
+void api_call_respond_json(struct api_call *call, json_t *o);
+/* Answers with an error (status from code) and finishes the call; its log line follows at the finish. */
+void api_call_respond_error(struct api_call *call, int code, const char *message);
+/* Answers e before anything was submitted (logged at once) and finishes the call. */
+void api_call_fail(struct api_call *call, const struct api_error *e);
+/* Ends the call: unlinks, cancels and drops its scheduler requests, logs its one line, frees. */
+void api_call_finish(struct api_call *call);
 
+/* ---- api_prepare.c ---- */
 /* Tokenizes a prompt (text with BOS as the model says and special tokens parsed, or token ids checked
  * against the vocabulary). Returns a malloc'd array and its length, or NULL with e filled. */
 int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, const char *param, int *n_out,
@@ -133,24 +159,18 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
                                      int n_toks, int max_tokens, struct api_error *e);
 /* Whether model names a served model (NULL or empty: yes); fills e with 404 model_not_found otherwise. */
 bool api_model_ok(struct server *srv, const char *model, struct api_error *e);
-/* Valid UTF-8 copy of s[0..len) (invalid bytes become U+FFFD) as a JSON string. */
-json_t *api_json_text(const char *s, size_t len);
-/* Finish reason of a choice: "stop", "length", or NULL while running. */
-const char *api_finish_name(enum sched_finish f);
 
-/* ---- api_openai.c ---- */
+/* ---- the handlers, called by the router in server.c ---- */
+/* api_openai.c */
 void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat);
 void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len);
-/* Chunk/response builders used by the pump for the OpenAI routes. */
-void api_openai_pump(struct api_call *call);
 
-/* ---- api_simple.c ---- */
+/* api_simple.c */
 void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
 void api_generate_stream(struct server *srv, struct http_conn *c, const struct http_request *req);
 void api_batch_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
-void api_simple_pump(struct api_call *call);
 
-/* ---- api_misc.c ---- */
+/* api_misc.c */
 void api_tokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
 void api_detokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
 void api_health(struct server *srv, struct http_conn *c);

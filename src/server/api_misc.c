@@ -49,7 +49,8 @@ void api_metrics(struct server *srv, struct http_conn *c)
     size_t len = 0;
     char *text = metrics_render(srv->metrics, &g, &len);
     if (!text) {
-        http_respond(c, 503, "text/plain", api_cors_headers(), "out of memory\n", 14);
+        static const char oom[] = "out of memory\n";
+        http_respond(c, 503, "text/plain", api_cors_headers(), oom, sizeof oom - 1);
         return;
     }
     http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", api_cors_headers(), text, len);

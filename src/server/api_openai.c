@@ -93,12 +93,11 @@ static json_t *usage_json(struct api_call *call)
         struct sched_req *r = call->reqs[i];
         if (!r)
             continue;
-        pthread_mutex_lock(&r->mu);
+        struct sched_req_status st;
+        sched_req_status_get(r, &st);
         prompt += r->n_prompt;
-        cached += r->cached_tokens;
-        for (int c = 0; c < r->n_choices; c++)
-            gen += r->choices[c].n_toks;
-        pthread_mutex_unlock(&r->mu);
+        cached += st.cached_tokens;
+        gen += st.n_generated;
     }
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt));
@@ -150,60 +149,57 @@ static int send_chunk(struct api_call *call, int k, const char *text, size_t len
     return api_sse_send(call->conn, o);
 }
 
-static void send_event_json(struct api_call *call, json_t *o) { api_sse_send(call->conn, o); }
+/* Where a read of request i of a call is going. */
+struct read_ctx {
+    struct api_call *call;
+    int i;
+    json_t *choices; /* respond_full: the array being filled */
+};
 
-static json_t *error_object(int code, const char *msg)
+/* Streams what is new in choice c of request i: its tokens, then its finish chunk. false when it stopped
+ * for backpressure (the rest goes at the next pump, from call->sent). */
+static bool stream_choice(void *ctx, int c, const struct sched_choice *ch)
 {
-    json_t *e = json_object();
-    json_object_set_new(e, "message", api_json_text(msg, strlen(msg)));
-    json_object_set_new(e, "type", json_string(err_openai_type(code)));
-    json_object_set_new(e, "param", json_null());
-    json_object_set_new(e, "code", json_string(err_name(code)));
-    json_t *o = json_object();
-    json_object_set_new(o, "error", e);
-    return o;
+    struct read_ctx *rc = ctx;
+    struct api_call *call = rc->call;
+    int k = rc->i * call->n + c;
+    while (call->sent[k] < ch->n_toks) {
+        if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
+            return false;
+        const struct sched_token *t = &ch->toks[call->sent[k]];
+        size_t end = t->text_off + t->text_len;
+        json_t *lp = NULL;
+        if (call->logprobs >= 0)
+            logprobs_add(call->srv, call, ch, t, call->sent_text[k], &lp);
+        if (end > call->sent_text[k] || lp)
+            send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp);
+        if (end > call->sent_text[k])
+            call->sent_text[k] = end;
+        call->sent[k]++;
+    }
+    if (ch->finish != SCHED_RUNNING && ch->finish != SCHED_ERROR && !call->fin_sent[k]) {
+        size_t rest = ch->text_len - call->sent_text[k];
+        send_chunk(call, k, rest ? ch->text + call->sent_text[k] : NULL, rest, false, api_finish_name(ch->finish),
+                   NULL);
+        call->sent_text[k] = ch->text_len;
+        call->fin_sent[k] = true;
+    }
+    return true;
 }
 
 /* Streams what is new. Returns false when it stopped for backpressure. */
 static bool stream_progress(struct api_call *call)
 {
-    struct server *srv = call->srv;
     for (int i = 0; i < call->n_reqs; i++) {
-        struct sched_req *r = call->reqs[i];
-        pthread_mutex_lock(&r->mu);
-        if (r->version == call->seen[i]) {
-            pthread_mutex_unlock(&r->mu);
+        struct sched_req_status st;
+        sched_req_status_get(call->reqs[i], &st);
+        if (st.version == call->seen[i])
             continue;
-        }
-        for (int c = 0; c < r->n_choices; c++) {
-            int k = i * call->n + c;
-            struct sched_choice *ch = &r->choices[c];
-            while (call->sent[k] < ch->n_toks) {
-                if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES) {
-                    pthread_mutex_unlock(&r->mu);
-                    return false;
-                }
-                const struct sched_token *t = &ch->toks[call->sent[k]];
-                size_t end = t->text_off + t->text_len;
-                json_t *lp = NULL;
-                if (call->logprobs >= 0)
-                    logprobs_add(srv, call, ch, t, call->sent_text[k], &lp);
-                if (end > call->sent_text[k] || lp)
-                    send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp);
-                if (end > call->sent_text[k])
-                    call->sent_text[k] = end;
-                call->sent[k]++;
-            }
-            if (ch->finish != SCHED_RUNNING && ch->finish != SCHED_ERROR && !call->fin_sent[k]) {
-                size_t rest = ch->text_len - call->sent_text[k];
-                send_chunk(call, k, rest ? ch->text + call->sent_text[k] : NULL, rest, false,
-                           api_finish_name(ch->finish), NULL);
-                call->sent_text[k] = ch->text_len;
-                call->fin_sent[k] = true;
-            }
-        }
-        call->seen[i] = r->version;
-        pthread_mutex_unlock(&r->mu);
+        /* the read sees at least this version: a later append changes the version and is read next time */
+        struct read_ctx rc = {.call = call, .i = i};
+        if (!sched_req_read(call->reqs[i], stream_choice, &rc))
+            return false;
+        call->seen[i] = st.version;
     }
     return true;
 }
@@ -213,108 +209,92 @@ static bool all_finished(struct api_call *call, int *error, char *msg, size_t ms
     bool done = true;
     *error = 0;
     for (int i = 0; i < call->n_reqs; i++) {
-        struct sched_req *r = call->reqs[i];
-        pthread_mutex_lock(&r->mu);
-        done &= r->finished;
-        if (r->finished && r->error && !*error) {
-            *error = r->error;
-            snprintf(msg, msg_cap, "%s", r->errmsg);
+        struct sched_req_status st;
+        sched_req_status_get(call->reqs[i], &st);
+        done &= st.finished;
+        if (st.finished && st.error && !*error) {
+            *error = st.error;
+            snprintf(msg, msg_cap, "%s", st.errmsg);
         }
-        pthread_mutex_unlock(&r->mu);
     }
     return done;
 }
 
+/* Appends choice c of request i, whole, to the response's choices. */
+static bool full_choice(void *ctx, int c, const struct sched_choice *ch)
+{
+    struct read_ctx *rc = ctx;
+    struct api_call *call = rc->call;
+    int i = rc->i;
+    json_t *lp = NULL;
+    size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+    for (int t = 0; call->logprobs >= 0 && t < ch->n_toks; t++)
+        logprobs_add(call->srv, call, ch, &ch->toks[t], echo_len + ch->toks[t].text_off, &lp);
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(i * call->n + c));
+    if (call->route == ROUTE_CHAT) {
+        json_t *m = json_object();
+        json_object_set_new(m, "role", json_string("assistant"));
+        json_object_set_new(m, "content", api_json_text(ch->text ? ch->text : "", ch->text_len));
+        json_object_set_new(choice, "message", m);
+    } else if (echo_len) {
+        char *full = malloc(echo_len + ch->text_len + 1);
+        if (full) {
+            memcpy(full, call->echo_text[i], echo_len);
+            if (ch->text_len)
+                memcpy(full + echo_len, ch->text, ch->text_len);
+            json_object_set_new(choice, "text", api_json_text(full, echo_len + ch->text_len));
+            free(full);
+        }
+    } else {
+        json_object_set_new(choice, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+    }
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    const char *fin = api_finish_name(ch->finish);
+    json_object_set_new(choice, "finish_reason", json_string(fin ? fin : "length"));
+    json_array_append_new(rc->choices, choice);
+    return true;
+}
+
 static void respond_full(struct api_call *call)
 {
-    struct server *srv = call->srv;
     json_t *o = envelope(call, false);
     json_t *choices = json_array();
     for (int i = 0; i < call->n_reqs; i++) {
-        struct sched_req *r = call->reqs[i];
-        pthread_mutex_lock(&r->mu);
-        for (int c = 0; c < r->n_choices; c++) {
-            struct sched_choice *ch = &r->choices[c];
-            json_t *lp = NULL;
-            size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
-            for (int t = 0; call->logprobs >= 0 && t < ch->n_toks; t++)
-                logprobs_add(srv, call, ch, &ch->toks[t], echo_len + ch->toks[t].text_off, &lp);
-            json_t *choice = json_object();
-            json_object_set_new(choice, "index", json_integer(i * call->n + c));
-            if (call->route == ROUTE_CHAT) {
-                json_t *m = json_object();
-                json_object_set_new(m, "role", json_string("assistant"));
-                json_object_set_new(m, "content", api_json_text(ch->text ? ch->text : "", ch->text_len));
-                json_object_set_new(choice, "message", m);
-            } else if (echo_len) {
-                char *full = malloc(echo_len + ch->text_len + 1);
-                if (full) {
-                    memcpy(full, call->echo_text[i], echo_len);
-                    if (ch->text_len)
-                        memcpy(full + echo_len, ch->text, ch->text_len);
-                    json_object_set_new(choice, "text", api_json_text(full, echo_len + ch->text_len));
-                    free(full);
-                }
-            } else {
-                json_object_set_new(choice, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
-            }
-            json_object_set_new(choice, "logprobs", lp ? lp : json_null());
-            const char *fin = api_finish_name(ch->finish);
-            json_object_set_new(choice, "finish_reason", json_string(fin ? fin : "length"));
-            json_array_append_new(choices, choice);
-        }
-        pthread_mutex_unlock(&r->mu);
+        struct read_ctx rc = {.call = call, .i = i, .choices = choices};
+        sched_req_read(call->reqs[i], full_choice, &rc);
     }
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(call));
-    call->status = 200;
-    call->answered = true;
-    api_respond_json(srv, call->conn, call->route, 200, o);
+    api_call_respond_json(call, o);
 }
 
-void api_openai_pump(struct api_call *call)
+static void openai_pump(struct api_call *call)
 {
-    struct server *srv = call->srv;
     int error;
     char msg[256];
+    /* finished is read before the output: once every request said so, the reads below see all of it */
+    bool done = all_finished(call, &error, msg, sizeof msg);
     if (call->stream) {
-        if (!stream_progress(call))
-            return;
-        if (!all_finished(call, &error, msg, sizeof msg))
+        if (!stream_progress(call) || !done)
             return;
         if (error)
-            send_event_json(call, error_object(error, msg));
+            api_sse_send(call->conn, api_error_json(error, NULL, NULL, msg));
         else if (call->include_usage) {
             json_t *o = envelope(call, true);
             json_object_set_new(o, "choices", json_array());
             json_object_set_new(o, "usage", usage_json(call));
-            send_event_json(call, o);
+            api_sse_send(call->conn, o);
         }
-        http_stream_write(call->conn, "data: [DONE]\n\n", 14);
-        http_stream_end(call->conn);
-        call->status = error ? err_http_status(error) : 200;
-        call->answered = true;
-        metrics_request(srv->metrics, api_route_name(call->route), call->status);
-        api_call_finish(call);
+        api_call_stream_end(call, error ? err_http_status(error) : 200);
         return;
     }
-    if (!all_finished(call, &error, msg, sizeof msg))
+    if (!done)
         return;
-    if (error) {
+    if (error)
         api_call_respond_error(call, error, msg);
-    } else {
+    else
         respond_full(call);
-    }
-    api_call_finish(call);
-}
-
-/* Fails a call before anything was sent. */
-static void call_fail(struct api_call *call, const struct api_error *e)
-{
-    api_respond_api_error(call->srv, call->conn, call->route, e);
-    call->answered = true;
-    call->logged = true;
-    api_call_finish(call);
 }
 
 void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat)
@@ -338,7 +318,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
         return;
     }
     int n_prompts = chat ? 1 : g.n_prompts;
-    struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts);
+    struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts, openai_pump);
     if (!call) {
         api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
         gen_request_deinit(&g);
@@ -358,7 +338,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
                                                    srv->eos_text, err);
             if (!chat_prompt.text) {
                 api_error_set(&e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
-                call_fail(call, &e);
+                api_call_fail(call, &e);
                 gen_request_deinit(&g);
                 return;
             }
@@ -390,7 +370,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
         free(toks);
         free(chat_prompt.text);
         if (!r) {
-            call_fail(call, &e);
+            api_call_fail(call, &e);
             gen_request_deinit(&g);
             return;
         }
@@ -400,8 +380,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
     if (!api_call_submit(call))
         return;
     if (call->stream) {
-        http_stream_begin(c, 200, "text/event-stream", call->cors);
-        call->began = true;
+        api_call_stream_begin(call);
         if (chat)
             for (int k = 0; k < call->n_reqs * call->n; k++)
                 send_chunk(call, k, NULL, 0, true, NULL, NULL);

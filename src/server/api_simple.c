@@ -18,159 +18,139 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *usage_of(struct sched_req *r)
+static json_t *usage_of(const struct sched_req *r, const struct sched_req_status *st)
 {
-    int gen = 0;
-    for (int c = 0; c < r->n_choices; c++)
-        gen += r->choices[c].n_toks;
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(r->n_prompt));
-    json_object_set_new(u, "completion_tokens", json_integer(gen));
-    json_object_set_new(u, "total_tokens", json_integer(r->n_prompt + gen));
+    json_object_set_new(u, "completion_tokens", json_integer(st->n_generated));
+    json_object_set_new(u, "total_tokens", json_integer(r->n_prompt + st->n_generated));
     json_t *d = json_object();
-    json_object_set_new(d, "cached_tokens", json_integer(r->cached_tokens));
+    json_object_set_new(d, "cached_tokens", json_integer(st->cached_tokens));
     json_object_set_new(u, "prompt_tokens_details", d);
     return u;
 }
 
-static json_t *error_json(int code, const char *param, const char *oa_code, const char *msg)
-{
-    json_t *e = json_object();
-    json_object_set_new(e, "message", api_json_text(msg, strlen(msg)));
-    json_object_set_new(e, "type", json_string(err_openai_type(code)));
-    json_object_set_new(e, "param", param && *param ? json_string(param) : json_null());
-    json_object_set_new(e, "code", json_string(oa_code ? oa_code : err_name(code)));
-    json_t *o = json_object();
-    json_object_set_new(o, "error", e);
-    return o;
-}
+/* The one choice of a simple request, read under the request's lock: new token events for a stream, and the
+ * result once the request finished. */
+struct simple_read {
+    struct api_call *call;
+    const struct sched_req *r;
+    const struct sched_req_status *st; /* read before the choice: when finished, the choice is final */
+    bool stream;
+    json_t *result; /* {text, tokens, finish_reason, usage} (finished) or the last stream event */
+};
 
-/* {text, tokens, finish_reason, usage} of a finished request (lock held by the caller). */
-static json_t *result_json(struct sched_req *r)
+static bool simple_read_choice(void *ctx, int c, const struct sched_choice *ch)
 {
-    if (r->error)
-        return error_json(r->error, NULL, NULL, r->errmsg);
-    struct sched_choice *ch = &r->choices[0];
-    json_t *o = json_object();
-    json_object_set_new(o, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
-    json_t *ids = json_array();
-    for (int t = 0; t < ch->n_toks; t++)
-        json_array_append_new(ids, json_integer(ch->toks[t].id));
-    json_object_set_new(o, "tokens", ids);
-    const char *fin = api_finish_name(ch->finish);
-    json_object_set_new(o, "finish_reason", json_string(fin ? fin : "length"));
-    json_object_set_new(o, "usage", usage_of(r));
-    return o;
-}
-
-static void send_event(struct api_call *call, json_t *o) { api_sse_send(call->conn, o); }
-
-static void simple_stream_pump(struct api_call *call)
-{
-    struct sched_req *r = call->reqs[0];
-    pthread_mutex_lock(&r->mu);
-    struct sched_choice *ch = &r->choices[0];
-    while (call->sent[0] < ch->n_toks) {
-        if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES) {
-            pthread_mutex_unlock(&r->mu);
-            return;
+    struct simple_read *sr = ctx;
+    struct api_call *call = sr->call;
+    if (c > 0)
+        return true; /* the simple API has one choice */
+    if (sr->stream) {
+        while (call->sent[0] < ch->n_toks) {
+            if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
+                return false;
+            const struct sched_token *t = &ch->toks[call->sent[0]];
+            size_t end = t->text_off + t->text_len;
+            json_t *o = json_object(), *tok = json_object();
+            json_object_set_new(tok, "id", json_integer(t->id));
+            json_object_set_new(tok, "text", api_json_text(ch->text + call->sent_text[0], end - call->sent_text[0]));
+            json_object_set_new(o, "token", tok);
+            api_sse_send(call->conn, o);
+            call->sent_text[0] = end > call->sent_text[0] ? end : call->sent_text[0];
+            call->sent[0]++;
         }
-        const struct sched_token *t = &ch->toks[call->sent[0]];
-        size_t end = t->text_off + t->text_len;
-        json_t *o = json_object(), *tok = json_object();
-        json_object_set_new(tok, "id", json_integer(t->id));
-        json_object_set_new(tok, "text", api_json_text(ch->text + call->sent_text[0], end - call->sent_text[0]));
-        json_object_set_new(o, "token", tok);
-        send_event(call, o);
-        call->sent_text[0] = end > call->sent_text[0] ? end : call->sent_text[0];
-        call->sent[0]++;
     }
-    if (!r->finished) {
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    json_t *last;
-    int status = 200;
-    if (r->error) {
-        last = error_json(r->error, NULL, NULL, r->errmsg);
-        status = err_http_status(r->error);
-    } else {
-        last = json_object();
+    if (!sr->st->finished || sr->st->error)
+        return true;
+    json_t *o = json_object();
+    const char *fin = api_finish_name(ch->finish);
+    if (sr->stream) {
         size_t rest = ch->text_len - call->sent_text[0];
         if (rest) { /* bytes released only at the end (held for a possible stop string) */
             json_t *tok = json_object();
             json_object_set_new(tok, "id", json_null());
             json_object_set_new(tok, "text", api_json_text(ch->text + call->sent_text[0], rest));
-            json_object_set_new(last, "token", tok);
+            json_object_set_new(o, "token", tok);
         }
-        const char *fin = api_finish_name(ch->finish);
-        json_object_set_new(last, "finish_reason", json_string(fin ? fin : "length"));
-        json_object_set_new(last, "generated_text", api_json_text(ch->text ? ch->text : "", ch->text_len));
-        json_object_set_new(last, "usage", usage_of(r));
+        json_object_set_new(o, "finish_reason", json_string(fin ? fin : "length"));
+        json_object_set_new(o, "generated_text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+    } else {
+        json_object_set_new(o, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
+        json_t *ids = json_array();
+        for (int t = 0; t < ch->n_toks; t++)
+            json_array_append_new(ids, json_integer(ch->toks[t].id));
+        json_object_set_new(o, "tokens", ids);
+        json_object_set_new(o, "finish_reason", json_string(fin ? fin : "length"));
     }
-    pthread_mutex_unlock(&r->mu);
-    send_event(call, last);
-    http_stream_write(call->conn, "data: [DONE]\n\n", 14);
-    http_stream_end(call->conn);
-    call->status = status;
-    call->answered = true;
-    metrics_request(call->srv->metrics, api_route_name(call->route), status);
-    api_call_finish(call);
+    json_object_set_new(o, "usage", usage_of(sr->r, sr->st));
+    sr->result = o;
+    return true;
 }
 
-void api_simple_pump(struct api_call *call)
+/* {text, tokens, finish_reason, usage} or {error} of a finished request. */
+static json_t *result_json(struct api_call *call, struct sched_req *r)
+{
+    struct sched_req_status st;
+    sched_req_status_get(r, &st);
+    if (st.error)
+        return api_error_json(st.error, NULL, NULL, st.errmsg);
+    struct simple_read sr = {.call = call, .r = r, .st = &st};
+    sched_req_read(r, simple_read_choice, &sr);
+    return sr.result ? sr.result : json_object();
+}
+
+static void simple_stream_pump(struct api_call *call)
+{
+    struct sched_req *r = call->reqs[0];
+    struct sched_req_status st;
+    sched_req_status_get(r, &st);
+    struct simple_read sr = {.call = call, .r = r, .st = &st, .stream = true};
+    if (!sched_req_read(r, simple_read_choice, &sr) || !st.finished)
+        return;
+    if (st.error)
+        api_sse_send(call->conn, api_error_json(st.error, NULL, NULL, st.errmsg));
+    else
+        api_sse_send(call->conn, sr.result ? sr.result : json_object());
+    api_call_stream_end(call, st.error ? err_http_status(st.error) : 200);
+}
+
+static void simple_pump(struct api_call *call)
 {
     if (call->stream) {
         simple_stream_pump(call);
         return;
     }
     for (int i = 0; i < call->n_reqs; i++) {
-        struct sched_req *r = call->reqs[i];
-        if (!r)
+        if (!call->reqs[i])
             continue;
-        pthread_mutex_lock(&r->mu);
-        bool f = r->finished;
-        pthread_mutex_unlock(&r->mu);
-        if (!f)
+        struct sched_req_status st;
+        sched_req_status_get(call->reqs[i], &st);
+        if (!st.finished)
             return;
     }
     if (call->route == ROUTE_GENERATE) {
-        struct sched_req *r = call->reqs[0];
-        pthread_mutex_lock(&r->mu);
-        int error = r->error;
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", r->errmsg);
-        json_t *o = error ? NULL : result_json(r);
-        pthread_mutex_unlock(&r->mu);
-        if (error) {
-            api_call_respond_error(call, error, msg);
-        } else {
-            call->status = 200;
-            call->answered = true;
-            api_respond_json(call->srv, call->conn, call->route, 200, o);
-        }
-        api_call_finish(call);
+        struct sched_req_status st;
+        sched_req_status_get(call->reqs[0], &st);
+        if (st.error)
+            api_call_respond_error(call, st.error, st.errmsg);
+        else
+            api_call_respond_json(call, result_json(call, call->reqs[0]));
         return;
     }
     /* batch: every item in request order, each with its own result or error */
     json_t *results = json_array();
     for (int i = 0; i < call->n_reqs; i++) {
-        struct sched_req *r = call->reqs[i];
-        if (!r) {
+        if (!call->reqs[i]) {
             const struct api_error *e = &call->item_errs[i];
-            json_array_append_new(results, error_json(e->code, e->param, e->oa_code, e->message));
+            json_array_append_new(results, api_error_json(e->code, e->param, e->oa_code, e->message));
             continue;
         }
-        pthread_mutex_lock(&r->mu);
-        json_array_append_new(results, result_json(r));
-        pthread_mutex_unlock(&r->mu);
+        json_array_append_new(results, result_json(call, call->reqs[i]));
     }
     json_t *o = json_object();
     json_object_set_new(o, "results", results);
-    call->status = 200;
-    call->answered = true;
-    api_respond_json(call->srv, call->conn, call->route, 200, o);
-    api_call_finish(call);
+    api_call_respond_json(call, o);
 }
 
 /* Tokenizes, checks the context and builds the scheduler request of one simple-API item. */
@@ -201,7 +181,7 @@ static void start_single(struct server *srv, struct http_conn *c, enum api_route
         api_respond_api_error(srv, c, route, &e);
         return;
     }
-    struct api_call *call = api_call_create(srv, c, route, API_GENERATE, 1);
+    struct api_call *call = api_call_create(srv, c, route, API_GENERATE, 1, simple_pump);
     if (!call) {
         sched_req_unref(r);
         api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
@@ -211,10 +191,8 @@ static void start_single(struct server *srv, struct http_conn *c, enum api_route
     call->stream = g->stream;
     if (!api_call_submit(call))
         return;
-    if (call->stream) {
-        http_stream_begin(c, 200, "text/event-stream", call->cors);
-        call->began = true;
-    }
+    if (call->stream)
+        api_call_stream_begin(call);
 }
 
 void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req)
@@ -251,7 +229,7 @@ void api_batch_generate(struct server *srv, struct http_conn *c, const struct ht
         api_respond_api_error(srv, c, ROUTE_BATCH, &e);
         return;
     }
-    struct api_call *call = api_call_create(srv, c, ROUTE_BATCH, API_GENERATE, n);
+    struct api_call *call = api_call_create(srv, c, ROUTE_BATCH, API_GENERATE, n, simple_pump);
     if (!call) {
         gen_request_batch_free(items, errs, n);
         api_respond_error(srv, c, ROUTE_BATCH, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");

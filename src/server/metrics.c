@@ -5,6 +5,8 @@
  */
 #include "server/metrics.h"
 
+#include "engine/scheduler.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -153,6 +155,57 @@ void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds)
     hg->count++;
     pthread_mutex_unlock(&m->mu);
 }
+
+/* ---------------------------------------------------------------- the scheduler's observer */
+
+static int metrics_counter_of(enum sched_counter c)
+{
+    switch (c) {
+    case SCHED_CTR_PROMPT_TOKENS: return MC_PROMPT_TOKENS;
+    case SCHED_CTR_GENERATED_TOKENS: return MC_GENERATED_TOKENS;
+    case SCHED_CTR_PREFIX_QUERIES: return MC_PREFIX_QUERIES;
+    case SCHED_CTR_PREFIX_HITS: return MC_PREFIX_HITS;
+    case SCHED_CTR_PREFIX_HIT_TOKENS: return MC_PREFIX_HIT_TOKENS;
+    case SCHED_CTR_PREEMPTIONS: return MC_PREEMPTIONS;
+    case SCHED_CTR_CANCELLED: return MC_CANCELLED;
+    case SCHED_CTR_TIMEOUTS: return MC_TIMEOUTS;
+    case SCHED_CTR_REJECTED_QUEUE_FULL: return MC_REJECTED_QUEUE_FULL;
+    case SCHED_CTR_ENGINE_STEPS: return MC_ENGINE_STEPS;
+    default: return -1;
+    }
+}
+
+static int metrics_hist_of(enum sched_timing t)
+{
+    switch (t) {
+    case SCHED_TIM_TTFT: return MH_TTFT;
+    case SCHED_TIM_ITL: return MH_ITL;
+    case SCHED_TIM_E2E: return MH_E2E;
+    case SCHED_TIM_QUEUE: return MH_QUEUE;
+    default: return -1;
+    }
+}
+
+static void metrics_on_count(void *ctx, enum sched_counter c, int64_t v)
+{
+    int mc = metrics_counter_of(c);
+    if (mc >= 0)
+        metrics_add(ctx, (enum metrics_counter)mc, v);
+}
+
+static void metrics_on_observe(void *ctx, enum sched_timing t, double seconds)
+{
+    int mh = metrics_hist_of(t);
+    if (mh >= 0)
+        metrics_observe(ctx, (enum metrics_hist)mh, seconds);
+}
+
+void metrics_sched_observer(struct metrics *m, struct sched_observer *obs)
+{
+    *obs = (struct sched_observer){.ctx = m, .count = metrics_on_count, .observe = metrics_on_observe};
+}
+
+/* ---------------------------------------------------------------- rendering */
 
 /* A growable output string. */
 struct metrics_buf {

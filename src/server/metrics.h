@@ -4,7 +4,9 @@
  * thread: counters are atomics, histograms and the per-endpoint table take one short mutex.
  *
  * Gauges that belong to other parts (running and waiting requests, KV blocks, connections) are not stored
- * here: the caller passes a snapshot to metrics_render.
+ * here: the caller passes a snapshot to metrics_render. What the engine measures (tokens, prefix cache,
+ * latencies) arrives through the scheduler's observer interface, which metrics_sched_observer implements: the
+ * engine never names a server metric.
  */
 #ifndef WAFER_SERVER_METRICS_H
 #define WAFER_SERVER_METRICS_H
@@ -46,6 +48,7 @@ struct metrics_gauges {
 };
 
 struct metrics;
+struct sched_observer;
 
 /* NULL on OOM. Caller frees with metrics_destroy. */
 struct metrics *metrics_create(void);
@@ -56,6 +59,10 @@ void metrics_request(struct metrics *m, const char *endpoint, int status);
 void metrics_add(struct metrics *m, enum metrics_counter c, int64_t v);
 int64_t metrics_get(const struct metrics *m, enum metrics_counter c);
 void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds);
+
+/* Fills obs so that the scheduler's measures land in m's counters and histograms (its enums map onto
+ * MC_* and MH_*; measures without a metric are dropped). m must outlive the scheduler given obs. */
+void metrics_sched_observer(struct metrics *m, struct sched_observer *obs);
 
 /* Renders everything into a malloc'd NUL-terminated string (caller frees); NULL on OOM. */
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *len);

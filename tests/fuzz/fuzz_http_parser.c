@@ -11,7 +11,7 @@
  * Any violation aborts, which libFuzzer reports as a crash with the input saved.
  */
 #include "core/err.h"
-#include "server/http.h"
+#include "core/http.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
-#include "server/http.h"
+#include "core/http.h"
 
 #include <stdio.h>
 #include <stdlib.h>

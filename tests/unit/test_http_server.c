@@ -8,7 +8,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
-#include "server/http.h"
+#include "core/http.h"
 
 #include <errno.h>
 #include <jansson.h>

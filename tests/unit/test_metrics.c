@@ -1,6 +1,8 @@
-/* Tests for the Prometheus rendering: counters by endpoint/status, gauges, cumulative histogram buckets. */
+/* Tests for the Prometheus rendering: counters by endpoint/status, gauges, cumulative histogram buckets; and
+ * the scheduler's observer landing each engine measure in its own Prometheus metric. */
 #include "testutil.h"
 
+#include "engine/scheduler.h"
 #include "server/metrics.h"
 
 #include <stdio.h>
@@ -63,8 +65,58 @@ static void test_render(void **state)
     metrics_destroy(m);
 }
 
+static void test_sched_observer(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_create();
+    assert_non_null(m);
+    struct sched_observer obs;
+    metrics_sched_observer(m, &obs);
+    /* a distinct value per counter, so a counter mapped onto the wrong metric shows */
+    static const char *const names[SCHED_CTR_COUNT_] = {
+        [SCHED_CTR_PROMPT_TOKENS] = "wafer_prompt_tokens_total",
+        [SCHED_CTR_GENERATED_TOKENS] = "wafer_generation_tokens_total",
+        [SCHED_CTR_PREFIX_QUERIES] = "wafer_prefix_cache_queries_total",
+        [SCHED_CTR_PREFIX_HITS] = "wafer_prefix_cache_hits_total",
+        [SCHED_CTR_PREFIX_HIT_TOKENS] = "wafer_prefix_cache_hit_tokens_total",
+        [SCHED_CTR_PREEMPTIONS] = "wafer_preemptions_total",
+        [SCHED_CTR_CANCELLED] = "wafer_requests_cancelled_total",
+        [SCHED_CTR_TIMEOUTS] = "wafer_requests_timed_out_total",
+        [SCHED_CTR_REJECTED_QUEUE_FULL] = "wafer_requests_rejected_total",
+        [SCHED_CTR_ENGINE_STEPS] = "wafer_engine_steps_total",
+    };
+    for (int c = 0; c < SCHED_CTR_COUNT_; c++)
+        obs.count(obs.ctx, (enum sched_counter)c, 100 + c);
+    static const char *const hists[SCHED_TIM_COUNT_] = {
+        [SCHED_TIM_TTFT] = "wafer_time_to_first_token_seconds",
+        [SCHED_TIM_ITL] = "wafer_inter_token_latency_seconds",
+        [SCHED_TIM_E2E] = "wafer_request_duration_seconds",
+        [SCHED_TIM_QUEUE] = "wafer_queue_time_seconds",
+    };
+    for (int t = 0; t < SCHED_TIM_COUNT_; t++)
+        for (int k = 0; k <= t; k++)
+            obs.observe(obs.ctx, (enum sched_timing)t, 0.5);
+    struct metrics_gauges g = {0};
+    char *text = metrics_render(m, &g, NULL);
+    assert_non_null(text);
+    for (int c = 0; c < SCHED_CTR_COUNT_; c++) {
+        assert_non_null(names[c]); /* a new counter needs its line here and in metrics.c */
+        char line[128];
+        snprintf(line, sizeof line, "%s %d", names[c], 100 + c);
+        assert_line(text, line);
+    }
+    for (int t = 0; t < SCHED_TIM_COUNT_; t++) {
+        assert_non_null(hists[t]);
+        char line[128];
+        snprintf(line, sizeof line, "%s_count %d", hists[t], t + 1);
+        assert_line(text, line);
+    }
+    free(text);
+    metrics_destroy(m);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render), cmocka_unit_test(test_sched_observer)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

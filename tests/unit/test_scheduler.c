@@ -1,16 +1,18 @@
 /* Tests for the scheduler on the real stories260K model: greedy output equals a plain engine loop, equal
  * alone and in a batch, n > 1 choices, stop strings, cancellation and deadlines (queued and running), queue
- * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). */
+ * bound, prefix reuse, and preemption when the KV pool is too small for everyone (outputs unchanged). What
+ * the scheduler measures is read through a test observer (the engine knows no server metrics). */
 #include "testutil.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "server/metrics.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,12 +33,46 @@ static void on_notify(void *ctx)
     pthread_mutex_unlock(&notify_mu);
 }
 
-static bool req_finished(struct sched_req *r)
+/* The request as a reader sees it (the test reads requests as the server does: through functions). */
+static struct sched_req_status req_status(struct sched_req *r)
 {
-    pthread_mutex_lock(&r->mu);
-    bool f = r->finished;
-    pthread_mutex_unlock(&r->mu);
-    return f;
+    struct sched_req_status st;
+    sched_req_status_get(r, &st);
+    return st;
+}
+
+static bool req_finished(struct sched_req *r) { return req_status(r).finished; }
+
+/* A copy of one choice's output. */
+struct choice_copy {
+    int want; /* the choice to copy */
+    int32_t ids[512];
+    int n_toks;
+    char text[2048];
+    size_t text_len;
+    enum sched_finish finish;
+};
+
+static bool copy_choice(void *ctx, int c, const struct sched_choice *ch)
+{
+    struct choice_copy *cc = ctx;
+    if (c != cc->want)
+        return true;
+    cc->n_toks = ch->n_toks < 512 ? ch->n_toks : 512;
+    for (int i = 0; i < cc->n_toks; i++)
+        cc->ids[i] = ch->toks[i].id;
+    cc->text_len = ch->text_len < sizeof cc->text ? ch->text_len : sizeof cc->text;
+    if (cc->text_len)
+        memcpy(cc->text, ch->text, cc->text_len);
+    cc->finish = ch->finish;
+    return false;
+}
+
+static void req_choice(struct sched_req *r, int c, struct choice_copy *out)
+{
+    memset(out, 0, sizeof *out);
+    out->want = c;
+    sched_req_read(r, copy_choice, out);
 }
 
 static void wait_finished(struct sched_req *r)
@@ -46,12 +82,36 @@ static void wait_finished(struct sched_req *r)
     assert_true(req_finished(r));
 }
 
+/* Sums of what the scheduler reported through its observer. */
+struct test_obs {
+    _Atomic int64_t count[SCHED_CTR_COUNT_];
+    _Atomic int64_t n_timed[SCHED_TIM_COUNT_];
+    _Atomic int negative; /* durations below zero (must stay 0) */
+};
+
+static void test_obs_count(void *ctx, enum sched_counter c, int64_t v)
+{
+    struct test_obs *o = ctx;
+    atomic_fetch_add(&o->count[c], v);
+}
+
+static void test_obs_observe(void *ctx, enum sched_timing t, double seconds)
+{
+    struct test_obs *o = ctx;
+    atomic_fetch_add(&o->n_timed[t], 1);
+    if (!(seconds >= 0))
+        atomic_fetch_add(&o->negative, 1);
+}
+
 struct fixture {
     struct model *m;
     struct engine *e;
     struct scheduler *s;
-    struct metrics *metrics;
+    struct test_obs obs;
 };
+
+static int64_t obs_count(struct fixture *f, enum sched_counter c) { return atomic_load(&f->obs.count[c]); }
+static int64_t obs_timed(struct fixture *f, enum sched_timing t) { return atomic_load(&f->obs.n_timed[t]); }
 
 static void fixture_up_model(struct fixture *f, const char *model, int max_batch, int max_queue, int64_t kv_blocks,
                              int chunk)
@@ -68,13 +128,14 @@ static void fixture_up_model(struct fixture *f, const char *model, int max_batch
     ep.kv_blocks = kv_blocks;
     f->e = engine_create(f->m, &ep, err);
     assert_non_null(f->e);
-    f->metrics = metrics_create();
+    memset(&f->obs, 0, sizeof f->obs);
+    struct sched_observer obs = {.ctx = &f->obs, .count = test_obs_count, .observe = test_obs_observe};
     struct sched_params sp;
     sched_params_default(&sp);
     sp.max_batch_size = max_batch;
     sp.max_queue = max_queue;
     sp.prefill_chunk = chunk;
-    f->s = scheduler_create(f->e, f->m->tok, &sp, f->metrics, on_notify, NULL, err);
+    f->s = scheduler_create(f->e, f->m->tok, &sp, &obs, on_notify, NULL, err);
     if (!f->s)
         print_error("%s\n", err);
     assert_non_null(f->s);
@@ -90,7 +151,7 @@ static void fixture_down(struct fixture *f)
 {
     scheduler_destroy(f->s);
     engine_destroy(f->e);
-    metrics_destroy(f->metrics);
+    assert_int_equal(atomic_load(&f->obs.negative), 0);
     model_destroy(f->m);
 }
 
@@ -109,18 +170,17 @@ static struct sched_req *make_req(const struct model *m, const char *prompt, int
     assert_non_null(r);
     r->max_tokens = max_tokens;
     r->sp.temperature = 0;
-    r->t_arrival = sched_now_ns();
+    r->t_arrival = clock_now_ns();
     return r;
 }
 
 /* Generated token ids of choice c (copy). */
 static int req_tokens(struct sched_req *r, int c, int32_t *out, int cap)
 {
-    pthread_mutex_lock(&r->mu);
-    int n = r->choices[c].n_toks < cap ? r->choices[c].n_toks : cap;
-    for (int i = 0; i < n; i++)
-        out[i] = r->choices[c].toks[i].id;
-    pthread_mutex_unlock(&r->mu);
+    struct choice_copy cc;
+    req_choice(r, c, &cc);
+    int n = cc.n_toks < cap ? cc.n_toks : cap;
+    memcpy(out, cc.ids, (size_t)n * sizeof *out);
     return n;
 }
 
@@ -178,12 +238,14 @@ static void test_matches_reference_and_batch(void **state)
     struct sched_req *r = make_req(f.m, prompts[0], 40, 1);
     assert_int_equal(scheduler_submit(f.s, r), 0);
     wait_finished(r);
-    assert_int_equal(r->error, 0);
+    assert_int_equal(req_status(r).error, 0);
     int n = req_tokens(r, 0, got, 64);
     assert_int_equal(n, nref[0]);
     assert_memory_equal(got, ref[0], (size_t)n * sizeof *got);
-    assert_true(r->choices[0].finish == SCHED_STOP || r->choices[0].finish == SCHED_LENGTH);
-    assert_true(r->choices[0].text_len > 0);
+    struct choice_copy cc;
+    req_choice(r, 0, &cc);
+    assert_true(cc.finish == SCHED_STOP || cc.finish == SCHED_LENGTH);
+    assert_true(cc.text_len > 0);
     sched_req_unref(r);
     /* eight at once */
     struct sched_req *rs[8];
@@ -193,7 +255,7 @@ static void test_matches_reference_and_batch(void **state)
     }
     for (int i = 0; i < 8; i++) {
         wait_finished(rs[i]);
-        assert_int_equal(rs[i]->error, 0);
+        assert_int_equal(req_status(rs[i]).error, 0);
         n = req_tokens(rs[i], 0, got, 64);
         if (n != nref[i] || memcmp(got, ref[i], (size_t)n * sizeof *got))
             print_error("request %d differs from its reference in a batch\n", i);
@@ -205,8 +267,17 @@ static void test_matches_reference_and_batch(void **state)
     scheduler_stats(f.s, &st);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.kv_blocks_used, 0);
-    /* the first request's prompt was cached: usage reports it */
-    assert_true(metrics_get(f.metrics, MC_PREFIX_QUERIES) == 9);
+    /* every request was measured once at admission, first token and end; tokens add up */
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_QUERIES), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_QUEUE), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_TTFT), 9);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_E2E), 9);
+    int64_t gen = nref[0];
+    for (int i = 0; i < 8; i++)
+        gen += nref[i];
+    assert_int_equal(obs_count(&f, SCHED_CTR_GENERATED_TOKENS), gen);
+    assert_int_equal(obs_timed(&f, SCHED_TIM_ITL), gen - 9);
+    assert_true(obs_count(&f, SCHED_CTR_ENGINE_STEPS) > 0);
     fixture_down(&f);
 }
 
@@ -220,7 +291,7 @@ static void test_n_choices_and_stop(void **state)
     struct sched_req *r = make_req(f.m, prompts[2], 30, 3);
     assert_int_equal(scheduler_submit(f.s, r), 0);
     wait_finished(r);
-    assert_int_equal(r->error, 0);
+    assert_int_equal(req_status(r).error, 0);
     for (int c = 0; c < 3; c++) {
         int n = req_tokens(r, c, got, 64);
         assert_int_equal(n, nref);
@@ -228,8 +299,10 @@ static void test_n_choices_and_stop(void **state)
     }
     /* stop string: the text ends before it and the finish reason is stop */
     char full[1024];
-    size_t fl = r->choices[0].text_len < sizeof full - 1 ? r->choices[0].text_len : sizeof full - 1;
-    memcpy(full, r->choices[0].text, fl);
+    struct choice_copy cc;
+    req_choice(r, 0, &cc);
+    size_t fl = cc.text_len < sizeof full - 1 ? cc.text_len : sizeof full - 1;
+    memcpy(full, cc.text, fl);
     full[fl] = 0;
     sched_req_unref(r);
     assert_true(fl > 12);
@@ -242,9 +315,10 @@ static void test_n_choices_and_stop(void **state)
     assert_int_equal(sched_req_set_stop(r2, stops, 1), 0);
     assert_int_equal(scheduler_submit(f.s, r2), 0);
     wait_finished(r2);
-    assert_int_equal(r2->choices[0].finish, SCHED_STOP);
-    assert_int_equal(r2->choices[0].text_len, (size_t)(first - full));
-    assert_memory_equal(r2->choices[0].text, full, (size_t)(first - full));
+    req_choice(r2, 0, &cc);
+    assert_int_equal(cc.finish, SCHED_STOP);
+    assert_int_equal(cc.text_len, (size_t)(first - full));
+    assert_memory_equal(cc.text, full, (size_t)(first - full));
     sched_req_unref(r2);
     /* sampled choices with a seed: reproducible */
     struct sched_req *a = make_req(f.m, prompts[0], 20, 2), *b = make_req(f.m, prompts[0], 20, 2);
@@ -283,7 +357,7 @@ static void test_cancel_deadline_queue(void **state)
     }
     /* queued with a short deadline: times out while queued */
     struct sched_req *q = make_req(f.m, prompts[1], 10, 1);
-    q->deadline = sched_now_ns() + 50 * 1000000LL;
+    q->deadline = clock_now_ns() + 50 * 1000000LL;
     assert_int_equal(scheduler_submit(f.s, q), 0);
     struct sched_req *q2 = make_req(f.m, prompts[2], 10, 1);
     assert_int_equal(scheduler_submit(f.s, q2), 0);
@@ -292,22 +366,23 @@ static void test_cancel_deadline_queue(void **state)
     assert_int_equal(scheduler_submit(f.s, q3), ERR_QUEUE_FULL);
     sched_req_unref(q3);
     wait_finished(q);
-    assert_int_equal(q->error, ERR_TIMEOUT);
-    assert_non_null(strstr(q->errmsg, "while queued"));
-    assert_int_equal(q->choices[0].n_toks, 0);
+    assert_int_equal(req_status(q).error, ERR_TIMEOUT);
+    assert_non_null(strstr(req_status(q).errmsg, "while queued"));
+    assert_int_equal(req_status(q).n_generated, 0);
     /* cancel the running one (as a client going away): q2 then runs to completion */
     scheduler_cancel(f.s, run, ERR_CANCELLED);
     wait_finished(run);
-    assert_int_equal(run->error, ERR_CANCELLED);
-    assert_true(run->choices[0].n_toks > 0);
+    assert_int_equal(req_status(run).error, ERR_CANCELLED);
+    assert_true(req_status(run).n_generated > 0);
     wait_finished(q2);
-    assert_int_equal(q2->error, 0);
+    assert_int_equal(req_status(q2).error, 0);
     struct sched_stats st;
     scheduler_stats(f.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
     assert_int_equal(st.waiting, 0);
-    assert_int_equal(metrics_get(f.metrics, MC_CANCELLED), 1);
-    assert_int_equal(metrics_get(f.metrics, MC_TIMEOUTS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_CANCELLED), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_TIMEOUTS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_REJECTED_QUEUE_FULL), 1);
     sched_req_unref(run);
     sched_req_unref(q);
     sched_req_unref(q2);
@@ -332,14 +407,14 @@ static void test_preemption(void **state)
     }
     for (int i = 0; i < 4; i++) {
         wait_finished(rs[i]);
-        assert_int_equal(rs[i]->error, 0);
+        assert_int_equal(req_status(rs[i]).error, 0);
         int n = req_tokens(rs[i], 0, got, 128);
         assert_int_equal(n, nref[i]);
         assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
         sched_req_unref(rs[i]);
     }
-    print_message("preemptions: %lld\n", (long long)metrics_get(f.metrics, MC_PREEMPTIONS));
-    assert_true(metrics_get(f.metrics, MC_PREEMPTIONS) > 0);
+    print_message("preemptions: %lld\n", (long long)obs_count(&f, SCHED_CTR_PREEMPTIONS));
+    assert_true(obs_count(&f, SCHED_CTR_PREEMPTIONS) > 0);
     struct sched_stats st;
     scheduler_stats(f.s, &st);
     assert_int_equal(st.kv_blocks_used, 0);
@@ -355,17 +430,18 @@ static void test_prefix_reuse(void **state)
     struct sched_req *a = make_req(f.m, p, 8, 1);
     assert_int_equal(scheduler_submit(f.s, a), 0);
     wait_finished(a);
-    assert_int_equal(a->cached_tokens, 0);
+    assert_int_equal(req_status(a).cached_tokens, 0);
     struct sched_req *b = make_req(f.m, p, 8, 1);
     assert_int_equal(scheduler_submit(f.s, b), 0);
     wait_finished(b);
-    assert_true(b->cached_tokens >= 16);
-    assert_true(b->cached_tokens < b->n_prompt);
+    assert_true(req_status(b).cached_tokens >= 16);
+    assert_true(req_status(b).cached_tokens < b->n_prompt);
     int32_t ta[16], tb[16];
     int na = req_tokens(a, 0, ta, 16), nb = req_tokens(b, 0, tb, 16);
     assert_int_equal(na, nb);
     assert_memory_equal(ta, tb, (size_t)na * sizeof *ta);
-    assert_int_equal(metrics_get(f.metrics, MC_PREFIX_HITS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HITS), 1);
+    assert_int_equal(obs_count(&f, SCHED_CTR_PREFIX_HIT_TOKENS), req_status(b).cached_tokens);
     sched_req_unref(a);
     sched_req_unref(b);
     fixture_down(&f);
@@ -382,10 +458,7 @@ static void test_chunked_prefill_does_not_stall(void **state)
     a->ignore_eos = true;
     assert_int_equal(scheduler_submit(f.s, a), 0);
     for (int i = 0; i < 5000; i++) {
-        pthread_mutex_lock(&a->mu);
-        int n = a->choices[0].n_toks;
-        pthread_mutex_unlock(&a->mu);
-        if (n >= 2)
+        if (req_status(a).n_generated >= 2)
             break;
         usleep(1000);
     }
@@ -398,15 +471,11 @@ static void test_chunked_prefill_does_not_stall(void **state)
     struct sched_req *b = sched_req_create(toks, nt, 1);
     b->max_tokens = 1;
     b->sp.temperature = 0;
-    b->t_arrival = sched_now_ns();
-    pthread_mutex_lock(&a->mu);
-    int a_before = a->choices[0].n_toks;
-    pthread_mutex_unlock(&a->mu);
+    b->t_arrival = clock_now_ns();
+    int a_before = req_status(a).n_generated;
     assert_int_equal(scheduler_submit(f.s, b), 0);
     wait_finished(b);
-    pthread_mutex_lock(&a->mu);
-    int a_during = a->choices[0].n_toks - a_before;
-    pthread_mutex_unlock(&a->mu);
+    int a_during = req_status(a).n_generated - a_before;
     print_message("prompt of %d tokens in chunks of 8: the decoding request made %d tokens meanwhile\n", nt, a_during);
     assert_true(a_during >= nt / 8 - 2);
     scheduler_cancel(f.s, a, ERR_CANCELLED);

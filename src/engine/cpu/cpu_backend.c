@@ -34,6 +34,7 @@
  */
 #include "engine/cpu/cpu_backend.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "engine/backend.h"
 #include "engine/cpu/attn.h"
@@ -288,13 +289,6 @@ fail:
     return NULL;
 }
 
-static double cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void cpu_prof_print(const struct cpu_backend *cb)
 {
     static const char *const kinds[3] = {"decode, one sequence", "decode, several sequences (one token each)",
@@ -356,7 +350,7 @@ static inline void cpu_mark(struct cpu_backend *cb, int ith, enum cpu_op k)
 {
     if (ith != 0 || !cb->prof_on)
         return;
-    double now = cpu_now();
+    double now = clock_now_s();
     cb->prof[cpu_prof_kind(cb)].t[k] += now - cb->prof_last;
     cb->prof_last = now;
 }
@@ -760,7 +754,7 @@ static int cpu_forward(struct backend *be, const struct backend_pass *pass, char
     cb->n_logits = pass->n_logits;
     cb->n_seqs_in_batch = pass->n_seqs;
     if (cb->prof_on)
-        cb->prof_last = cpu_now();
+        cb->prof_last = clock_now_s();
     threadpool_run(cb->tp, cpu_job, cb);
     if (cb->prof_on) {
         struct cpu_prof *pr = &cb->prof[cpu_prof_kind(cb)];

@@ -22,6 +22,7 @@
 #ifndef WAFER_ENGINE_GEMV_H
 #define WAFER_ENGINE_GEMV_H
 
+#include "engine/cpu/cpu_features.h"
 #include "engine/dtype.h"
 
 #include <stdbool.h>
@@ -56,15 +57,7 @@ const struct gemv_ops *gemv_ops_vnni(enum dtype t);
  * AVX-512. Same numerics contract as every gemv_ops: bit-identical to kernel_ops vec_dot on AVX2. */
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t);
 const struct gemv_ops *gemv_ops_avx512k(enum dtype t);
-/* The best of the above for this CPU, or NULL. */
+/* The best of the above for this CPU, or NULL (gemv.c: the one place that chooses). */
 const struct gemv_ops *gemv_ops_best(enum dtype t);
-
-/* true when the CPU and OS support AVX512F, DQ, BW, VL and AVX512-VNNI besides AVX2+FMA+F16C, and neither
- * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
-bool gemv_cpu_has_avx512(void);
-
-/* true when the CPU has AVX-VNNI (and AVX2+FMA+F16C, and WAFER_NO_SIMD is not set; WAFER_NO_VNNI=1 also
- * turns it off, to measure or test the AVX2 path on a VNNI machine). */
-bool gemv_cpu_has_vnni(void);
 
 #endif

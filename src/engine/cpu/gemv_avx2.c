@@ -330,16 +330,6 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL},
 };
 
-const struct gemv_ops *gemv_ops_best(enum dtype t)
-{
-    const struct gemv_ops *g = gemv_ops_avx512q(t);
-    if (!g)
-        g = gemv_ops_avx512k(t);
-    if (!g)
-        g = gemv_ops_vnni(t);
-    return g ? g : gemv_ops_avx2(t);
-}
-
 const struct gemv_ops *gemv_ops_avx2(enum dtype t)
 {
     if (!kernel_cpu_has_avx2())

@@ -36,7 +36,6 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
 
-#include <cpuid.h>
 #include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
@@ -49,42 +48,10 @@
  * either way (it is bound by instructions: 22 GB/s per thread from L1). */
 #define GN_PF (24 << 10)
 
-bool gemv_cpu_has_vnni(void)
-{
-    static int has = -1;
-    if (has < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        const char *off = getenv("WAFER_NO_VNNI");
-        has = kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
-              ((a >> 4) & 1);
-    }
-    return has;
-}
-
 /* Q4_0 accumulators hold lanes 4-7 times 16 (see the top of the file): undo that exactly. */
 GN_INLINE __m256 gn_unscale(int is_q4, __m256 v)
 {
     return is_q4 ? _mm256_mul_ps(v, _mm256_setr_ps(1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f)) : v;
-}
-
-bool gemv_cpu_has_avx512(void)
-{
-    static int has = -1;
-    if (has < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        const char *off = getenv("WAFER_NO_AVX512");
-        has = 0;
-        if (kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-            bool cpu = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
-            /* the OS must save the opmask and zmm state (XCR0 bits 5-7) besides ymm (bits 1-2) */
-            unsigned lo = 0, hi = 0;
-            if (cpu) {
-                __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-                has = (lo & 0xe6) == 0xe6;
-            }
-        }
-    }
-    return has;
 }
 
 /* The F16 scales of 8 consecutive blocks (at p, p + stride, ...) as floats: one gather of the 32-bit words

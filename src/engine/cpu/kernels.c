@@ -1,5 +1,6 @@
 /*
- * kernels: the portable scalar kernels and the run-time choice between them and the AVX2 ones.
+ * kernels: the portable scalar kernels and the run-time choice between them and the AVX2 ones (kernel_ops_get;
+ * kernels_avx2.c only defines kernels, and cpu_features.c says what the CPU has).
  *
  * Quantized dot products work like GGML's: per block an exact integer dot of the codes, scaled by the
  * product of the two block scales and added to a float sum; the K-quants add their per-sub-block scales as
@@ -13,7 +14,6 @@
 
 #include "engine/gguf/quant.h"
 
-#include <cpuid.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,25 +214,6 @@ const struct kernel_ops *kernel_ops_scalar(enum dtype t)
         if (kern_scalar_ops[i].type == t)
             return &kern_scalar_ops[i];
     return NULL;
-}
-
-bool kernel_cpu_has_avx2(void)
-{
-    const char *e = getenv("WAFER_NO_SIMD");
-    if (e && *e && strcmp(e, "0") != 0)
-        return false;
-    /* cpuid once: in a virtual machine it traps to the hypervisor (microseconds), and kernels are looked up on
-     * hot paths (attention per call). The environment is read every time so tests can toggle it. */
-    static int has = -1;
-    if (has < 0) {
-        __builtin_cpu_init();
-        unsigned a, b, c, d;
-        /* avx2/fma also cover the OS saving ymm state; F16C by cpuid (leaf 1, ecx bit 29): clang's
-         * __builtin_cpu_supports does not know "f16c" */
-        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-              (c & (1u << 29));
-    }
-    return has;
 }
 
 const struct kernel_ops *kernel_ops_get(enum dtype t)

@@ -11,6 +11,7 @@
 #ifndef WAFER_ENGINE_KERNELS_H
 #define WAFER_ENGINE_KERNELS_H
 
+#include "engine/cpu/cpu_features.h"
 #include "engine/dtype.h"
 
 #include <stdbool.h>
@@ -42,8 +43,5 @@ const struct kernel_ops *kernel_ops_get(enum dtype t);
 const struct kernel_ops *kernel_ops_scalar(enum dtype t);
 /* AVX2 ops when compiled in and the CPU has AVX2+FMA+F16C; else NULL. */
 const struct kernel_ops *kernel_ops_avx2(enum dtype t);
-
-/* true when the CPU has AVX2, FMA and F16C. WAFER_NO_SIMD=1 in the environment forces false. */
-bool kernel_cpu_has_avx2(void);
 
 #endif

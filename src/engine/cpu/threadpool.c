@@ -16,6 +16,7 @@
  */
 #include "engine/cpu/threadpool.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 
 #include <limits.h>
@@ -64,13 +65,6 @@ static inline void tp_pause(void)
 #endif
 }
 
-static int64_t tp_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Returns once w->v != old (or stop is set, when stop is not NULL). */
 static void tp_wait(struct tp_word *w, unsigned old, const atomic_bool *stop)
 {
@@ -81,7 +75,7 @@ static void tp_wait(struct tp_word *w, unsigned old, const atomic_bool *stop)
         if (stop && atomic_load_explicit(stop, memory_order_acquire))
             return;
         if ((spins & 63) == 63) {
-            int64_t now = tp_now_ns();
+            int64_t now = clock_now_ns();
             if (!t_end)
                 t_end = now + TP_SPIN_NS;
             else if (now > t_end)

@@ -1,15 +1,19 @@
 /*
- * model_gen: random-weight GGUF writer (see model_gen.h).
+ * model_gen: random-weight GGUF writer (see model_gen.h). Each tensor's rows are split among plain threads
+ * started for it (fork, join): the file format layer does not use the compute backend's thread pool, and the
+ * cost of starting threads is nothing next to generating and quantizing a tensor.
  */
 #include "engine/gguf/model_gen.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/quant.h"
-#include "engine/cpu/threadpool.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,13 +31,6 @@ void model_gen_params_default(struct model_gen_params *p)
     p->seed = 1;
 }
 
-static double model_gen_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 struct model_gen_job {
     enum dtype type;
     int64_t ne0, rows;
@@ -42,8 +39,10 @@ struct model_gen_job {
     uint64_t seed;
     int tensor;
     float std, mean;
-    int fail;
+    atomic_int fail;
 };
+
+#define MODEL_GEN_MAX_THREADS 256
 
 static uint64_t model_gen_mix(uint64_t x)
 {
@@ -68,23 +67,60 @@ static void model_gen_row(float *dst, int64_t n, uint64_t state, float mean, flo
     }
 }
 
-static void model_gen_worker(void *ctx, int ith, int nth)
+/* Rows [rows * ith / nth, rows * (ith + 1) / nth) of the job's tensor. */
+static void model_gen_share(struct model_gen_job *j, int ith, int nth)
 {
-    struct model_gen_job *j = ctx;
     float *row = malloc((size_t)j->ne0 * sizeof *row);
     if (!row) {
-        j->fail = 1;
+        atomic_store(&j->fail, 1);
         return;
     }
-    int64_t r0, r1;
-    threadpool_split(j->rows, ith, nth, &r0, &r1);
+    int64_t r0 = j->rows * ith / nth, r1 = j->rows * (ith + 1) / nth;
     for (int64_t r = r0; r < r1; r++) {
         model_gen_row(row, j->ne0, model_gen_mix(j->seed ^ model_gen_mix(((uint64_t)j->tensor << 40) ^ (uint64_t)r)),
                       j->mean, j->std);
         if (quant_row_from_f32(j->type, row, j->out + (size_t)r * j->row_bytes, j->ne0))
-            j->fail = 1;
+            atomic_store(&j->fail, 1);
     }
     free(row);
+}
+
+struct model_gen_thread_arg {
+    struct model_gen_job *job;
+    int ith, nth;
+};
+
+static void *model_gen_thread(void *p)
+{
+    struct model_gen_thread_arg *a = p;
+    model_gen_share(a->job, a->ith, a->nth);
+    return NULL;
+}
+
+/* Generates the job's tensor on nth threads, the caller being thread 0; a share whose thread could not be
+ * started is done by the caller. The rows, and so the file, do not depend on nth. */
+static void model_gen_run(struct model_gen_job *j, int nth)
+{
+    pthread_t tid[MODEL_GEN_MAX_THREADS];
+    struct model_gen_thread_arg arg[MODEL_GEN_MAX_THREADS];
+    bool started[MODEL_GEN_MAX_THREADS] = {false};
+    for (int i = 1; i < nth; i++) {
+        arg[i] = (struct model_gen_thread_arg){.job = j, .ith = i, .nth = nth};
+        started[i] = pthread_create(&tid[i], NULL, model_gen_thread, &arg[i]) == 0;
+    }
+    model_gen_share(j, 0, nth);
+    for (int i = 1; i < nth; i++) {
+        if (started[i])
+            pthread_join(tid[i], NULL);
+        else
+            model_gen_share(j, i, nth);
+    }
+}
+
+static int model_gen_threads(int asked)
+{
+    long n = asked > 0 ? asked : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > MODEL_GEN_MAX_THREADS ? MODEL_GEN_MAX_THREADS : (int)n;
 }
 
 struct model_tensor_decl {
@@ -110,7 +146,6 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
     bool started = false;
     struct gguf *vg = NULL;
     struct gguf_writer *w = NULL;
-    struct threadpool *tp = NULL;
     struct model_tensor_decl *decl = NULL;
     uint8_t *buf = NULL;
     char sub[ERR_MSG_MAX];
@@ -127,9 +162,9 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
     int64_t n_vocab = (int64_t)tokens_kv->arr_len;
     long hd = dim / heads;
     w = gguf_writer_create();
-    tp = threadpool_create(p->threads);
-    if (!w || !tp)
+    if (!w)
         goto oom;
+    int n_threads = model_gen_threads(p->threads);
     char key[128];
 #define KEY(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     int e = 0;
@@ -215,7 +250,7 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
     if ((rc = gguf_writer_begin(w, out_path, err)))
         goto out;
     started = true;
-    double t0 = model_gen_now();
+    double t0 = clock_now_s();
     for (int i = 0; i < n_t; i++) {
         struct model_tensor_decl *t = &decl[i];
         struct model_gen_job job = {
@@ -229,15 +264,15 @@ int model_gen_write(const struct model_gen_params *p, const char *out_path, char
             .std = t->is_norm ? 0.1f : p->std,
             .mean = t->is_norm ? 1.0f : 0.0f,
         };
-        threadpool_run(tp, model_gen_worker, &job);
-        if (job.fail) {
+        model_gen_run(&job, n_threads);
+        if (atomic_load(&job.fail)) {
             rc = err_set(err, ERR_UNSUPPORTED, "cannot quantize %s to %s", t->name, dtype_name(t->type));
             goto out;
         }
         if ((rc = gguf_writer_write_tensor(w, i, buf, job.row_bytes * (size_t)job.rows, err)))
             goto out;
         if (p->progress && (i == n_t - 1 || i % 10 == 0))
-            fprintf(stderr, "\r[%d/%d] %-28s %-5s %.1f s", i + 1, n_t, t->name, dtype_name(t->type), model_gen_now() - t0);
+            fprintf(stderr, "\r[%d/%d] %-28s %-5s %.1f s", i + 1, n_t, t->name, dtype_name(t->type), clock_now_s() - t0);
     }
     if (p->progress)
         fputc('\n', stderr);
@@ -254,7 +289,6 @@ out:
         unlink(out_path);
     free(buf);
     free(decl);
-    threadpool_destroy(tp);
     gguf_writer_destroy(w);
     gguf_close(vg);
     return rc;

@@ -48,8 +48,9 @@
  *     a body it was refused reads our answer instead of a connection reset.
  *   - SIGPIPE never fires: every socket write is send(..., MSG_NOSIGNAL).
  */
-#include "server/http.h"
+#include "core/http.h"
 
+#include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 
@@ -152,12 +153,7 @@ struct http_server {
     char date[40];              /* IMF-fixdate for the Date header */
 };
 
-static int64_t http_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t http_now_ms(void) { return clock_now_ns() / 1000000; }
 
 static size_t conn_pending(const struct http_conn *c) { return c->wlen - c->woff; }
 

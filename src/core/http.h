@@ -1,7 +1,8 @@
 /*
  * http: wafer's HTTP/1.1 server: one I/O thread running an epoll loop, a zero-copy request parser, and
  * connections that are watched in every phase (a client that goes away is noticed at once, even while its
- * request is being processed, and the handler's on_close hook cancels the work).
+ * request is being processed, and the handler's on_close hook cancels the work). It lives in core, below every
+ * layer that speaks HTTP, and knows nothing of models or routes.
  *
  * Features: keep-alive, Content-Length request bodies (413 past max_body), `Expect: 100-continue`, chunked
  * responses and server-sent events, header and body read timeouts, a connection limit, write backpressure
@@ -12,8 +13,8 @@
  * http_server_stop() (any thread). Work done elsewhere (the engine thread) hands results back by queueing
  * them and calling http_server_wake(); the loop then calls on_wake on the I/O thread.
  */
-#ifndef WAFER_SERVER_HTTP_H
-#define WAFER_SERVER_HTTP_H
+#ifndef WAFER_CORE_HTTP_H
+#define WAFER_CORE_HTTP_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,15 +1,14 @@
 /*
- * cli_common: strict number parsing for command-line flags (whole string must parse, range checked).
+ * flags: strict number parsing for command-line flags (whole string must parse, range checked).
  */
-#include "cli/cli_common.h"
+#include "core/flags.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
-int cli_parse_int(const char *cmd, const char *flag, const char *s, long min, long max, long *out)
+int flags_parse_int(const char *cmd, const char *flag, const char *s, long min, long max, long *out)
 {
     char *end;
     errno = 0;
@@ -22,7 +21,7 @@ int cli_parse_int(const char *cmd, const char *flag, const char *s, long min, lo
     return 0;
 }
 
-int cli_parse_float(const char *cmd, const char *flag, const char *s, double min, double max, double *out)
+int flags_parse_float(const char *cmd, const char *flag, const char *s, double min, double max, double *out)
 {
     char *end;
     errno = 0;
@@ -35,7 +34,7 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, double min
     return 0;
 }
 
-int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out)
+int flags_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
@@ -48,7 +47,7 @@ int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *ou
     return 0;
 }
 
-int cli_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *out)
+int flags_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *out)
 {
     char *end;
     errno = 0;
@@ -70,11 +69,4 @@ int cli_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *o
     }
     *out = (uint64_t)(v * mul);
     return 0;
-}
-
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }

@@ -19,7 +19,7 @@
  * Errors are detected as early as the bytes allow, so a prefix that is already invalid fails at once instead
  * of waiting for the rest of a header block that will never be acceptable.
  */
-#include "server/http.h"
+#include "core/http.h"
 
 #include "core/err.h"
 

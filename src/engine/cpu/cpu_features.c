@@ -1,0 +1,60 @@
+/*
+ * cpu_features: cpuid (leaf 1 for F16C, leaf 7 for AVX2/AVX512/VNNI) and xgetbv (the OS saves the wider
+ * register state), each asked once.
+ */
+#include "engine/cpu/cpu_features.h"
+
+#include <cpuid.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool kernel_cpu_has_avx2(void)
+{
+    const char *e = getenv("WAFER_NO_SIMD");
+    if (e && *e && strcmp(e, "0") != 0)
+        return false;
+    /* cpuid once: in a virtual machine it traps to the hypervisor (microseconds), and kernels are looked up on
+     * hot paths (attention per call). The environment is read every time so tests can toggle it. */
+    static int has = -1;
+    if (has < 0) {
+        __builtin_cpu_init();
+        unsigned a, b, c, d;
+        /* avx2/fma also cover the OS saving ymm state; F16C by cpuid (leaf 1, ecx bit 29): clang's
+         * __builtin_cpu_supports does not know "f16c" */
+        has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+              (c & (1u << 29));
+    }
+    return has;
+}
+
+bool gemv_cpu_has_vnni(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const char *off = getenv("WAFER_NO_VNNI");
+        has = kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
+              ((a >> 4) & 1);
+    }
+    return has;
+}
+
+bool gemv_cpu_has_avx512(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const char *off = getenv("WAFER_NO_AVX512");
+        has = 0;
+        if (kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+            bool cpu = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+            /* the OS must save the opmask and zmm state (XCR0 bits 5-7) besides ymm (bits 1-2) */
+            unsigned lo = 0, hi = 0;
+            if (cpu) {
+                __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+                has = (lo & 0xe6) == 0xe6;
+            }
+        }
+    }
+    return has;
+}

@@ -1,0 +1,25 @@
+/*
+ * cpu_features: which instruction sets the running CPU (and OS) supports and the environment allows, asked
+ * by every kernel file before it hands out its kernels and by the pickers (kernel_ops_get, gemv_ops_best).
+ * Compiled without SIMD flags and apart from every kernel file, so asking never runs an instruction the CPU
+ * may lack, and no kernel file has to call another to know. cpuid runs once per feature (in a virtual machine
+ * it traps to the hypervisor); the environment switches are read as each function documents.
+ */
+#ifndef WAFER_ENGINE_CPU_FEATURES_H
+#define WAFER_ENGINE_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+/* true when the CPU has AVX2, FMA and F16C. WAFER_NO_SIMD=1 in the environment forces false (read at every
+ * call, so tests can toggle it). */
+bool kernel_cpu_has_avx2(void);
+
+/* true when the CPU has AVX-VNNI (and AVX2+FMA+F16C, and WAFER_NO_SIMD is not set; WAFER_NO_VNNI=1 also
+ * turns it off, to measure or test the AVX2 path on a VNNI machine). */
+bool gemv_cpu_has_vnni(void);
+
+/* true when the CPU and OS support AVX512F, DQ, BW, VL and AVX512-VNNI besides AVX2+FMA+F16C, and neither
+ * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
+bool gemv_cpu_has_avx512(void);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * api_prepare: from a validated generation request to scheduler requests, shared by every generating
+ * handler: the model name check, tokenizing the prompt, fitting it and max_tokens in the context, and filling
+ * a sched_req (sampling, stop strings, seed, deadline).
+ */
+#include "core/clock.h"
+#include "core/err.h"
+#include "engine/model.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+bool api_model_ok(struct server *srv, const char *model, struct api_error *e)
+{
+    const struct server_config *cfg = srv->cfg;
+    if (!model || !*model || !strcmp(model, cfg->model_name))
+        return true;
+    for (int i = 0; i < cfg->n_aliases; i++)
+        if (!strcmp(model, cfg->aliases[i]))
+            return true;
+    api_error_set(e, ERR_NOT_FOUND, "model", "model_not_found",
+                  "The model '%.200s' does not exist; this server serves '%s'%s (see GET /v1/models)", model,
+                  cfg->model_name, cfg->n_aliases ? " and its aliases" : "");
+    return false;
+}
+
+int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, const char *param, int *n_out,
+                             struct api_error *e)
+{
+    const struct tokenizer *tok = srv->model->tok;
+    int n_vocab = tokenizer_n_vocab(tok);
+    if (p->tokens) {
+        for (int i = 0; i < p->n_tokens; i++)
+            if (p->tokens[i] >= n_vocab) {
+                api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' holds token id %d, outside the vocabulary [0, %d)",
+                              param, p->tokens[i], n_vocab);
+                return NULL;
+            }
+        int32_t *t = malloc((size_t)(p->n_tokens ? p->n_tokens : 1) * sizeof *t);
+        if (!t) {
+            api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
+            return NULL;
+        }
+        memcpy(t, p->tokens, (size_t)p->n_tokens * sizeof *t);
+        *n_out = p->n_tokens;
+        return t;
+    }
+    int32_t *t;
+    int n = tokenizer_encode_alloc(tok, p->text, strlen(p->text), true, true, &t);
+    if (n < 0) {
+        api_error_set(e, n, param, NULL, "cannot tokenize '%s': %s", param, err_name(n));
+        return NULL;
+    }
+    *n_out = n;
+    return t;
+}
+
+int api_check_context(struct server *srv, int n_prompt, int max_tokens_req, int *max_tokens, struct api_error *e)
+{
+    int n_ctx = srv->n_ctx;
+    if (n_prompt < 1)
+        return api_error_set(e, ERR_INVALID_ARG, "prompt", NULL,
+                             "the prompt is empty after tokenization and the model adds no BOS token");
+    if (max_tokens_req > 0) {
+        if ((int64_t)n_prompt + max_tokens_req > n_ctx)
+            return api_error_set(e, ERR_CONTEXT_LENGTH, "max_tokens", "context_length_exceeded",
+                                 "This model's maximum context length is %d tokens. However, you requested %lld "
+                                 "tokens (%d in the prompt, %d for the completion). Please reduce the prompt or "
+                                 "max_tokens.",
+                                 n_ctx, (long long)n_prompt + max_tokens_req, n_prompt, max_tokens_req);
+        *max_tokens = max_tokens_req;
+        return 0;
+    }
+    if (n_prompt >= n_ctx)
+        return api_error_set(e, ERR_CONTEXT_LENGTH, "prompt", "context_length_exceeded",
+                             "This model's maximum context length is %d tokens. However, your prompt has %d "
+                             "tokens, which leaves no room for a completion (%d tokens too many). Please reduce "
+                             "the prompt.",
+                             n_ctx, n_prompt, n_prompt - n_ctx + 1);
+    int room = n_ctx - n_prompt;
+    *max_tokens = srv->defaults.max_new_tokens < room ? srv->defaults.max_new_tokens : room;
+    return 0;
+}
+
+struct sched_req *api_make_sched_req(struct server *srv, const struct gen_request *g, const int32_t *toks,
+                                     int n_toks, int max_tokens, struct api_error *e)
+{
+    if (g->n > srv->cfg->max_batch_size) {
+        api_error_set(e, ERR_INVALID_ARG, "n", NULL, "'n' = %d is larger than the server's max batch size %d", g->n,
+                      srv->cfg->max_batch_size);
+        return NULL;
+    }
+    struct sched_req *r = sched_req_create(toks, n_toks, g->n);
+    if (!r || sched_req_set_stop(r, g->stop, g->n_stop)) {
+        sched_req_unref(r);
+        api_error_set(e, ERR_NOMEM, "", NULL, "out of memory");
+        return NULL;
+    }
+    r->id = ++srv->next_id;
+    r->max_tokens = max_tokens;
+    r->sp = g->sp;
+    if (!g->seed_set) {
+        uint64_t seed;
+        if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+            seed = (uint64_t)clock_now_ns() ^ (r->id << 32);
+        r->sp.seed = seed;
+    }
+    r->n_logprobs = g->logprobs;
+    r->ignore_eos = g->ignore_eos;
+    r->t_arrival = clock_now_ns();
+    /* the request's own timeout may shorten the server's, never lengthen it */
+    double timeout = srv->cfg->request_timeout;
+    if (g->timeout > 0 && (timeout <= 0 || g->timeout < timeout))
+        timeout = g->timeout;
+    if (timeout > 0)
+        r->deadline = r->t_arrival + (int64_t)(timeout * 1e9);
+    return r;
+}
