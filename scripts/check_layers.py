@@ -6,7 +6,8 @@
 1. Includes. A file in src/ may include a header of its own layer or of a lower one, never one of a higher
    layer ("up") nor one of a sibling ("sideways": server, jobs, route and bench never include each other).
    Inside the engine, gguf/ (the file format) and tokenizer/ sit below the rest: they include neither cpu/
-   (one backend's kernels) nor the scheduler.
+   (one backend's kernels) nor the scheduler. The backends (engine/cpu/, engine/scalar/) are private: only
+   the registry (engine/backend.c) reaches them, with the exceptions BACKEND_USERS names.
 2. Calls, from `nm` of the objects of the build (build/obj/src/**/*.o): an object may use a symbol defined in
    another object only where it could include that object's header (the include rules above, so a hand-written
    extern does not slip past them), and no objects may use each other in a cycle (A uses B and B uses A, or a
@@ -46,6 +47,16 @@ FORBIDDEN = [
     ("src/engine/tokenizer/", "src/engine/scheduler", "the tokenizer may not depend on the scheduler"),
 ]
 
+# The backends (src/engine/cpu/, src/engine/scalar/) are reached only through engine.h and the registry in
+# backend.c, so adding a backend changes neither the scheduler nor the server. The few exceptions, and why:
+BACKEND_DIRS = ("src/engine/cpu/", "src/engine/scalar/")
+BACKEND_USERS = {
+    "src/engine/backend.c": "the registry lists every backend",
+    "src/bench/membw.c": "the bandwidth probe uses the CPU's own vector loads and thread pool",
+}
+# the scalar reference backend computes with the CPU backend's portable reference kernels (same numerics)
+BACKEND_SHARED = (("src/engine/scalar/", "src/engine/cpu/kernels"), ("src/engine/scalar/", "src/engine/cpu/attn"))
+
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # nm -P: "name type [value size]"; these types are definitions a linker can resolve another object against
 DEFINED_TYPES = set("TDBRCGSVWi")
@@ -74,10 +85,14 @@ def why_not(src_rel, dst_rel):
             return f"goes up: {sf} (layer {sr}) may not use {df} (layer {dr})"
         if dr == sr:
             return f"goes sideways: {sf} and {df} are siblings and may not use each other"
-        return None
     for a, b, reason in FORBIDDEN:
         if src_rel.startswith(a) and dst_rel.startswith(b):
             return f"{a[4:]} may not use {b[4:]}: {reason}"
+    dst_backend = next((d for d in BACKEND_DIRS if dst_rel.startswith(d)), None)
+    if dst_backend and not src_rel.startswith(dst_backend) and src_rel not in BACKEND_USERS and \
+            not any(src_rel.startswith(a) and dst_rel.startswith(b) for a, b in BACKEND_SHARED):
+        return (f"reaches into a backend ({dst_backend[4:]}): use engine.h (the engine picks backends through "
+                "the registry in src/engine/backend.c)")
     return None
 
 

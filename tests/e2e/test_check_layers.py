@@ -155,3 +155,18 @@ def test_stale_object_is_ignored(tmp_path):
     os.remove(os.path.join(str(tmp_path), "src/engine/old.c"))  # renamed away; its object lingers in obj/
     rc, out = run(tmp_path, "--obj", obj)
     assert rc == 0, out
+
+
+def test_include_into_a_backend_fails(tmp_path):
+    """Only the registry (engine/backend.c) reaches a backend: the scheduler or the server including a CPU
+    backend header would tie them to one backend."""
+    good_tree(tmp_path)
+    write(tmp_path, "src/engine/scheduler.c", '#include "engine/eng.h"\n#include "engine/cpu/k.h"\n')
+    write(tmp_path, "src/server/fast.c", '#include "engine/scalar/s.h"\n')
+    write(tmp_path, "src/engine/scalar/s.h", "int scalar_s(void);\n")
+    write(tmp_path, "src/engine/backend.c", '#include "engine/cpu/k.h"\n#include "engine/scalar/s.h"\n')
+    rc, out = run(tmp_path, "--no-objects")
+    assert rc == 1, out
+    assert 'src/engine/scheduler.c:2: #include "engine/cpu/k.h" reaches into a backend (engine/cpu/)' in out
+    assert 'src/server/fast.c:1: #include "engine/scalar/s.h" reaches into a backend (engine/scalar/)' in out
+    assert "src/engine/backend.c:" not in out
