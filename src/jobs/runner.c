@@ -156,23 +156,22 @@ static void runner_slot_free(struct runner *r, int i)
 }
 
 /* Commits the pending results. Returns 0 when they are settled (committed, or dropped for good). */
-static int runner_commit(struct runner *r)
+static int runner_commit(struct runner *r, struct jobs_err *err)
 {
     if (!r->n_pend)
         return 0;
     struct jobs_result *res = malloc((size_t)r->n_pend * sizeof *res);
     if (!res)
-        return ERR_NOMEM;
+        return err_set(err->message, ERR_NOMEM, "out of memory committing results");
     for (int i = 0; i < r->n_pend; i++)
         res[i] = (struct jobs_result){.line = &r->slots[r->pend[i].slot].line, .text = r->pend[i].text,
                                       .is_error = r->pend[i].is_error};
-    struct jobs_err err;
-    int rc = jobs_lines_commit(r->store, res, r->n_pend, &err);
+    int rc = jobs_lines_commit(r->store, res, r->n_pend, err);
     free(res);
     if (rc && rc != ERR_NO_SPACE)
         return rc;
     if (rc == ERR_NO_SPACE)
-        log_error("jobs: %s", err.message);
+        log_error("jobs: %s", err->message);
     for (int i = 0; i < r->n_pend; i++) {
         if (!rc)
             atomic_fetch_add(r->pend[i].is_error ? &r->n_failed : &r->n_completed, 1);
@@ -348,9 +347,10 @@ static void *runner_main(void *arg)
 
         /* group commit: one transaction for everything that finished since the last one */
         if (r->n_pend && (!h.paused || now >= h.retry_at)) {
-            int rc = runner_commit(r);
+            struct jobs_err err;
+            int rc = runner_commit(r, &err);
             if (rc) {
-                runner_health_fail(&h, now, "cannot save results", err_name(rc));
+                runner_health_fail(&h, now, "cannot save results", err.message);
                 if (stopping && now >= stop_deadline) {
                     log_warn("jobs: giving up on %d results at shutdown; their lines will run again", r->n_pend);
                     for (int k = 0; k < r->n_pend; k++) {

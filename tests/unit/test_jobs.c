@@ -584,6 +584,13 @@ static void test_open_errors(void **state)
     struct jobs_config cfg = {.queue = "postgres://x"};
     assert_null(jobs_store_open(&cfg, &err));
     assert_non_null(strstr(err.message, "redis://"));
+    /* nothing listens on port 1 */
+    cfg.queue = "redis://127.0.0.1:1";
+    assert_null(jobs_store_open(&cfg, &err));
+    assert_non_null(strstr(err.message, "Redis at 127.0.0.1:1 is unreachable"));
+    cfg.queue = "redis://127.0.0.1:notaport";
+    assert_null(jobs_store_open(&cfg, &err));
+    assert_non_null(strstr(err.message, "redis://[:password@]HOST:PORT[/DB]"));
     char dir[4096];
     setenv("XDG_DATA_HOME", "/srv/data", 1);
     jobs_default_data_dir(dir, sizeof dir);
@@ -594,7 +601,7 @@ static void test_open_errors(void **state)
     assert_string_equal(dir, "/home/u/.local/share/wafer");
 }
 
-#define BOTH(f) {#f "/sqlite", f, NULL, NULL, (void *)SQLITE}
+#define BOTH(f) {#f "/sqlite", f, NULL, NULL, (void *)SQLITE}, {#f "/redis", f, NULL, NULL, (void *)REDIS}
 
 int main(void)
 {

@@ -23,163 +23,22 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- a fake endpoint: a few threads answering lines after a short delay ---- */
-
-struct fake_job {
-    uint64_t ticket;
-    char *body;
-    int64_t idx;
-};
-
-struct fake {
-    struct runner *r;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct fake_job *q;
-    int q_n, q_cap;
-    bool stop;
-    pthread_t threads[4];
-    int n_threads;
-    int delay_us;
-    int preempt_every;  /* idx % preempt_every == 3: preempted the first time */
-    int fail_every;     /* idx % fail_every == 1: no response */
-    size_t pad;         /* bytes of padding in each response */
-    atomic_int running, max_running;
-    atomic_int preempted_once[4096];
-};
-
-static void fake_answer(struct fake *f, const struct fake_job *j)
-{
-    if (f->preempt_every && j->idx % f->preempt_every == 3 && j->idx < 4096 &&
-        atomic_fetch_add(&f->preempted_once[j->idx], 1) == 0) {
-        struct runner_result res = {.outcome = RUNNER_PREEMPTED};
-        runner_line_done(f->r, j->ticket, &res);
-        return;
-    }
-    if (f->fail_every && j->idx % f->fail_every == 1) {
-        struct runner_result res = {.outcome = RUNNER_NO_RESPONSE, .error_code = "model_not_found",
-                                    .error_message = "The model 'm' does not exist."};
-        runner_line_done(f->r, j->ticket, &res);
-        return;
-    }
-    json_t *b = json_loads(j->body, 0, NULL);
-    json_t *out = json_pack("{sO}", "echo", json_object_get(b, "prompt"));
-    if (f->pad) {
-        char *p = malloc(f->pad + 1);
-        memset(p, 'x', f->pad);
-        p[f->pad] = 0;
-        json_object_set_new(out, "pad", json_string(p));
-        free(p);
-    }
-    char *text = json_dumps(out, JSON_COMPACT);
-    struct runner_result res = {.outcome = RUNNER_RESPONSE, .status_code = 200, .body = text};
-    runner_line_done(f->r, j->ticket, &res);
-    free(text);
-    json_decref(out);
-    json_decref(b);
-}
-
-static void *fake_thread(void *arg)
-{
-    struct fake *f = arg;
-    pthread_mutex_lock(&f->mu);
-    for (;;) {
-        while (!f->q_n && !f->stop)
-            pthread_cond_wait(&f->cv, &f->mu);
-        if (!f->q_n && f->stop)
-            break;
-        struct fake_job j = f->q[0];
-        memmove(f->q, f->q + 1, (size_t)--f->q_n * sizeof *f->q);
-        pthread_mutex_unlock(&f->mu);
-        if (f->delay_us)
-            usleep((useconds_t)(f->delay_us / 2 + rand() % (f->delay_us + 1)));
-        atomic_fetch_sub(&f->running, 1);
-        fake_answer(f, &j);
-        free(j.body);
-        pthread_mutex_lock(&f->mu);
-    }
-    pthread_mutex_unlock(&f->mu);
-    return NULL;
-}
-
-static void fake_exec(void *ctx, const struct runner_line *line)
-{
-    struct fake *f = ctx;
-    int now = atomic_fetch_add(&f->running, 1) + 1;
-    int m = atomic_load(&f->max_running);
-    while (now > m && !atomic_compare_exchange_weak(&f->max_running, &m, now))
-        ;
-    struct fake_job j = {.ticket = line->ticket, .body = strdup(line->body), .idx = line->idx};
-    if (!f->n_threads) { /* answer from inside exec */
-        atomic_fetch_sub(&f->running, 1);
-        fake_answer(f, &j);
-        free(j.body);
-        return;
-    }
-    pthread_mutex_lock(&f->mu);
-    if (f->q_n == f->q_cap) {
-        f->q_cap = f->q_cap ? f->q_cap * 2 : 64;
-        f->q = realloc(f->q, (size_t)f->q_cap * sizeof *f->q);
-    }
-    f->q[f->q_n++] = j;
-    pthread_cond_signal(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-}
-
-static struct fake *fake_start(int threads, int delay_us)
-{
-    struct fake *f = calloc(1, sizeof *f);
-    pthread_mutex_init(&f->mu, NULL);
-    pthread_cond_init(&f->cv, NULL);
-    f->delay_us = delay_us;
-    f->n_threads = threads;
-    for (int i = 0; i < threads; i++)
-        pthread_create(&f->threads[i], NULL, fake_thread, f);
-    return f;
-}
-
-/* Stops the threads; call after runner_destroy (every line has been answered by then). */
-static void fake_stop(struct fake *f)
-{
-    pthread_mutex_lock(&f->mu);
-    f->stop = true;
-    pthread_cond_broadcast(&f->cv);
-    pthread_mutex_unlock(&f->mu);
-    for (int i = 0; i < f->n_threads; i++)
-        pthread_join(f->threads[i], NULL);
-    free(f->q);
-    pthread_mutex_destroy(&f->mu);
-    pthread_cond_destroy(&f->cv);
-    free(f);
-}
-
-static struct runner *t_runner(struct jobs_store *s, struct fake *f, int max_inflight)
-{
-    struct runner_config cfg = {.max_inflight = max_inflight, .exec = fake_exec, .ctx = f, .poll_ms = 20,
-                                .tick_ms = 50};
-    char err[ERR_MSG_MAX];
-    f->r = runner_create(s, &cfg, err);
-    if (!f->r)
-        fail_msg("runner_create: %s", err);
-    return f->r;
-}
-
 static void test_runner_threads(void **state)
 {
     struct jobs_store *s = tj_open(test_tmp_path("runner"), NULL, NULL, 0);
     char id[JOBS_ID_MAX];
     tj_batch(s, 300, "24h", id);
-    struct fake *f = fake_start(3, 500);
+    struct tj_fake *f = tj_fake_start(3, 500);
     f->preempt_every = 10;
     f->fail_every = 7;
-    struct runner *r = t_runner(s, f, 8);
+    struct runner *r = tj_runner(s, f, 8);
     runner_wake(r);
     assert_string_equal(tj_wait_final(s, id, 20000, false), "completed");
     struct runner_stats st;
     runner_stats_get(r, &st);
     runner_destroy(r);
     int max_running = atomic_load(&f->max_running);
-    fake_stop(f);
+    tj_fake_stop(f);
     int n_out, n_err;
     tj_check_exactly_once(s, id, 300, &n_out, &n_err);
     assert_int_equal(n_err, 43); /* idx % 7 == 1 for idx < 300 */
@@ -205,8 +64,8 @@ static void test_runner_inline(void **state)
     char a[JOBS_ID_MAX], b[JOBS_ID_MAX];
     tj_batch(s, 50, "24h", a);
     tj_batch(s, 20, "24h", b);
-    struct fake *f = fake_start(0, 0);
-    struct runner *r = t_runner(s, f, 4);
+    struct tj_fake *f = tj_fake_start(0, 0);
+    struct runner *r = tj_runner(s, f, 4);
     assert_string_equal(tj_wait_final(s, b, 10000, false), "completed");
     assert_string_equal(tj_wait_final(s, a, 10000, false), "completed");
     json_t *ja = tj_batch_get(s, a), *jb = tj_batch_get(s, b);
@@ -215,40 +74,13 @@ static void test_runner_inline(void **state)
     json_decref(ja);
     json_decref(jb);
     runner_destroy(r);
-    fake_stop(f);
+    tj_fake_stop(f);
     tj_check_exactly_once(s, a, 50, NULL, NULL);
     tj_check_exactly_once(s, b, 20, NULL, NULL);
     jobs_store_close(s);
 }
 
 /* ---- kill -9 at random moments ---- */
-
-#define CHILD_CHECK(c)                                                                                     \
-    do {                                                                                                   \
-        if (!(c)) {                                                                                        \
-            fprintf(stderr, "child: %s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                   \
-            _exit(3);                                                                                      \
-        }                                                                                                  \
-    } while (0)
-
-/* The child: opens the store, runs lines until it is killed. */
-static void crash_child(const char *dir, const char *url, const char *consumer, int lease_ms)
-{
-    struct jobs_config cfg = {.data_dir = dir, .queue = url, .consumer = consumer, .lease_ms = lease_ms};
-    struct jobs_err err;
-    struct jobs_store *s = jobs_store_open(&cfg, &err);
-    if (!s) {
-        fprintf(stderr, "child: %s\n", err.message);
-        _exit(3);
-    }
-    struct fake *f = fake_start(4, 4000);
-    struct runner_config rc = {.max_inflight = 8, .exec = fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
-    char e[ERR_MSG_MAX];
-    f->r = runner_create(s, &rc, e);
-    CHILD_CHECK(f->r);
-    for (;;)
-        pause();
-}
 
 static int64_t t_done_lines(struct jobs_store *s, const char *id)
 {
@@ -271,7 +103,7 @@ static void crash_test(const char *dir, int n_lines, int kills)
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0)
-            crash_child(dir, NULL, NULL, 0);
+            tj_child_run(dir, NULL, NULL, 0, 4000, false, NULL);
         usleep((useconds_t)(20000 + test_rand_u64(&seed) % 180000));
         kill(pid, SIGKILL);
         int st;
@@ -290,13 +122,13 @@ static void crash_test(const char *dir, int n_lines, int kills)
     assert_true(progressed >= 2);  /* and several runs made progress */
     /* the last run, to the end */
     s = tj_open(dir, NULL, NULL, 0);
-    struct fake *f = fake_start(4, 200);
-    struct runner *r = t_runner(s, f, 8);
+    struct tj_fake *f = tj_fake_start(4, 200);
+    struct runner *r = tj_runner(s, f, 8);
     assert_string_equal(tj_wait_final(s, id, 20000, false), "completed");
     struct runner_stats st;
     runner_stats_get(r, &st);
     runner_destroy(r);
-    fake_stop(f);
+    tj_fake_stop(f);
     tj_check_exactly_once(s, id, n_lines, NULL, NULL);
     jobs_store_close(s);
 }
@@ -391,8 +223,8 @@ static void disk_full_child(const char *mnt)
     /* a small batch that finishes first: its output must survive */
     char small[JOBS_ID_MAX];
     child_batch(s, 5, small);
-    struct fake *f = fake_start(2, 0);
-    struct runner_config rc = {.max_inflight = 4, .exec = fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
+    struct tj_fake *f = tj_fake_start(2, 0);
+    struct runner_config rc = {.max_inflight = 4, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
     char e[ERR_MSG_MAX];
     f->r = runner_create(s, &rc, e);
     CHILD_CHECK(f->r);
@@ -417,7 +249,7 @@ static void disk_full_child(const char *mnt)
     while (waited < 15000 && !child_status_is(s, big, "failed") && !child_status_is(s, big, "completed"))
         usleep(10000), waited += 10;
     runner_destroy(f->r);
-    fake_stop(f);
+    tj_fake_stop(f);
     b = child_batch_get(s, big);
     const char *status = json_string_value(json_object_get(b, "status"));
     fprintf(stderr, "child: the big batch is %s after %d ms\n", status, waited);
@@ -461,7 +293,7 @@ static void disk_full_child(const char *mnt)
     CHILD_CHECK(s);
     char next[JOBS_ID_MAX];
     child_batch(s, 5, next);
-    f = fake_start(1, 0);
+    f = tj_fake_start(1, 0);
     rc.ctx = f;
     f->r = runner_create(s, &rc, e);
     CHILD_CHECK(f->r);
@@ -470,7 +302,7 @@ static void disk_full_child(const char *mnt)
         usleep(10000), waited += 10;
     CHILD_CHECK(child_status_is(s, next, "completed"));
     runner_destroy(f->r);
-    fake_stop(f);
+    tj_fake_stop(f);
     jobs_store_close(s);
     _exit(0);
 }

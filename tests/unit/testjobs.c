@@ -4,6 +4,8 @@
 #include "testutil.h"
 #include "testjobs.h"
 
+#include <signal.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,4 +157,162 @@ const char *tj_wait_final(struct jobs_store *s, const char *id, int timeout_ms, 
             return st;
         usleep(20000);
     }
+}
+
+static void tj_fake_answer(struct tj_fake *f, const struct tj_job *j)
+{
+    if (f->preempt_every && j->idx % f->preempt_every == 3 && j->idx < 4096 &&
+        atomic_fetch_add(&f->preempted_once[j->idx], 1) == 0) {
+        struct runner_result res = {.outcome = RUNNER_PREEMPTED};
+        runner_line_done(f->r, j->ticket, &res);
+        return;
+    }
+    if (f->fail_every && j->idx % f->fail_every == 1) {
+        struct runner_result res = {.outcome = RUNNER_NO_RESPONSE, .error_code = "model_not_found",
+                                    .error_message = "The model 'm' does not exist."};
+        runner_line_done(f->r, j->ticket, &res);
+        return;
+    }
+    json_t *b = json_loads(j->body, 0, NULL);
+    json_t *out = json_pack("{sO}", "echo", json_object_get(b, "prompt"));
+    if (f->pad) {
+        char *p = malloc(f->pad + 1);
+        memset(p, 'x', f->pad);
+        p[f->pad] = 0;
+        json_object_set_new(out, "pad", json_string(p));
+        free(p);
+    }
+    char *text = json_dumps(out, JSON_COMPACT);
+    struct runner_result res = {.outcome = RUNNER_RESPONSE, .status_code = 200, .body = text};
+    runner_line_done(f->r, j->ticket, &res);
+    free(text);
+    json_decref(out);
+    json_decref(b);
+}
+
+static void *tj_fake_thread(void *arg)
+{
+    struct tj_fake *f = arg;
+    pthread_mutex_lock(&f->mu);
+    for (;;) {
+        while (!f->q_n && !f->stop)
+            pthread_cond_wait(&f->cv, &f->mu);
+        if (!f->q_n && f->stop)
+            break;
+        struct tj_job j = f->q[0];
+        memmove(f->q, f->q + 1, (size_t)--f->q_n * sizeof *f->q);
+        pthread_mutex_unlock(&f->mu);
+        if (f->delay_us)
+            usleep((useconds_t)(f->delay_us / 2 + rand() % (f->delay_us + 1)));
+        atomic_fetch_sub(&f->running, 1);
+        tj_fake_answer(f, &j);
+        free(j.body);
+        pthread_mutex_lock(&f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return NULL;
+}
+
+void tj_fake_exec(void *ctx, const struct runner_line *line)
+{
+    struct tj_fake *f = ctx;
+    int now = atomic_fetch_add(&f->running, 1) + 1;
+    int m = atomic_load(&f->max_running);
+    while (now > m && !atomic_compare_exchange_weak(&f->max_running, &m, now))
+        ;
+    struct tj_job j = {.ticket = line->ticket, .body = strdup(line->body), .idx = line->idx};
+    if (!f->n_threads) { /* answer from inside exec */
+        atomic_fetch_sub(&f->running, 1);
+        tj_fake_answer(f, &j);
+        free(j.body);
+        return;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (f->q_n == f->q_cap) {
+        f->q_cap = f->q_cap ? f->q_cap * 2 : 64;
+        f->q = realloc(f->q, (size_t)f->q_cap * sizeof *f->q);
+    }
+    f->q[f->q_n++] = j;
+    pthread_cond_signal(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+struct tj_fake *tj_fake_start(int threads, int delay_us)
+{
+    struct tj_fake *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+    f->delay_us = delay_us;
+    f->n_threads = threads;
+    for (int i = 0; i < threads; i++)
+        pthread_create(&f->threads[i], NULL, tj_fake_thread, f);
+    return f;
+}
+
+void tj_fake_stop(struct tj_fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    for (int i = 0; i < f->n_threads; i++)
+        pthread_join(f->threads[i], NULL);
+    free(f->q);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+struct runner *tj_runner(struct jobs_store *s, struct tj_fake *f, int max_inflight)
+{
+    struct runner_config cfg = {.max_inflight = max_inflight, .exec = tj_fake_exec, .ctx = f, .poll_ms = 20,
+                                .tick_ms = 50};
+    char err[ERR_MSG_MAX];
+    f->r = runner_create(s, &cfg, err);
+    if (!f->r)
+        fail_msg("runner_create: %s", err);
+    return f->r;
+}
+
+
+void tj_child_run(const char *dir, const char *url, const char *consumer, int lease_ms, int delay_us, bool until_final,
+                  const char *stats_path)
+{
+    struct jobs_config cfg = {.data_dir = dir, .queue = url, .consumer = consumer, .lease_ms = lease_ms};
+    struct jobs_err err;
+    struct jobs_store *s = jobs_store_open(&cfg, &err);
+    if (!s) {
+        fprintf(stderr, "child: %s\n", err.message);
+        _exit(3);
+    }
+    struct tj_fake *f = tj_fake_start(4, delay_us);
+    struct runner_config rc = {.max_inflight = 8, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
+    char e[ERR_MSG_MAX];
+    f->r = runner_create(s, &rc, e);
+    CHILD_CHECK(f->r);
+    for (;;) {
+        usleep(20000);
+        if (!until_final)
+            continue;
+        struct jobs_stats st;
+        if (jobs_store_stats(s, &st, &err))
+            continue;
+        if (st.batches[JOBS_VALIDATING] + st.batches[JOBS_IN_PROGRESS] + st.batches[JOBS_FINALIZING] +
+                st.batches[JOBS_CANCELLING] ==
+            0)
+            break;
+    }
+    struct runner_stats rs;
+    runner_stats_get(f->r, &rs);
+    runner_destroy(f->r);
+    tj_fake_stop(f);
+    jobs_store_close(s);
+    if (stats_path) {
+        FILE *out = fopen(stats_path, "w");
+        CHILD_CHECK(out);
+        fprintf(out, "%llu %llu %llu %llu\n", (unsigned long long)rs.completed, (unsigned long long)rs.failed,
+                (unsigned long long)rs.preempted, (unsigned long long)rs.reclaimed);
+        fclose(out);
+    }
+    _exit(0);
 }
