@@ -289,6 +289,10 @@ struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
         goto fail;
     }
     sqlite3_busy_timeout(q->db, 5000);
+    /* auto_vacuum before anything writes the header (journal_mode=WAL does): a finished batch's dropped lines
+     * then shrink the file instead of staying as free pages */
+    if (sq_exec(q, "PRAGMA auto_vacuum=FULL", err))
+        goto fail;
     sqlite3_stmt *st;
     if (sq_prep(q, &st, "PRAGMA journal_mode=WAL", err))
         goto fail;
@@ -304,7 +308,7 @@ struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
     /* secure_delete off: dropping a finished batch's lines must not rewrite every freed page (Debian builds
      * SQLite with it on), which would need free space exactly when the disk is full */
     if (sq_exec(q, "PRAGMA synchronous=FULL", err) || sq_exec(q, "PRAGMA secure_delete=OFF", err) ||
-        sq_exec(q, "PRAGMA auto_vacuum=FULL", err) || sq_exec(q, sq_schema, err))
+        sq_exec(q, sq_schema, err))
         goto fail;
     /* a full disk must not keep the store from opening (the batches can still be read): put the lines back
      * before the first claim instead */
