@@ -38,6 +38,7 @@
 #define RD_ORPHAN_TTL 86400   /* seconds an unpublished file or stream survives */
 #define RD_CHUNK 1000         /* lines per pipelined round trip */
 #define RD_APPEND_BYTES (8u << 20)
+#define RD_CURSORS 32         /* batches whose XAUTOCLAIM scan position is remembered */
 
 struct rd_backend {
     struct jobs_backend base;
@@ -48,6 +49,13 @@ struct rd_backend {
     char consumer[128];
     int lease_ms;
     bool down; /* the last call could not reach Redis (so the next success is worth a log line) */
+    /* where the last XAUTOCLAIM of a batch stopped: each call scans a bounded part of the pending list, so
+     * starting at the head every time would never reach stale entries behind many live ones */
+    struct {
+        char batch[JOBS_ID_MAX];
+        char cursor[48];
+    } cursors[RD_CURSORS];
+    int next_cursor;
 };
 
 struct rd_writer {
@@ -1021,6 +1029,17 @@ static int rd_finalize_lock(struct jobs_backend *base, const char *id, bool *own
 
 /* ---- lines ---- */
 
+static char *rd_cursor(struct rd_backend *b, const char *batch_id)
+{
+    for (int i = 0; i < RD_CURSORS; i++)
+        if (!strcmp(b->cursors[i].batch, batch_id))
+            return b->cursors[i].cursor;
+    int i = b->next_cursor++ % RD_CURSORS; /* forget the oldest */
+    snprintf(b->cursors[i].batch, sizeof b->cursors[i].batch, "%s", batch_id);
+    snprintf(b->cursors[i].cursor, sizeof b->cursors[i].cursor, "0-0");
+    return b->cursors[i].cursor;
+}
+
 /* Appends the entries of a stream reply ([[id, [f, v, ...]], ...]) as claimed lines. */
 static int rd_lines_take(const redisReply *entries, const char *batch_id, const char *endpoint, bool reclaimed,
                          struct jobs_line *out, int max, int *n, char *err)
@@ -1073,11 +1092,15 @@ static int rd_lines_claim(struct jobs_backend *base, struct jobs_line *out, int 
             continue;
         /* first the lines of workers that stopped renewing, then new ones */
         redisReply *r;
-        rc = rd_cmd(b, &r, err, "XAUTOCLAIM wafer:batch:%s:lines " RD_GROUP " %s %d 0-0 COUNT %d", id, b->consumer,
-                    b->lease_ms, max - *n);
+        char *cursor = rd_cursor(b, id);
+        rc = rd_cmd(b, &r, err, "XAUTOCLAIM wafer:batch:%s:lines " RD_GROUP " %s %d %s COUNT %d", id, b->consumer,
+                    b->lease_ms, cursor, max - *n);
         if (!rc) {
-            if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2)
+            if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+                if (r->element[0]->type == REDIS_REPLY_STRING) /* "0-0" once the scan went round */
+                    snprintf(cursor, 48, "%s", r->element[0]->str);
                 rc = rd_lines_take(r->element[1], id, endpoint, true, out, max, n, err);
+            }
             freeReplyObject(r);
         }
         if (!rc && *n < max) {
