@@ -23,6 +23,7 @@ static const struct cli_command cli_commands[] = {
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
     {"bench", cmd_bench_main, "benchmark a model (bench) or a server (bench serve, bench compare)"},
+    {"jobs", cmd_jobs_main, "batch jobs through the Batch API (submit, list, status, results, cancel)"},
     {NULL, NULL, NULL},
 };
 
