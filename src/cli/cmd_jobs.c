@@ -10,7 +10,8 @@
  */
 #include "cli/cli.h"
 
-#include "cli/cli_common.h"
+#include "core/clock.h"
+#include "core/flags.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -315,7 +316,7 @@ static int jc_wait(const struct jc_opts *o, const char *id)
     char path[256];
     snprintf(path, sizeof path, "/v1/batches/%s", id);
     bool tty = isatty(2);
-    double t0 = cli_now(), t_last_print = 0;
+    double t0 = clock_now_s(), t_last_print = 0;
     long long done0 = -1, last_done = -1;
     for (;;) {
         json_t *b = jc_call(o, "getting the batch", "GET", path, NULL);
@@ -324,7 +325,7 @@ static int jc_wait(const struct jc_opts *o, const char *id)
         const char *status = jc_str(b, "status");
         const json_t *rc = json_object_get(b, "request_counts");
         long long total = jc_int(rc, "total"), done = jc_int(rc, "completed") + jc_int(rc, "failed");
-        double now = cli_now();
+        double now = clock_now_s();
         if (done0 < 0) {
             done0 = done;
             t0 = now;
@@ -626,10 +627,10 @@ int cmd_jobs_main(int argc, char **argv)
         } else if (submit && !strcmp(a, "--wait")) {
             o.wait = true;
         } else if (submit && !strcmp(a, "--interval")) {
-            if (cli_parse_float("jobs submit", "--interval", v, 0.05, 3600, &o.interval))
+            if (flags_parse_float("jobs submit", "--interval", v, 0.05, 3600, &o.interval))
                 rc = 2;
         } else if (list && !strcmp(a, "--limit")) {
-            if (cli_parse_int("jobs list", "--limit", v, 1, 100, &o.limit))
+            if (flags_parse_int("jobs list", "--limit", v, 1, 100, &o.limit))
                 rc = 2;
         } else if ((list || c == 2) && !strcmp(a, "--json")) {
             o.json = true;

@@ -1,7 +1,7 @@
 /*
- * jobs: the front end of the job store. Everything the two stores have in common lives here: checking what
- * clients send (sizes, input lines, endpoint, completion window, metadata) before anything is stored, making
- * ids, rendering OpenAI's objects, building output lines, and the finalization flow that turns committed
+ * jobs: the front end of the job store, above the two stores (store_sqlite.c, store_redis.c; the helpers they
+ * share with it are in store_common.c). It does what does not depend on the store: checking what clients send
+ * (sizes, input lines, endpoint, completion window, metadata) before anything is stored, rendering OpenAI's objects, building output lines, and the finalization flow that turns committed
  * results into the output and error files:
  *
  *   in_progress|cancelling --transition--> finalizing (final status recorded) --lock--> fill the lines that
@@ -42,48 +42,9 @@ struct jobs_store {
     char where[PATH_MAX + 64];
 };
 
-static const char *const jobs_status_names[JOBS_STATUS_COUNT] = {
-    [JOBS_VALIDATING] = "validating", [JOBS_FAILED] = "failed",       [JOBS_IN_PROGRESS] = "in_progress",
-    [JOBS_FINALIZING] = "finalizing", [JOBS_COMPLETED] = "completed", [JOBS_EXPIRED] = "expired",
-    [JOBS_CANCELLING] = "cancelling", [JOBS_CANCELLED] = "cancelled",
-};
-
 static const char *const jobs_endpoints[] = {"/v1/completions", "/v1/chat/completions"};
 
-const char *jobs_status_name(enum jobs_status st)
-{
-    return (unsigned)st < JOBS_STATUS_COUNT ? jobs_status_names[st] : "unknown";
-}
-
-int jobs_status_parse(const char *name)
-{
-    for (int i = 0; i < JOBS_STATUS_COUNT; i++)
-        if (name && !strcmp(name, jobs_status_names[i]))
-            return i;
-    return -1;
-}
-
 int64_t jobs_now(void) { return (int64_t)time(NULL); }
-
-void jobs_id_make(char *buf, size_t size, const char *prefix)
-{
-    static const char alnum[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    unsigned char r[24];
-    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
-        /* getrandom on Linux >= 3.17 does not fail for <= 256 bytes; fall back to the clock all the same */
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid() << 40;
-        for (size_t i = 0; i < sizeof r; i++) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            r[i] = (unsigned char)x;
-        }
-    }
-    size_t p = (size_t)snprintf(buf, size, "%s", prefix);
-    for (size_t i = 0; i < sizeof r && p + 1 < size; i++)
-        buf[p++] = alnum[r[i] % 62];
-    buf[p < size ? p : size - 1] = 0;
-}
 
 void jobs_default_data_dir(char *buf, size_t size)
 {
@@ -177,26 +138,6 @@ void jobs_store_close(struct jobs_store *s)
 const char *jobs_store_where(const struct jobs_store *s) { return s->where; }
 
 int jobs_store_renew_ms(const struct jobs_store *s) { return s->renew_ms; }
-
-void jobs_batch_rec_deinit(struct jobs_batch_rec *r)
-{
-    free(r->metadata);
-    r->metadata = NULL;
-}
-
-void jobs_batch_rec_free_array(struct jobs_batch_rec *r, int n)
-{
-    for (int i = 0; r && i < n; i++)
-        jobs_batch_rec_deinit(&r[i]);
-    free(r);
-}
-
-void jobs_line_deinit(struct jobs_line *l)
-{
-    free(l->custom_id);
-    free(l->body);
-    l->custom_id = l->body = NULL;
-}
 
 /* ---- rendering ---- */
 
@@ -620,27 +561,6 @@ int jobs_lines_claim(struct jobs_store *s, struct jobs_line *out, int max, int *
     int rc = s->b->ops->lines_claim(s->b, out, max, n, jobs_err_buf(err));
     pthread_mutex_unlock(&s->mu);
     return rc;
-}
-
-/* Deterministic per (batch, line), so a line computed twice gets the same id. */
-static void jobs_request_line_id(char *buf, size_t size, const char *batch_id, int64_t idx)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = batch_id; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    snprintf(buf, size, "batch_req_%016llx%08llx", (unsigned long long)h, (unsigned long long)idx & 0xffffffffull);
-}
-
-char *jobs_result_error_text(const char *batch_id, int64_t idx, const char *custom_id, const char *code,
-                             const char *message)
-{
-    char id[64];
-    jobs_request_line_id(id, sizeof id, batch_id, idx);
-    json_t *j = json_pack("{sssssns{ssss}}", "id", id, "custom_id", custom_id, "response", "error", "code", code,
-                          "message", message);
-    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    return text;
 }
 
 char *jobs_result_text(const struct jobs_line *line, int status_code, const char *request_id, const char *body_json,

@@ -15,6 +15,7 @@
  */
 #include "jobs/runner.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 
 #include <pthread.h>
@@ -72,12 +73,7 @@ struct runner {
     int local_cap;
 };
 
-static int64_t runner_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static int64_t runner_ms(void) { return clock_now_ns() / 1000000; }
 
 static uint64_t runner_ticket(const struct runner *r, int slot)
 {

@@ -120,7 +120,7 @@ struct jobs_backend {
 struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err);
 struct jobs_backend *jobs_redis_open(const char *url, const char *consumer, int lease_ms, char *err);
 
-/* Shared helpers (jobs.c). */
+/* Shared helpers (store_common.c), below both the stores and jobs.c. */
 void jobs_batch_rec_deinit(struct jobs_batch_rec *r);
 void jobs_batch_rec_free_array(struct jobs_batch_rec *r, int n);
 /* Status from its OpenAI name; -1 when unknown. */
@@ -128,6 +128,8 @@ int jobs_status_parse(const char *name);
 /* The error line of a line that never got a response (jobs_result_text with no response). malloc'd. */
 char *jobs_result_error_text(const char *batch_id, int64_t idx, const char *custom_id, const char *code,
                              const char *message);
+/* The id of a line's result, deterministic per (batch, line) so a line computed twice gets the same id. */
+void jobs_request_line_id(char *buf, size_t size, const char *batch_id, int64_t idx);
 /* Fills buf with prefix + n random lowercase hex/alnum characters. */
 void jobs_id_make(char *buf, size_t size, const char *prefix);
 int64_t jobs_now(void); /* unix seconds */
