@@ -1,8 +1,9 @@
 /*
  * jobs: the front end of the job store, above the two stores (store_sqlite.c, store_redis.c; the helpers they
  * share with it are in store_common.c). It does what does not depend on the store: checking what clients send
- * (sizes, input lines, endpoint, completion window, metadata) before anything is stored, rendering OpenAI's objects, building output lines, and the finalization flow that turns committed
- * results into the output and error files:
+ * (sizes, input lines, endpoint, completion window, metadata) before anything is stored, rendering OpenAI's
+ * objects, building output lines, and the finalization flow that turns committed results into the output and
+ * error files:
  *
  *   in_progress|cancelling --transition--> finalizing (final status recorded) --lock--> fill the lines that
  *   have no result (batch_expired / batch_cancelled) --scan--> output and error files written, durable but
