@@ -134,6 +134,10 @@ bool grammar_matcher_can_end(const struct grammar_matcher *m);
  * further byte. */
 bool grammar_matcher_is_done(const struct grammar_matcher *m);
 
+/* Cache entries this matcher has computed so far (each is one pruned trie walk, the cold cost of a mask):
+ * for benchmarks and logs. */
+size_t grammar_matcher_cache_misses(const struct grammar_matcher *m);
+
 /* ---- validation ---- */
 
 /* Validates the JSON text instance against the JSON Schema schema, for the subset grammar_compile_schema

@@ -230,7 +230,15 @@ static uint64_t gb_node_size(const struct gbuild *b, uint32_t node, int depth)
     switch (x->kind) {
     case GAST_EMPTY: return 1;
     case GAST_LIT: return (uint64_t)x->b + 1;
-    case GAST_CLASS: return 12ull * x->b + 2;
+    case GAST_CLASS: {
+        /* one end state, plus the inner states of multi-byte UTF-8 sequences (a generous bound per range) */
+        uint64_t n = 2;
+        for (uint32_t i = 0; i < x->b; i++) {
+            uint32_t hi = b->a->ranges[x->a + 2 * i + 1];
+            n += hi < 0x80 ? 0 : hi < 0x800 ? 2 : hi < 0x10000 ? 8 : 14;
+        }
+        return n;
+    }
     case GAST_REF: return b->inl[x->a] ? b->size[x->a] + 1 : 2;
     case GAST_SEQ:
     case GAST_ALT: {

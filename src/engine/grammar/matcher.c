@@ -59,7 +59,8 @@ struct gmask_entry {
 
 struct gmask_cache {
     const struct token_trie *trie;
-    uint32_t n_states;
+    uint32_t n_slots;
+    uint32_t *cls; /* [n_states] slot of each DFA state: states with equal entries share one */
     _Atomic size_t bytes;
     _Atomic(struct gmask_entry *) slot[];
 };
@@ -91,6 +92,7 @@ struct grammar_matcher {
     size_t pc_n_unc, pc_cap_unc;
     uint32_t *remap;
     size_t cap_remap;
+    size_t misses;
 };
 
 static bool m_grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -185,6 +187,23 @@ static void walk_step(struct grammar_matcher *m, struct gcfg in, uint8_t byte, s
     out->off = (uint32_t)m->n_heads;
     out->n = 0;
     out->flags = 0;
+    if (in.n == 1) {
+        /* fast path, most steps inside a rule: one head moving to a state that neither calls nor ends (so,
+         * being live, it has byte edges): the result is that one head, no expansion */
+        struct ghead h = m->heads[in.off];
+        uint32_t t = grammar_next(m->g, h.state, byte);
+        if (t == GNONE) {
+            out->frames_end = (uint32_t)m->n_frames;
+            return;
+        }
+        const struct gstate *st = &m->g->states[t];
+        if (!st->n_calls && !st->accept && m->n_heads < m->cap_heads) {
+            m->heads[m->n_heads++] = (struct ghead){t, h.parent, h.depth};
+            out->n = 1;
+            out->frames_end = (uint32_t)m->n_frames;
+            return;
+        }
+    }
     m->step_frames = (uint32_t)m->n_frames;
     m->budget = EXPAND_BUDGET;
     for (uint32_t i = 0; i < in.n; i++) {
@@ -275,13 +294,132 @@ static void walk_restore(struct grammar_matcher *m)
 
 /* ---- the shared cache ---- */
 
+/* Classes of DFA states whose cache entries are equal for a trie of depth L: partition refinement where a
+ * state's signature after round k is (its class, accept, byte-class row of its targets' round-(k-1) classes,
+ * its calls by callee start and return state). Round k's classes tell apart exactly what the first k bytes
+ * can, so after L rounds (or a fixpoint) two states in one class accept the same tokens inside their rule
+ * and escape at the same trie nodes. Calls are compared by identity (a sound simplification: merging them
+ * would need the same refinement over the callees). What this buys: the states of a bounded repetition
+ * (maxLength, {m,n}, format atoms) more than L bytes from their end share one entry instead of one each. */
+struct cls_rows {
+    uint32_t *off;        /* [n_states + 1] */
+    uint32_t *cls, *tgt;  /* byte class and target of each non-empty transition */
+};
+
+/* Whether states a and b have equal round signatures (old classes in cls). */
+static bool cls_same(const struct grammar *g, const struct cls_rows *r, const uint32_t *cls, bool targets,
+                     uint32_t a, uint32_t b)
+{
+    const struct gstate *x = &g->states[a], *y = &g->states[b];
+    if (cls[a] != cls[b] || x->accept != y->accept || x->n_calls != y->n_calls ||
+        r->off[a + 1] - r->off[a] != r->off[b + 1] - r->off[b])
+        return false;
+    for (uint32_t j = 0; j < x->n_calls; j++)
+        if (g->calls[x->call_off + j].start != g->calls[y->call_off + j].start ||
+            g->calls[x->call_off + j].target != g->calls[y->call_off + j].target)
+            return false;
+    for (uint32_t i = r->off[a], k = r->off[b]; i < r->off[a + 1]; i++, k++)
+        if (r->cls[i] != r->cls[k] || (targets && cls[r->tgt[i]] != cls[r->tgt[k]]))
+            return false;
+    return true;
+}
+
+/* Classes of DFA states whose cache entries are equal for a trie of depth L: partition refinement where a
+ * state's signature in round k is (its class, accept, its calls by callee start and return state, and for
+ * each byte class it can take, the round-(k-1) class of the target). Round k tells apart exactly what the
+ * first k bytes can, so after L rounds (or a fixpoint) two states in one class accept the same tokens inside
+ * their rule and escape at the same trie nodes. Calls are compared by identity (sound; merging them would
+ * need the same refinement over the callees). What this buys: the states of a bounded repetition
+ * (maxLength, {m,n}, format atoms) more than L bytes from its end share one entry instead of one each. */
+static int cache_classes(const struct grammar *g, uint32_t L, uint32_t *cls, uint32_t *n_cls)
+{
+    uint32_t n = g->n_states, nc = g->n_classes;
+    struct cls_rows r = {0};
+    size_t total = 0;
+    for (size_t i = 0; i < (size_t)n * nc; i++)
+        total += g->next[i] != GNONE;
+    r.off = malloc(((size_t)n + 1) * sizeof *r.off);
+    r.cls = malloc((total ? total : 1) * sizeof *r.cls);
+    r.tgt = malloc((total ? total : 1) * sizeof *r.tgt);
+    uint32_t *next_cls = malloc((size_t)n * sizeof *next_cls), *hashes = malloc((size_t)n * sizeof *hashes);
+    size_t n_slots = 1;
+    while (n_slots < 2 * (size_t)n)
+        n_slots *= 2;
+    uint32_t *slots = malloc(n_slots * sizeof *slots);
+    int rc = ERR_NOMEM;
+    if (!r.off || !r.cls || !r.tgt || !next_cls || !hashes || !slots)
+        goto done;
+    size_t k = 0;
+    for (uint32_t st = 0; st < n; st++) {
+        r.off[st] = (uint32_t)k;
+        const uint32_t *row = g->next + (size_t)st * nc;
+        for (uint32_t c = 0; c < nc; c++)
+            if (row[c] != GNONE)
+                r.cls[k] = c, r.tgt[k] = row[c], k++;
+    }
+    r.off[n] = (uint32_t)k;
+    memset(cls, 0, (size_t)n * sizeof *cls);
+    uint32_t count = 1;
+    for (uint32_t round = 0; round <= L; round++) {
+        memset(slots, 0xff, n_slots * sizeof *slots);
+        uint32_t fresh = 0;
+        for (uint32_t st = 0; st < n; st++) {
+            const struct gstate *x = &g->states[st];
+            uint32_t h = (2166136261u ^ cls[st]) * 16777619u;
+            h = (h ^ x->accept ^ ((uint32_t)x->n_calls << 1)) * 16777619u;
+            for (uint32_t j = 0; j < x->n_calls; j++)
+                h = (h ^ g->calls[x->call_off + j].start ^ (g->calls[x->call_off + j].target << 7)) * 16777619u;
+            for (uint32_t i = r.off[st]; i < r.off[st + 1]; i++)
+                h = (h ^ r.cls[i] ^ (round ? cls[r.tgt[i]] << 8 : 0)) * 16777619u;
+            hashes[st] = h;
+            size_t slot = h & (n_slots - 1);
+            for (;;) {
+                uint32_t o = slots[slot];
+                if (o == GNONE) {
+                    slots[slot] = st;
+                    next_cls[st] = fresh++;
+                    break;
+                }
+                if (hashes[o] == h && cls_same(g, &r, cls, round > 0, o, st)) {
+                    next_cls[st] = next_cls[o];
+                    break;
+                }
+                slot = (slot + 1) & (n_slots - 1);
+            }
+        }
+        memcpy(cls, next_cls, (size_t)n * sizeof *cls);
+        bool stable = fresh == count && round > 0;
+        count = fresh;
+        if (stable)
+            break;
+    }
+    *n_cls = count;
+    rc = 0;
+done:
+    free(r.off);
+    free(r.cls);
+    free(r.tgt);
+    free(next_cls);
+    free(hashes);
+    free(slots);
+    return rc;
+}
+
 static struct gmask_cache *cache_create(const struct grammar *g, const struct token_trie *trie)
 {
-    struct gmask_cache *c = calloc(1, sizeof *c + (size_t)g->n_states * sizeof c->slot[0]);
-    if (!c)
+    uint32_t *cls = malloc((g->n_states ? g->n_states : 1) * sizeof *cls), n_cls;
+    if (!cls || cache_classes(g, trie->max_depth, cls, &n_cls)) {
+        free(cls);
         return NULL;
+    }
+    struct gmask_cache *c = calloc(1, sizeof *c + (size_t)n_cls * sizeof c->slot[0]);
+    if (!c) {
+        free(cls);
+        return NULL;
+    }
     c->trie = trie;
-    c->n_states = g->n_states;
+    c->n_slots = n_cls;
+    c->cls = cls;
     return c;
 }
 
@@ -289,8 +427,9 @@ void gmask_cache_destroy(struct gmask_cache *c)
 {
     if (!c)
         return;
-    for (uint32_t i = 0; i < c->n_states; i++)
+    for (uint32_t i = 0; i < c->n_slots; i++)
         free(atomic_load(&c->slot[i]));
+    free(c->cls);
     free(c);
 }
 
@@ -337,17 +476,19 @@ static size_t entry_bytes(const struct gmask_entry *e, uint32_t n_words)
     return sizeof *e + (acc + e->n_unc) * sizeof e->data[0];
 }
 
-/* The entry for state q: cached, or computed now and published (lock-free: the first to publish wins, the
+/* The entry for state q (shared by its class): cached, or computed now and published (lock-free: the first to publish wins, the
  * others free theirs; all copies are equal). *temp set when the entry must be freed after use (cache full). */
 static struct gmask_entry *entry_get(struct grammar_matcher *m, uint32_t q, bool *temp)
 {
     *temp = false;
-    struct gmask_entry *e = atomic_load_explicit(&m->cache->slot[q], memory_order_acquire);
+    _Atomic(struct gmask_entry *) *slot = &m->cache->slot[m->cache->cls[q]];
+    struct gmask_entry *e = atomic_load_explicit(slot, memory_order_acquire);
     if (e)
         return e;
     e = entry_compute(m, q);
     if (!e)
         return NULL;
+    m->misses++;
     size_t sz = entry_bytes(e, m->n_words);
     if (atomic_fetch_add(&m->cache->bytes, sz) + sz > CACHE_MAX_BYTES) {
         atomic_fetch_sub(&m->cache->bytes, sz);
@@ -355,7 +496,7 @@ static struct gmask_entry *entry_get(struct grammar_matcher *m, uint32_t q, bool
         return e;
     }
     struct gmask_entry *expected = NULL;
-    if (!atomic_compare_exchange_strong_explicit(&m->cache->slot[q], &expected, e, memory_order_acq_rel,
+    if (!atomic_compare_exchange_strong_explicit(slot, &expected, e, memory_order_acq_rel,
                                                  memory_order_acquire)) {
         atomic_fetch_sub(&m->cache->bytes, sz);
         free(e);
@@ -456,6 +597,8 @@ void grammar_matcher_reset(struct grammar_matcher *m)
     m->oom = false;
     matcher_start(m);
 }
+
+size_t grammar_matcher_cache_misses(const struct grammar_matcher *m) { return m->misses; }
 
 bool grammar_matcher_can_end(const struct grammar_matcher *m) { return !m->done && (m->cur.flags & CFG_END); }
 
