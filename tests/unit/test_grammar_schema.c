@@ -182,6 +182,9 @@ static void test_date_exhaustive(void **state)
         bool ok;
     } cases[] = {
         {"time", "\"23:59:60Z\"", true},          {"time", "\"00:00:00.123+05:30\"", true},
+        {"time", "\"23:59:60+00:00\"", true},     {"time", "\"23:58:60Z\"", false},
+        {"time", "\"22:59:60Z\"", false},         {"time", "\"23:59:61Z\"", false},
+        {"time", "\"15:59:60-08:00\"", false},
         {"time", "\"24:00:00Z\"", false},         {"time", "\"12:00:00\"", false},
         {"time", "\"12:60:00Z\"", false},         {"date-time", "\"2024-02-29T12:00:00Z\"", true},
         {"date-time", "\"2023-02-29T12:00:00Z\"", false}, {"date-time", "\"2024-01-01t00:00:00z\"", true},
@@ -197,10 +200,12 @@ static void test_date_exhaustive(void **state)
         if ((rc == 0) != cases[i].ok)
             print_message("%s %s: %d\n", cases[i].format, cases[i].value, rc);
         assert_int_equal(rc, cases[i].ok ? 0 : ERR_INVALID_ARG);
-        /* the generator's grammar agrees, except that it writes only the upper-case T and Z */
+        /* the generator's grammar agrees, except that it writes only the upper-case T and Z and no leap
+         * seconds */
         struct grammar *fg = schema_ok(schema2, GRAMMAR_SCHEMA_COMPACT);
         bool lower = strchr(cases[i].value, 't') && !strcmp(cases[i].format, "date-time");
-        assert_int_equal(matches(fg, cases[i].value), cases[i].ok && !lower);
+        bool leap = strstr(cases[i].value, ":60") != NULL;
+        assert_int_equal(matches(fg, cases[i].value), cases[i].ok && !lower && !leap);
         grammar_destroy(fg);
     }
 }

@@ -985,15 +985,8 @@ static void sc_header(const struct sc *c, struct gtext *t, const char *root_body
         gtext_puts(t, "ws ::= ( \" \" | \"\\n\" [ \\t]{0,32} )?\n");
     }
     gtext_puts(t, sc_common);
-    /* the formats, generating only the upper-case T and Z of RFC 3339 (the validator takes both cases) */
-    for (const char *p = json_schema_format_rules; *p;) {
-        if (!strncmp(p, "[tT]", 4) || !strncmp(p, "[zZ]", 4)) {
-            gtext_printf(t, "\"%c\"", p[2]);
-            p += 4;
-        } else {
-            gtext_put(t, p++, 1);
-        }
-    }
+    gtext_puts(t, json_schema_format_rules);
+    gtext_puts(t, json_schema_format_time_generated);
 }
 
 /* Builds the GBNF of schema into *out (caller frees). */

@@ -27,8 +27,11 @@ enum json_schema_kw {
 
 enum json_schema_kw json_schema_keyword(const char *k);
 
-/* GBNF rules fmt-date, fmt-time, fmt-date-time, fmt-uuid, fmt-email (and their helpers). */
+/* GBNF rules fmt-date, fmt-uuid, fmt-email and helpers; then fmt-time and fmt-date-time in two variants:
+ * what validates, and the subset the generator writes. */
 extern const char json_schema_format_rules[];
+extern const char json_schema_format_time_valid[];
+extern const char json_schema_format_time_generated[];
 
 /* Whether name is one of the supported formats (json_schema_formats in grammar_impl.h). */
 bool json_schema_format_known(const char *name);

@@ -3,7 +3,7 @@
  * compiler and the validator: which keywords exist and what kind they are, local $ref resolution, integer
  * bounds, and the string formats as GBNF.
  *
- * Formats (RFC 3339 for date and time, exact calendar days including leap years; uuid in any version and
+ * Formats (RFC 3339 for date and time, exact calendar days including leap years, leap seconds see below; uuid in any version and
  * case; email a simplified RFC 5321 subset: dot-separated atoms of letters, digits and !#$%&'*+/=?^_`{|}~-
  * up to 64 characters each, an @, and a domain of 2 to 9 labels of letters, digits and inner hyphens).
  */
@@ -25,14 +25,25 @@ const char json_schema_format_rules[] =
     "fmt-d30 ::= \"0\" [1-9] | [12] [0-9] | \"30\"\n"
     "fmt-d28 ::= \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]\n"
     "fmt-leap ::= [0-9]{2} (\"0\" [48] | [2468] [048] | [13579] [26]) | (\"0\" [048] | [2468] [048] | [13579] [26]) \"00\"\n"
-    "fmt-time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" ([0-5] [0-9] | \"60\") (\".\" [0-9]{1,9})? "
-    "([zZ] | [-+] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
-    "fmt-date-time ::= fmt-date [tT] fmt-time\n"
+    "fmt-hms ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9]\n"
+    "fmt-frac ::= \".\" [0-9]{1,9}\n"
+    "fmt-offset ::= [-+] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9]\n"
     "fmt-uuid ::= fmt-hex{8} \"-\" fmt-hex{4} \"-\" fmt-hex{4} \"-\" fmt-hex{4} \"-\" fmt-hex{12}\n"
     "fmt-hex ::= [0-9a-fA-F]\n"
     "fmt-email ::= fmt-atom (\".\" fmt-atom){0,8} \"@\" fmt-label (\".\" fmt-label){1,8}\n"
     "fmt-atom ::= [a-zA-Z0-9!#$%&'*+/=?^_`{|}~\\-]{1,64}\n"
     "fmt-label ::= [a-zA-Z0-9] ([a-zA-Z0-9\\-]{0,61} [a-zA-Z0-9])?\n";
+
+/* RFC 3339 as the JSON Schema test suite reads it: t/z in either case, a leap second only at 23:59:60 UTC
+ * (zero offset; other offsets would need clock arithmetic, so they are refused: stricter, never looser). */
+const char json_schema_format_time_valid[] =
+    "fmt-time ::= fmt-hms fmt-frac? ([zZ] | fmt-offset) | \"23:59:60\" fmt-frac? ([zZ] | [-+] \"00:00\")\n"
+    "fmt-date-time ::= fmt-date [tT] fmt-time\n";
+
+/* What the generator writes: upper-case T and Z, no leap seconds (valid for every validator). */
+const char json_schema_format_time_generated[] =
+    "fmt-time ::= fmt-hms fmt-frac? (\"Z\" | fmt-offset)\n"
+    "fmt-date-time ::= fmt-date \"T\" fmt-time\n";
 
 bool json_schema_format_known(const char *name)
 {

@@ -162,6 +162,7 @@ static int v_grammar(struct vctx *v, const json_t *pattern, const char *format, 
     } else {
         gtext_printf(&t, "root ::= fmt-%s\n", format);
         gtext_puts(&t, json_schema_format_rules);
+        gtext_puts(&t, json_schema_format_time_valid);
     }
     if (t.oom) {
         gtext_free(&t);
@@ -500,7 +501,10 @@ int json_schema_validate(const char *schema, size_t schema_len, const char *inst
     json_t *s = json_loadb(schema, schema_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
     if (!s)
         return err_set(err, ERR_FORMAT, "schema is not valid JSON: %s (line %d, column %d)", je.text, je.line, je.column);
-    json_t *x = json_loadb(instance, instance_len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
+    size_t flags = JSON_DECODE_ANY | JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL;
+    json_t *x = json_loadb(instance, instance_len, flags, &je);
+    if (!x && json_error_code(&je) == json_error_numeric_overflow) /* an integer past 64 bits: compare as reals */
+        x = json_loadb(instance, instance_len, flags | JSON_DECODE_INT_AS_REAL, &je);
     if (!x) {
         int code = json_error_code(&je) == json_error_duplicate_key ? ERR_INVALID_ARG : ERR_FORMAT;
         json_decref(s);

@@ -466,7 +466,8 @@ static struct gmask_entry *entry_compute(struct grammar_matcher *m, uint32_t q)
     } else if (kind == ENTRY_BITS) {
         memcpy(e->data, m->pc_bits, m->n_words * sizeof *m->pc_bits);
     }
-    memcpy(e->data + n_acc_words, m->pc_unc, n_unc * sizeof *m->pc_unc);
+    if (n_unc)
+        memcpy(e->data + n_acc_words, m->pc_unc, n_unc * sizeof *m->pc_unc);
     return e;
 }
 
