@@ -156,6 +156,7 @@ static void test_constructs(void **state)
         {"root ::= \"a\" |\n  \"b\" # alternatives go on after |\n", {"a", "b"}, {"ab"}},
         {"root ::= list\nlist ::= item (\",\" list)?\nitem ::= [0-9]", {"1", "1,2,3"}, {"1,", ",1"}},
         {"root ::= \"(\" root \")\" | \"\"", {"", "()", "((()))"}, {"(", "())", ")("}},
+        {"root ::= a\r\n\r\na ::= \"x\" |\r\n \"y\"\r\n", {"x", "y"}, {"xy", ""}}, /* CRLF lines */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct grammar *g = compile_ok(cases[i].gbnf);

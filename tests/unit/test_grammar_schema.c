@@ -288,6 +288,11 @@ static void test_objects(void **state)
     assert_false(matches(g, "{\"\\u0061\":\"x\"}")); /* an escape cannot spell a declared name */
     assert_false(matches(g, "{\"b\":1}"));
     grammar_destroy(g);
+    /* an optional property whose schema is false can only be left out */
+    g = schema_ok("{\"type\":\"object\",\"properties\":{\"a\":false,\"b\":{\"type\":\"null\"}}}", GRAMMAR_SCHEMA_COMPACT);
+    assert_true(matches(g, "{\"b\":null}") && matches(g, "{}"));
+    assert_false(matches(g, "{\"a\":null}"));
+    grammar_destroy(g);
     /* no properties: any object */
     g = schema_ok("{\"type\":\"object\"}", GRAMMAR_SCHEMA_COMPACT);
     assert_true(matches(g, "{\"x\":[1,{\"y\":null}],\"z\":\"w\"}"));

@@ -456,6 +456,11 @@ static int sc_object(struct sc *c, json_t *s, struct gtext *o)
     }
     for (size_t i = 0; i < n; i++) {
         vr[i] = GNONE;
+        if (json_is_false(pv[i].schema) && !pv[i].required) { /* can never appear: leave it out */
+            memmove(pv + i, pv + i + 1, (n - i - 1) * sizeof *pv);
+            n--, i--;
+            continue;
+        }
         if (!pv[i].schema)
             continue;
         size_t saved = sc_push(c, "properties");

@@ -15,7 +15,8 @@
  * whatever lies below) and the trie subtrees where every path died after some path popped out of the rule
  * (context-dependent). A mask is then: for each head, OR its accepted set, and walk only its
  * context-dependent subtrees with the real stack. The precompute walk is pruned like any other (subtrees
- * that die inside the rule are skipped whole), and runs once per DFA state per grammar.
+ * that die inside the rule are skipped whole), and runs once per grammar and vocabulary for each class of
+ * DFA states that no token can tell apart (cache_classes).
  *
  * Consistency with accept: the depth limit is absolute, the precompute's relative, so an entry is only used
  * when head depth + the deepest frame its walk created fits under GRAMMAR_MAX_DEPTH; an entry whose walk hit
@@ -338,6 +339,12 @@ static int cache_classes(const struct grammar *g, uint32_t L, uint32_t *cls, uin
     size_t total = 0;
     for (size_t i = 0; i < (size_t)n * nc; i++)
         total += g->next[i] != GNONE;
+    if (total > (4u << 20)) { /* a huge grammar: not worth the memory, a class per state */
+        for (uint32_t st = 0; st < n; st++)
+            cls[st] = st;
+        *n_cls = n;
+        return 0;
+    }
     r.off = malloc(((size_t)n + 1) * sizeof *r.off);
     r.cls = malloc((total ? total : 1) * sizeof *r.cls);
     r.tgt = malloc((total ? total : 1) * sizeof *r.tgt);
