@@ -392,6 +392,33 @@ static void test_enum_const_anyof(void **state)
     grammar_destroy(g);
 }
 
+/* OpenAI strict mode allows 5000 properties: inlining every property's whitespace and number would pass
+ * the automaton cap, so the compiler falls back to calling shared rules; the language is the same. */
+static void test_large_schema(void **state)
+{
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 48 + 128;
+    char *s = malloc(cap), *inst = malloc(cap);
+    size_t n = (size_t)snprintf(s, cap, "{\"type\":\"object\",\"properties\":{");
+    size_t k = (size_t)snprintf(inst, cap, "{");
+    for (int i = 0; i < N; i++) {
+        n += (size_t)snprintf(s + n, cap - n, "%s\"p%d\":{\"type\":\"%s\"}", i ? "," : "", i, i % 2 ? "string" : "integer");
+        k += (size_t)snprintf(inst + k, cap - k, "%s\"p%d\": %s", i ? ", " : "", i, i % 2 ? "\"x\"" : "-12");
+    }
+    snprintf(s + n, cap - n, "}}");
+    snprintf(inst + k, cap - k, "}");
+    struct grammar *g = schema_ok(s, GRAMMAR_SCHEMA_STRICT);
+    assert_true(grammar_n_states(g) < (1u << 18));
+    assert_true(matches(g, inst));
+    assert_int_equal(validate(s, inst), 0);
+    char *cut = strstr(inst, ", \"p4999\"");
+    strcpy(cut, "}");
+    assert_false(matches(g, inst)); /* strict: every property required */
+    grammar_destroy(g);
+    free(s);
+    free(inst);
+}
+
 /* ---- the validator ---- */
 
 static void test_validator(void **state)
@@ -622,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_strings_and_whitespace),
         cmocka_unit_test(test_enum_const_anyof),
+        cmocka_unit_test(test_large_schema),
         cmocka_unit_test(test_validator),
         cmocka_unit_test(test_generation_real_vocab),
     };

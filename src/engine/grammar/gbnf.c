@@ -22,6 +22,10 @@ struct gbnf_parser {
     const char *s;
     size_t len, pos;
     struct gast *a;
+    uint32_t *names; /* open addressing: rule id + 1, 0 empty */
+    size_t n_names;  /* slots, a power of two */
+    size_t lc_pos;   /* gbnf_line_col's cursor: positions only grow, so counting resumes from here */
+    uint32_t lc_line, lc_col;
     char *err;
     int rc;
     int nest;
@@ -82,17 +86,14 @@ void gast_free(struct gast *a)
 
 /* ---- errors with positions ---- */
 
+static void gbnf_line_col(struct gbnf_parser *p, size_t at, uint32_t *line, uint32_t *col);
+
 static int gbnf_fail(struct gbnf_parser *p, size_t at, const char *msg, const char *detail)
 {
     if (p->rc)
         return p->rc;
-    uint32_t line = 1, col = 1;
-    for (size_t i = 0; i < at && i < p->len; i++) {
-        if (p->s[i] == '\n')
-            line++, col = 1;
-        else
-            col++;
-    }
+    uint32_t line, col;
+    gbnf_line_col(p, at, &line, &col);
     if (detail)
         p->rc = err_set(p->err, ERR_INVALID_ARG, "grammar: line %u, column %u: %s '%s'", line, col, msg, detail);
     else
@@ -100,15 +101,19 @@ static int gbnf_fail(struct gbnf_parser *p, size_t at, const char *msg, const ch
     return p->rc;
 }
 
-static void gbnf_line_col(const struct gbnf_parser *p, size_t at, uint32_t *line, uint32_t *col)
+/* Line and column (1-based) of byte at, counting on from the last position asked (linear overall). */
+static void gbnf_line_col(struct gbnf_parser *p, size_t at, uint32_t *line, uint32_t *col)
 {
-    *line = 1, *col = 1;
-    for (size_t i = 0; i < at && i < p->len; i++) {
-        if (p->s[i] == '\n')
-            (*line)++, *col = 1;
+    if (at < p->lc_pos || !p->lc_line)
+        p->lc_pos = 0, p->lc_line = 1, p->lc_col = 1;
+    for (; p->lc_pos < at && p->lc_pos < p->len; p->lc_pos++) {
+        if (p->s[p->lc_pos] == '\n')
+            p->lc_line++, p->lc_col = 1;
         else
-            (*col)++;
+            p->lc_col++;
     }
+    *line = p->lc_line;
+    *col = p->lc_col;
 }
 
 /* ---- lexing ---- */
@@ -420,23 +425,52 @@ fail:
     return GNONE;
 }
 
+static uint32_t gbnf_name_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* The id of rule name[0..n), created (first seen at at) when new; names are hashed, so a grammar of many
+ * rules parses in linear time. */
 static uint32_t gbnf_rule_id(struct gbnf_parser *p, const char *name, size_t n, size_t at)
 {
     struct gast *g = p->a;
-    for (size_t i = 0; i < g->n_rules; i++)
-        if (strlen(g->rules[i].name) == n && !memcmp(g->rules[i].name, name, n))
-            return (uint32_t)i;
+    if ((g->n_rules + 1) * 2 > p->n_names) {
+        size_t ns = p->n_names ? 2 * p->n_names : 64;
+        uint32_t *t = calloc(ns, sizeof *t);
+        if (!t)
+            goto oom;
+        for (size_t i = 0; i < g->n_rules; i++) {
+            size_t k = gbnf_name_hash(g->rules[i].name, strlen(g->rules[i].name)) & (ns - 1);
+            while (t[k])
+                k = (k + 1) & (ns - 1);
+            t[k] = (uint32_t)i + 1;
+        }
+        free(p->names);
+        p->names = t;
+        p->n_names = ns;
+    }
+    size_t k = gbnf_name_hash(name, n) & (p->n_names - 1);
+    for (; p->names[k]; k = (k + 1) & (p->n_names - 1)) {
+        const char *x = g->rules[p->names[k] - 1].name;
+        if (strlen(x) == n && !memcmp(x, name, n))
+            return p->names[k] - 1;
+    }
     if (!gast_grow((void **)&g->rules, &g->cap_rules, g->n_rules + 1, sizeof *g->rules))
         goto oom;
-    char *s = malloc(n + 1);
-    if (!s)
+    char *str = malloc(n + 1);
+    if (!str)
         goto oom;
-    memcpy(s, name, n);
-    s[n] = 0;
+    memcpy(str, name, n);
+    str[n] = 0;
     struct gast_rule *r = &g->rules[g->n_rules];
-    r->name = s;
+    r->name = str;
     r->body = GNONE;
     gbnf_line_col(p, at, &r->line, &r->col);
+    p->names[k] = (uint32_t)g->n_rules + 1;
     return (uint32_t)g->n_rules++;
 oom:
     p->rc = err_set(p->err, ERR_NOMEM, "out of memory parsing the grammar");
@@ -681,9 +715,13 @@ int gbnf_parse(const char *text, size_t len, struct gast *a, uint32_t *root, cha
     gbnf_space(&p, true);
     if (p.pos >= len)
         return err_set(err, ERR_INVALID_ARG, "grammar: empty (it needs at least a 'root ::= ...' rule)");
-    while (p.pos < len)
-        if (gbnf_rule(&p))
+    while (p.pos < len) {
+        if (gbnf_rule(&p)) {
+            free(p.names);
             return p.rc;
+        }
+    }
+    free(p.names);
     for (size_t i = 0; i < a->n_rules; i++) {
         if (a->rules[i].body == GNONE)
             return err_set(err, ERR_INVALID_ARG, "grammar: line %u, column %u: undefined rule '%s'", a->rules[i].line,

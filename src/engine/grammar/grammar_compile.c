@@ -3,7 +3,9 @@
  *
  *  1. Rules in a reference cycle (recursive) stay rules; every other rule of at most GRAMMAR_INLINE_MAX NFA
  *     states is inlined where it is used, so a JSON grammar without recursion becomes mostly one DFA and its
- *     masks rarely depend on the stack (see matcher.c).
+ *     masks rarely depend on the stack (see matcher.c). When the copies make the grammar pass a size cap
+ *     (thousands of properties each with its own whitespace and number), it is rebuilt inlining only rules
+ *     used once.
  *  2. Each remaining rule reachable from root: Thompson NFA (code point classes become UTF-8 byte-range
  *     sequences, RE2's split), then subset construction over bytes and call symbols. Byte edges are
  *     deterministic per state; several calls from one state are the pushdown part's nondeterminism.
@@ -53,6 +55,8 @@ struct gbuild {
     uint32_t n_crules;
     uint32_t **adj;     /* [gast rules] rules referenced by each (with repeats) */
     size_t *adj_n;
+    bool single_use;    /* inline only rules referenced once (the retry for grammars past the caps) */
+    bool too_large;     /* a size cap was hit */
     /* NFA of the rule being compiled */
     struct nfa_edge *ne;
     size_t n_ne, cap_ne;
@@ -259,7 +263,7 @@ static uint64_t gb_node_size(const struct gbuild *b, uint32_t node, int depth)
 
 /* Decides inlining: non-recursive rules, callees before callers (Kahn's order over the reference DAG of
  * non-recursive rules), each inlined when its size with its own inlined callees is at most
- * GRAMMAR_INLINE_MAX. */
+ * GRAMMAR_INLINE_MAX (and, in single_use mode, when it is referenced once, so nothing is copied). */
 static int gb_plan_inlining(struct gbuild *b, uint32_t root)
 {
     size_t nr = b->a->n_rules;
@@ -268,9 +272,13 @@ static int gb_plan_inlining(struct gbuild *b, uint32_t root)
     uint32_t **callers = calloc(nr, sizeof *callers);
     size_t *n_callers = calloc(nr, sizeof *n_callers), *cap_callers = calloc(nr, sizeof *cap_callers);
     uint8_t *mark = calloc(nr, 1);
+    uint32_t *uses = calloc(nr, sizeof *uses);
     int rc = ERR_NOMEM;
-    if (!pending || !queue || !callers || !n_callers || !cap_callers || !mark)
+    if (!pending || !queue || !callers || !n_callers || !cap_callers || !mark || !uses)
         goto done;
+    for (uint32_t r = 0; r < nr; r++)
+        for (size_t i = 0; i < b->adj_n[r]; i++)
+            uses[b->adj[r][i]]++;
     for (uint32_t r = 0; r < nr; r++) {
         if (b->recursive[r])
             continue;
@@ -295,7 +303,7 @@ static int gb_plan_inlining(struct gbuild *b, uint32_t root)
         uint32_t r = queue[qh++];
         uint64_t s = gb_node_size(b, b->a->rules[r].body, 0);
         b->size[r] = s;
-        b->inl[r] = r != root && s <= GRAMMAR_INLINE_MAX;
+        b->inl[r] = r != root && s <= GRAMMAR_INLINE_MAX && (!b->single_use || uses[r] == 1);
         for (size_t i = 0; i < n_callers[r]; i++)
             if (--pending[callers[r][i]] == 0)
                 queue[qt++] = callers[r][i];
@@ -311,6 +319,7 @@ done:
     free(pending);
     free(queue);
     free(mark);
+    free(uses);
     return rc ? gb_oom(b) : 0;
 }
 
@@ -319,6 +328,7 @@ done:
 static uint32_t nfa_new(struct gbuild *b)
 {
     if (b->n_nfa >= GRAMMAR_MAX_NFA) {
+        b->too_large = true;
         if (!b->rc)
             b->rc = err_set(b->err, ERR_INVALID_ARG, "grammar too large: a rule needs more than %u automaton states "
                             "(reduce repetition counts or split the rule)", GRAMMAR_MAX_NFA);
@@ -652,6 +662,7 @@ static size_t nfa_closure(const struct gbuild *b, struct closure_ws *ws, const u
 static int gb_state_add(struct gbuild *b, uint32_t rule, bool accept)
 {
     if (b->n_states >= GRAMMAR_MAX_DFA) {
+        b->too_large = true;
         if (!b->rc)
             b->rc = err_set(b->err, ERR_INVALID_ARG, "grammar too large: more than %u automaton states (reduce "
                             "repetition counts, maxLength or the number of alternatives)", GRAMMAR_MAX_DFA);
@@ -681,7 +692,8 @@ static int gb_determinize(struct gbuild *b, uint32_t cr, uint32_t fin)
     struct dset_table t = {0};
     struct closure_ws ws = {0};
     struct seg_edge *se = NULL;
-    uint32_t *seeds = NULL;
+    uint32_t *seeds = NULL, *pts = NULL;
+    size_t cap_pts = 0;
     struct dfa_call *pc = NULL;
     size_t cap_se = 0, cap_seeds = 0, cap_pc = 0;
     int rc = 0;
@@ -720,45 +732,48 @@ static int gb_determinize(struct gbuild *b, uint32_t cr, uint32_t fin)
         }
         if ((rc = gb_state_add(b, cr, acc)))
             goto done;
-        /* byte segments: boundaries at every lo and hi + 1 */
-        uint8_t cut[257] = {0};
+        /* byte segments between the sorted cut points (0, every lo and hi + 1, 256): linear in the edges */
+        if (!gb_grow((void **)&pts, &cap_pts, 2 * nse + 2, sizeof *pts))
+            goto oom;
+        size_t np = 0;
+        pts[np++] = 0;
+        pts[np++] = 256;
         for (size_t i = 0; i < nse; i++)
-            cut[se[i].lo] = 1, cut[se[i].hi + 1] = 1;
-        int seg_lo = -1;
+            pts[np++] = se[i].lo, pts[np++] = (uint32_t)se[i].hi + 1;
+        qsort(pts, np, sizeof *pts, u32_cmp);
+        size_t u = 0;
+        for (size_t i = 0; i < np; i++)
+            if (!u || pts[u - 1] != pts[i])
+                pts[u++] = pts[i];
         uint32_t prev_target = GNONE;
         int run_lo = 0;
-        for (int c = 0; c <= 256; c++) {
-            if (c < 256 && !cut[c] && seg_lo >= 0)
-                continue;
-            if (seg_lo >= 0) {
-                /* segment [seg_lo, c-1] */
-                size_t ns = 0;
-                for (size_t i = 0; i < nse; i++) {
-                    if (se[i].lo <= seg_lo && se[i].hi >= seg_lo) {
-                        if (!gb_grow((void **)&seeds, &cap_seeds, ns + 1, sizeof *seeds))
-                            goto oom;
-                        seeds[ns++] = se[i].to;
-                    }
-                }
-                uint32_t target = GNONE;
-                if (ns) {
-                    size_t cn = nfa_closure(b, &ws, seeds, ns);
-                    if (dset_intern(&t, ws.out, cn, &id, &fresh))
+        for (size_t k = 0; k + 1 < u; k++) {
+            int seg_lo = (int)pts[k];
+            size_t ns = 0;
+            for (size_t i = 0; i < nse; i++) {
+                if (se[i].lo <= seg_lo && se[i].hi >= seg_lo) {
+                    if (!gb_grow((void **)&seeds, &cap_seeds, ns + 1, sizeof *seeds))
                         goto oom;
-                    target = base + id;
-                }
-                /* merge with the previous segment when the target is the same */
-                if (target != prev_target) {
-                    if (prev_target != GNONE) {
-                        if (!gb_grow((void **)&b->ranges, &b->cap_ranges, b->n_ranges + 1, sizeof *b->ranges))
-                            goto oom;
-                        b->ranges[b->n_ranges++] = (struct dfa_range){base + d, prev_target, (uint8_t)run_lo, (uint8_t)(seg_lo - 1)};
-                    }
-                    prev_target = target;
-                    run_lo = seg_lo;
+                    seeds[ns++] = se[i].to;
                 }
             }
-            seg_lo = c;
+            uint32_t target = GNONE;
+            if (ns) {
+                size_t cn = nfa_closure(b, &ws, seeds, ns);
+                if (dset_intern(&t, ws.out, cn, &id, &fresh))
+                    goto oom;
+                target = base + id;
+            }
+            /* merge with the previous segment when the target is the same */
+            if (target != prev_target) {
+                if (prev_target != GNONE) {
+                    if (!gb_grow((void **)&b->ranges, &b->cap_ranges, b->n_ranges + 1, sizeof *b->ranges))
+                        goto oom;
+                    b->ranges[b->n_ranges++] = (struct dfa_range){base + d, prev_target, (uint8_t)run_lo, (uint8_t)(seg_lo - 1)};
+                }
+                prev_target = target;
+                run_lo = seg_lo;
+            }
         }
         if (prev_target != GNONE) {
             if (!gb_grow((void **)&b->ranges, &b->cap_ranges, b->n_ranges + 1, sizeof *b->ranges))
@@ -787,6 +802,7 @@ static int gb_determinize(struct gbuild *b, uint32_t cr, uint32_t fin)
             b->calls[b->n_calls++] = (struct dfa_call){base + d, callee, base + id};
         }
         if (base + t.n_sets > GRAMMAR_MAX_DFA || t.n_pool > (64u << 20)) {
+            b->too_large = true;
             rc = err_set(b->err, ERR_INVALID_ARG, "grammar too large: more than %u automaton states (reduce "
                          "repetition counts, maxLength or the number of alternatives)", GRAMMAR_MAX_DFA);
             goto done;
@@ -802,6 +818,7 @@ done:
     free(ws.out);
     free(se);
     free(seeds);
+    free(pts);
     free(pc);
     if (rc && !b->rc)
         b->rc = rc;
@@ -819,38 +836,45 @@ static bool gr_has_bytes(const struct grammar *g, uint32_t s)
     return false;
 }
 
-/* Productive rules and live states, then pruning. 0, ERR_NOMEM. */
-static int gr_prune(struct grammar *g, uint8_t *live)
+/* Which states can still reach an accepting state of their rule, by one backward propagation: through
+ * byte edges when with_bytes, and through a call edge once its callee is known to end (its start state
+ * found) and its return state is. Rules' start states found = rules that can end: with bytes, productive
+ * rules; without, nullable ones (rule_ok[r]). Calls waiting on a callee are parked on it and released when
+ * it is found, so the whole fixpoint is linear in states and edges. 0 or ERR_NOMEM. */
+static int gr_reach(const struct grammar *g, bool with_bytes, uint8_t *reach, uint8_t *rule_ok)
 {
-    uint8_t *prod = calloc(g->n_rules, 1);
-    uint32_t *rev_off = calloc((size_t)g->n_states + 1, sizeof *rev_off);
-    uint32_t *queue = malloc((size_t)g->n_states * sizeof *queue);
-    uint32_t *rev = NULL;
+    uint32_t n = g->n_states;
+    uint32_t *rev_off = calloc((size_t)n + 1, sizeof *rev_off), *queue = malloc(((size_t)n + 1) * sizeof *queue);
+    uint32_t *park_off = calloc((size_t)g->n_rules + 1, sizeof *park_off), *park = NULL, *rev = NULL, *fill = NULL;
     int rc = ERR_NOMEM;
-    if (!prod || !rev_off || !queue)
+    if (!rev_off || !queue || !park_off)
         goto done;
-    /* reverse edges: bytes (each distinct target once per state) and calls */
+    /* reverse edges into each state: pairs (source, call index or GNONE for a byte edge) */
     size_t n_rev = 0;
-    for (uint32_t s = 0; s < g->n_states; s++) {
+    for (uint32_t s = 0; s < n; s++) {
         const uint32_t *row = g->next + (size_t)s * g->n_classes;
-        for (uint32_t c = 0; c < g->n_classes; c++)
+        for (uint32_t c = 0; with_bytes && c < g->n_classes; c++)
             if (row[c] != GNONE && (c == 0 || row[c - 1] != row[c]))
                 rev_off[row[c] + 1]++, n_rev++;
-        for (uint32_t k = 0; k < g->states[s].n_calls; k++)
-            rev_off[g->calls[g->states[s].call_off + k].target + 1]++, n_rev++;
+        for (uint32_t k = 0; k < g->states[s].n_calls; k++) {
+            const struct gcall *cl = &g->calls[g->states[s].call_off + k];
+            rev_off[cl->target + 1]++, n_rev++;
+            park_off[g->states[cl->start].rule + 1]++;
+        }
     }
-    for (uint32_t s = 0; s < g->n_states; s++)
+    for (uint32_t s = 0; s < n; s++)
         rev_off[s + 1] += rev_off[s];
-    rev = malloc((n_rev ? n_rev : 1) * 2 * sizeof *rev); /* pairs: source, call index or GNONE */
-    uint32_t *fill = malloc(((size_t)g->n_states + 1) * sizeof *fill);
-    if (!rev || !fill) {
-        free(fill);
+    for (uint32_t r = 0; r < g->n_rules; r++)
+        park_off[r + 1] += park_off[r];
+    rev = malloc((n_rev ? n_rev : 1) * 2 * sizeof *rev);
+    park = malloc(((size_t)park_off[g->n_rules] ? park_off[g->n_rules] : 1) * sizeof *park);
+    fill = malloc(((size_t)n + 1) * sizeof *fill);
+    if (!rev || !park || !fill)
         goto done;
-    }
-    memcpy(fill, rev_off, ((size_t)g->n_states + 1) * sizeof *fill);
-    for (uint32_t s = 0; s < g->n_states; s++) {
+    memcpy(fill, rev_off, ((size_t)n + 1) * sizeof *fill);
+    for (uint32_t s = 0; s < n; s++) {
         const uint32_t *row = g->next + (size_t)s * g->n_classes;
-        for (uint32_t c = 0; c < g->n_classes; c++)
+        for (uint32_t c = 0; with_bytes && c < g->n_classes; c++)
             if (row[c] != GNONE && (c == 0 || row[c - 1] != row[c])) {
                 uint32_t k = fill[row[c]]++;
                 rev[2 * k] = s, rev[2 * k + 1] = GNONE;
@@ -861,34 +885,63 @@ static int gr_prune(struct grammar *g, uint8_t *live)
             rev[2 * j] = s, rev[2 * j + 1] = ci;
         }
     }
-    free(fill);
-    /* fixpoint: live given productive, productive = live start, until nothing changes */
-    for (;;) {
-        memset(live, 0, g->n_states);
-        size_t qh = 0, qt = 0;
-        for (uint32_t s = 0; s < g->n_states; s++)
-            if (g->states[s].accept)
-                live[s] = 1, queue[qt++] = s;
-        while (qh < qt) {
-            uint32_t t = queue[qh++];
-            for (uint32_t k = rev_off[t]; k < rev_off[t + 1]; k++) {
-                uint32_t s = rev[2 * k], ci = rev[2 * k + 1];
-                if (live[s])
-                    continue;
-                if (ci != GNONE && !prod[g->states[g->calls[ci].start].rule])
-                    continue;
-                live[s] = 1;
-                queue[qt++] = s;
+    uint32_t *park_n = calloc(g->n_rules ? g->n_rules : 1, sizeof *park_n);
+    if (!park_n)
+        goto done;
+    memset(reach, 0, n);
+    memset(rule_ok, 0, g->n_rules);
+    size_t qh = 0, qt = 0;
+    for (uint32_t s = 0; s < n; s++)
+        if (g->states[s].accept)
+            reach[s] = 1, queue[qt++] = s;
+    while (qh < qt) {
+        uint32_t t = queue[qh++];
+        uint32_t r = g->states[t].rule;
+        if (t == g->rule_start[r] && !rule_ok[r]) {
+            /* the rule can end: release the calls parked on it (their return states already reach) */
+            rule_ok[r] = 1;
+            for (uint32_t k = 0; k < park_n[r]; k++) {
+                uint32_t src = park[park_off[r] + k];
+                if (!reach[src])
+                    reach[src] = 1, queue[qt++] = src;
             }
         }
-        bool changed = false;
-        for (uint32_t r = 0; r < g->n_rules; r++)
-            if (!prod[r] && live[g->rule_start[r]])
-                prod[r] = 1, changed = true;
-        if (!changed)
-            break;
+        for (uint32_t k = rev_off[t]; k < rev_off[t + 1]; k++) {
+            uint32_t src = rev[2 * k], ci = rev[2 * k + 1];
+            if (reach[src])
+                continue;
+            if (ci != GNONE) {
+                uint32_t callee = g->states[g->calls[ci].start].rule;
+                if (!rule_ok[callee]) {
+                    park[park_off[callee] + park_n[callee]++] = src;
+                    continue;
+                }
+            }
+            reach[src] = 1;
+            queue[qt++] = src;
+        }
     }
-    /* prune edges into dead states and calls into unproductive rules */
+    free(park_n);
+    rc = 0;
+done:
+    free(rev_off);
+    free(queue);
+    free(park_off);
+    free(park);
+    free(rev);
+    free(fill);
+    return rc;
+}
+
+/* Live states and productive rules, then pruning of edges into dead states and calls into rules that never
+ * end. 0, ERR_NOMEM. */
+static int gr_prune(struct grammar *g, uint8_t *live)
+{
+    uint8_t *prod = malloc(g->n_rules ? g->n_rules : 1);
+    if (!prod || gr_reach(g, true, live, prod)) {
+        free(prod);
+        return ERR_NOMEM;
+    }
     for (uint32_t s = 0; s < g->n_states; s++) {
         uint32_t *row = g->next + (size_t)s * g->n_classes;
         for (uint32_t c = 0; c < g->n_classes; c++)
@@ -903,53 +956,19 @@ static int gr_prune(struct grammar *g, uint8_t *live)
         }
         st->n_calls = (uint16_t)o;
     }
-    rc = 0;
-done:
     free(prod);
-    free(rev_off);
-    free(rev);
-    free(queue);
-    return rc;
+    return 0;
 }
 
-/* Rules that can match "" (after pruning). */
+/* Rules that can match "" (after pruning): reachability through calls alone. */
 static int gr_nullable(const struct grammar *g, uint8_t *nullable)
 {
-    uint32_t *stack = malloc((size_t)g->n_states * sizeof *stack);
-    uint8_t *seen = malloc(g->n_states);
-    if (!stack || !seen) {
-        free(stack);
-        free(seen);
+    uint8_t *reach = malloc(g->n_states ? g->n_states : 1);
+    if (!reach)
         return ERR_NOMEM;
-    }
-    memset(nullable, 0, g->n_rules);
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (uint32_t r = 0; r < g->n_rules; r++) {
-            if (nullable[r])
-                continue;
-            memset(seen, 0, g->n_states);
-            size_t sp = 0;
-            stack[sp++] = g->rule_start[r];
-            seen[g->rule_start[r]] = 1;
-            while (sp) {
-                uint32_t s = stack[--sp];
-                if (g->states[s].accept) {
-                    nullable[r] = 1;
-                    changed = true;
-                    break;
-                }
-                for (uint32_t k = 0; k < g->states[s].n_calls; k++) {
-                    const struct gcall *cl = &g->calls[g->states[s].call_off + k];
-                    if (nullable[g->states[cl->start].rule] && !seen[cl->target])
-                        seen[cl->target] = 1, stack[sp++] = cl->target;
-                }
-            }
-        }
-    }
-    free(stack);
-    free(seen);
-    return 0;
+    int rc = gr_reach(g, false, reach, nullable);
+    free(reach);
+    return rc;
 }
 
 /* A cycle in the expansion graph (state -> callee start; state -> call target past a nullable callee):
@@ -1018,7 +1037,7 @@ static int gb_finish(struct gbuild *b, struct grammar *g)
     g->n_classes = cls + 1;
     g->n_states = b->n_states;
     size_t table = (size_t)g->n_states * g->n_classes * sizeof *g->next;
-    if (table > GRAMMAR_MAX_TABLE)
+    if (table > GRAMMAR_MAX_TABLE && (b->too_large = true))
         return err_set(b->err, ERR_INVALID_ARG, "grammar too large: its transition table would take %zu MiB "
                        "(the limit is %u MiB)", table >> 20, GRAMMAR_MAX_TABLE >> 20);
     g->next = malloc(table ? table : 1);
@@ -1102,9 +1121,10 @@ void grammar_destroy(struct grammar *g)
 
 size_t grammar_n_states(const struct grammar *g) { return g->n_states; }
 
-int grammar_build(const struct gast *a, uint32_t root, struct grammar **out, char *err)
+static int gb_build(const struct gast *a, uint32_t root, bool single_use, bool *too_large, struct grammar **out,
+                    char *err)
 {
-    struct gbuild b = {.a = a, .err = err};
+    struct gbuild b = {.a = a, .err = err, .single_use = single_use};
     struct grammar *g = NULL;
     uint32_t *work = NULL;
     size_t nr = a->n_rules;
@@ -1193,6 +1213,7 @@ int grammar_build(const struct gast *a, uint32_t root, struct grammar **out, cha
         uint32_t r = b.crule_src[cr];
         uint64_t est = gb_node_size(&b, a->rules[r].body, 0);
         if (est > GRAMMAR_MAX_NFA) {
+            b.too_large = true;
             gb_fail_rule(&b, r, "is too large: it needs more than 2097152 automaton states (reduce repetition "
                                 "counts or maxLength)");
             goto fail;
@@ -1237,9 +1258,19 @@ fail:
             free(b.adj[r]);
     free(b.adj);
     free(b.adj_n);
+    *too_large = b.too_large;
     if (*out)
         return 0;
     return b.rc ? b.rc : ERR_INTERNAL;
+}
+
+int grammar_build(const struct gast *a, uint32_t root, struct grammar **out, char *err)
+{
+    bool too_large;
+    int rc = gb_build(a, root, false, &too_large, out, err);
+    if (rc && too_large) /* copies of shared rules made it too big: call them instead (slower masks) */
+        rc = gb_build(a, root, true, &too_large, out, err);
+    return rc;
 }
 
 int grammar_compile_gbnf(const char *text, size_t len, struct grammar **out, char *err)

@@ -53,7 +53,7 @@ struct sc {
     char *err;
     int rc;
     struct gtext defs;
-    struct sc_memo *memo;
+    struct sc_memo *memo; /* open addressing by node pointer; node NULL = empty */
     size_t n_memo, cap_memo;
     char **rule_ptr; /* [n_rules] JSON pointer of rule s<i> (error messages) */
     size_t n_rules, cap_rules;
@@ -933,11 +933,21 @@ static int sc_body(struct sc *c, json_t *s, struct gtext *o)
     return 0;
 }
 
+static size_t sc_memo_slot(const struct sc *c, const json_t *node)
+{
+    uint64_t h = (uint64_t)(uintptr_t)node * 0x9e3779b97f4a7c15ull;
+    size_t k = (size_t)(h >> 32) & (c->cap_memo - 1);
+    while (c->memo[k].node && c->memo[k].node != node)
+        k = (k + 1) & (c->cap_memo - 1);
+    return k;
+}
+
 static int sc_schema(struct sc *c, json_t *node, uint32_t *id)
 {
-    for (size_t i = 0; i < c->n_memo; i++) {
-        if (c->memo[i].node == node) {
-            *id = c->memo[i].id;
+    if (c->cap_memo) {
+        size_t k = sc_memo_slot(c, node);
+        if (c->memo[k].node) {
+            *id = c->memo[k].id;
             return 0;
         }
     }
@@ -946,15 +956,23 @@ static int sc_schema(struct sc *c, json_t *node, uint32_t *id)
     uint32_t r = sc_new_rule(c);
     if (r == GNONE)
         return c->rc;
-    if (c->n_memo + 1 > c->cap_memo) {
-        size_t cap = c->cap_memo ? 2 * c->cap_memo : 32;
-        struct sc_memo *m = realloc(c->memo, cap * sizeof *m);
-        if (!m)
+    if ((c->n_memo + 1) * 2 > c->cap_memo) {
+        size_t cap = c->cap_memo ? 2 * c->cap_memo : 64;
+        struct sc_memo *old = c->memo;
+        size_t old_cap = c->cap_memo;
+        c->memo = calloc(cap, sizeof *c->memo);
+        if (!c->memo) {
+            c->memo = old;
             return sc_oom(c);
-        c->memo = m;
+        }
         c->cap_memo = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].node)
+                c->memo[sc_memo_slot(c, old[i].node)] = old[i];
+        free(old);
     }
-    c->memo[c->n_memo++] = (struct sc_memo){node, r};
+    c->memo[sc_memo_slot(c, node)] = (struct sc_memo){node, r};
+    c->n_memo++;
     struct gtext body = {0};
     c->depth++;
     int rc = sc_body(c, node, &body);
