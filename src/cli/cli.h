@@ -13,6 +13,7 @@ int cmd_model_main(int argc, char **argv);
 int cmd_convert_main(int argc, char **argv);
 int cmd_quantize_main(int argc, char **argv);
 int cmd_bench_main(int argc, char **argv);
+int cmd_bench_grammar_main(int argc, char **argv); /* wafer bench grammar (cmd_bench_grammar.c) */
 int cmd_serve_main(int argc, char **argv);
 int cmd_jobs_main(int argc, char **argv);
 

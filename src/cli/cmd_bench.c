@@ -26,6 +26,7 @@ static void bench_usage(FILE *f)
             "  wafer bench serve --url URL ...     load-test an OpenAI-compatible server (TTFT, TPOT, ITL, E2E,\n"
             "                                      throughput, goodput, cost; table, --json, --html)\n"
             "  wafer bench compare A.json B.json   compare two `bench serve --json` results side by side\n"
+            "  wafer bench grammar --model M       per-token mask cost of constrained decoding (JSON schemas, GBNF)\n"
             "  wafer bench --model M ...           benchmark the engine on a GGUF model (as llama-bench)\n"
             "  wafer bench --membw                 measure this machine's memory read bandwidth\n\n"
             "wafer bench <tool> --help shows each tool's options; docs/bench.md has a walk-through.\n");
@@ -395,6 +396,8 @@ int cmd_bench_main(int argc, char **argv)
         return bench_serve_cli(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "compare"))
         return bench_compare_cli(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "grammar"))
+        return cmd_bench_grammar_main(argc - 1, argv + 1);
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help"))) {
         bench_usage(stdout);
         return 0;
