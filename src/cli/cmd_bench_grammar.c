@@ -10,7 +10,8 @@
  * --emit writes every output as a JSON line, for checking with other validators (tests/e2e).
  */
 #include "cli/cli.h"
-#include "cli/cli_common.h"
+#include "core/clock.h"
+#include "core/flags.h"
 
 #include "core/err.h"
 #include "core/json_writer.h"
@@ -175,12 +176,12 @@ static int bg_run(const struct bg_opts *o, const struct bg_workload *w, const st
     struct grammar *g;
     memset(res, 0, sizeof *res);
     res->name = w->name;
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     if (bg_compile(w, &g, err)) {
         fprintf(stderr, "wafer bench grammar: %s: %s\n", w->name, err);
         return 1;
     }
-    res->compile_ms = (cli_now() - t0) * 1e3;
+    res->compile_ms = (clock_now_s() - t0) * 1e3;
     res->states = grammar_n_states(g);
     int nv = token_trie_n_vocab(t);
     size_t nw = ((size_t)nv + 31) / 32;
@@ -191,9 +192,9 @@ static int bg_run(const struct bg_opts *o, const struct bg_workload *w, const st
     double *cold = malloc(max_masks * sizeof *cold);
     size_t cap = 1 << 12;
     char *out = malloc(cap);
-    t0 = cli_now();
+    t0 = clock_now_s();
     struct grammar_matcher *m = grammar_matcher_create(g, t, err);
-    res->setup_ms = (cli_now() - t0) * 1e3;
+    res->setup_ms = (clock_now_s() - t0) * 1e3;
     uint64_t seed = o->seed;
     size_t n_all = 0, n_warm = 0, n_cold = 0;
     int rc = 0;
@@ -208,9 +209,9 @@ static int bg_run(const struct bg_opts *o, const struct bg_workload *w, const st
         bool finished = false;
         for (long step = 0; step < o->tokens; step++) {
             size_t misses = grammar_matcher_cache_misses(m);
-            double a = cli_now();
+            double a = clock_now_s();
             int mrc = grammar_matcher_mask(m, bits);
-            double us = (cli_now() - a) * 1e6;
+            double us = (clock_now_s() - a) * 1e6;
             all[n_all++] = us;
             if (grammar_matcher_cache_misses(m) != misses)
                 cold[n_cold++] = us;
@@ -333,19 +334,19 @@ int cmd_bench_grammar_main(int argc, char **argv)
         switch (c) {
         case 'm': o.model = optarg; break;
         case 'r':
-            if (cli_parse_int("bench grammar", "--runs", optarg, 1, 100000, &o.runs))
+            if (flags_parse_int("bench grammar", "--runs", optarg, 1, 100000, &o.runs))
                 goto out;
             break;
         case 'n':
-            if (cli_parse_int("bench grammar", "--tokens", optarg, 1, 1000000, &o.tokens))
+            if (flags_parse_int("bench grammar", "--tokens", optarg, 1, 1000000, &o.tokens))
                 goto out;
             break;
         case 'f':
-            if (cli_parse_int("bench grammar", "--free", optarg, 0, 1000000, &o.free_tokens))
+            if (flags_parse_int("bench grammar", "--free", optarg, 0, 1000000, &o.free_tokens))
                 goto out;
             break;
         case 's':
-            if (cli_parse_u64("bench grammar", "--seed", optarg, &o.seed))
+            if (flags_parse_u64("bench grammar", "--seed", optarg, &o.seed))
                 goto out;
             break;
         case 'S':
@@ -400,9 +401,9 @@ int cmd_bench_grammar_main(int argc, char **argv)
         fprintf(stderr, "wafer bench grammar: %s\n", err);
         goto out;
     }
-    double t0 = cli_now();
+    double t0 = clock_now_s();
     struct token_trie *t = token_trie_create(tok, err);
-    double trie_ms = (cli_now() - t0) * 1e3;
+    double trie_ms = (clock_now_s() - t0) * 1e3;
     tokenizer_destroy(tok);
     if (!t) {
         fprintf(stderr, "wafer bench grammar: %s\n", err);
