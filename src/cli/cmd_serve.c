@@ -4,10 +4,12 @@
  */
 #include "cli/cli.h"
 #include "core/err.h"
+#include "pull/pull.h"
 #include "server/config.h"
 #include "server/server.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int cmd_serve_main(int argc, char **argv)
 {
@@ -24,6 +26,14 @@ int cmd_serve_main(int argc, char **argv)
         server_config_deinit(&cfg);
         return rc == ERR_INVALID_ARG ? 2 : 1;
     }
+    char *model_file; /* an hf:// model becomes its local file, pulled first when missing */
+    if (pull_resolve_model(cfg.model_path, &model_file, err)) {
+        fprintf(stderr, "wafer serve: %s\n", err);
+        server_config_deinit(&cfg);
+        return 1;
+    }
+    free(cfg.model_path);
+    cfg.model_path = model_file;
     rc = server_run(&cfg);
     server_config_deinit(&cfg);
     return rc;
