@@ -14,5 +14,9 @@ int cmd_convert_main(int argc, char **argv);
 int cmd_quantize_main(int argc, char **argv);
 int cmd_bench_main(int argc, char **argv);
 int cmd_serve_main(int argc, char **argv);
+int cmd_pull_main(int argc, char **argv);
+int cmd_list_main(int argc, char **argv);
+int cmd_rm_main(int argc, char **argv);
+int cmd_client_main(int argc, char **argv);
 
 #endif
