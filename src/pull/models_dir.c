@@ -5,6 +5,7 @@
 #include "pull/pull.h"
 
 #include "core/err.h"
+#include "engine/dtype.h"
 #include "engine/gguf/ftype.h"
 #include "engine/gguf/gguf.h"
 
@@ -187,6 +188,15 @@ static void pull_quant_of(const char *path, char *out, size_t cap)
             snprintf(out, cap, "%s", name);
         else
             snprintf(out, cap, "type %u", ft);
+    } else { /* no general.file_type (converted files): the type of most of the weight bytes */
+        size_t best = 0;
+        for (int64_t i = 0; i < gguf_tensor_count(g); i++) {
+            const struct gguf_tensor *t = gguf_tensor_at(g, i);
+            if (t->n_dims >= 2 && t->nbytes > best) {
+                best = t->nbytes;
+                snprintf(out, cap, "%s", dtype_name(t->type));
+            }
+        }
     }
     gguf_close(g);
 }

@@ -49,7 +49,8 @@ int pull_find_local(const char *dir, const struct hub_spec *spec, char **path_ou
 struct pull_entry {
     char *name;     /* path relative to the models directory, "OWNER/NAME/FILE.gguf" */
     int64_t size;
-    char quant[24]; /* from the GGUF's general.file_type ("q4_k_m"), else "?" */
+    char quant[24]; /* from the GGUF's general.file_type ("q4_k_m"), else the type of its largest weight
+                     * tensor ("f32"), else "?" (not a readable GGUF) */
     time_t mtime;
 };
 /* The models in dir, sorted by name; *partial_bytes and *n_partial: the interrupted downloads. Caller
