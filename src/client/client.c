@@ -914,8 +914,11 @@ int wafer_batch_generate(struct wafer_client *c, const char *const *prompts, int
             continue;
         }
         if (client_url(c, "/v1/completions", &x->url, x->out) ||
-            !(x->body = client_body(c, params, prompts[i], NULL, 0, false, x->out)))
-            xfer_finish(x, x->out->status, x->out->error);
+            !(x->body = client_body(c, params, prompts[i], NULL, 0, false, x->out))) {
+            char why[WAFER_ERR_MAX]; /* xfer_finish writes out->error: not from itself */
+            memcpy(why, x->out->error, sizeof why);
+            xfer_finish(x, x->out->status, why);
+        }
     }
     client_run(c, xs, n, concurrency);
     int rc = WAFER_OK;

@@ -214,7 +214,8 @@ int pull_list(const char *dir, struct pull_entry **entries, int *n, int64_t *par
         pull_names_free(&ns);
         return err_set(err, rc, "cannot read the models directory %s: %s", dir, strerror(errno));
     }
-    qsort(ns.v, (size_t)ns.n, sizeof *ns.v, pull_cmp_str);
+    if (ns.n > 1) /* (an empty list has no array: qsort must not see NULL) */
+        qsort(ns.v, (size_t)ns.n, sizeof *ns.v, pull_cmp_str);
     struct pull_entry *e = calloc((size_t)(ns.n ? ns.n : 1), sizeof *e);
     if (!e) {
         pull_names_free(&ns);

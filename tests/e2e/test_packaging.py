@@ -101,7 +101,7 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path):
         pings = [t for t, m in ns.msgs if m == "WATCHDOG=1"]
         assert len(pings) >= 4, ns.msgs
         gaps = [b - a for a, b in zip(pings, pings[1:])]
-        assert all(0.1 < g < 0.35 for g in gaps), gaps  # half of WATCHDOG_USEC, while the I/O loop turns
+        assert all(0.1 < g < 0.5 for g in gaps), gaps  # half of WATCHDOG_USEC, while the I/O loop turns
         assert pings[0] - t_ready < 0.5
         p.send_signal(signal.SIGTERM)
         assert ns.wait_for(lambda m: m == "STOPPING=1", 10) == "STOPPING=1"

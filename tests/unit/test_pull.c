@@ -214,6 +214,10 @@ static void test_models_dir(void **state)
     assert_int_equal(n_part, 1);
     assert_int_equal(part_bytes, 5);
     pull_entries_free(es, n);
+    assert_int_equal(pull_list(test_tmp_path("no-models-here"), &es, &n, &part_bytes, &n_part, err), 0);
+    assert_int_equal(n, 0); /* a missing directory is an empty list */
+    assert_int_equal(n_part, 0);
+    pull_entries_free(es, n);
 
     char *removed;
     assert_int_equal(pull_remove(dir, "o/other/sub/x.gguf", &removed, err), 0);
