@@ -157,6 +157,8 @@ static int pull_fetch(const struct hub *h, const char *dir, const struct hub_spe
     }
     rc = hub_download(h, spec, fd, meta->size, base, err);
     struct stat st;
+    if (rc && !fstat(fd, &st) && st.st_size == 0)
+        unlink(part); /* nothing arrived: nothing to resume */
     if (!rc && fstat(fd, &st))
         rc = err_set(err, ERR_IO, "cannot stat %s: %s", part, strerror(errno));
     if (!rc && meta->size >= 0 && st.st_size != meta->size)

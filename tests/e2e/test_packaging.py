@@ -71,27 +71,30 @@ class NotifySocket:
         self.sock.close()
 
 
-def start_serve(env, *args):
-    return subprocess.Popen([WAFER_BIN, "serve", "--model", need(STORIES), "--port", "0", "--threads", "1"]
-                            + list(args), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_serve(env, log, *args):
+    """wafer serve with its log in the file log (a pipe would need reading while it runs)."""
+    with open(log, "w") as f:
+        return subprocess.Popen([WAFER_BIN, "serve", "--model", need(STORIES), "--port", "0", "--threads", "1"]
+                                + list(args), env=env, stdout=f, stderr=subprocess.STDOUT)
 
 
-def port_of(proc, timeout=20):
+def port_of(log, timeout=20):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        m = re.search(r"listening on http://[\d.]+:(\d+)", line)
+        m = re.search(r"listening on http://[\d.]+:(\d+)", open(log).read())
         if m:
             return int(m.group(1))
-    raise AssertionError("wafer serve did not start listening")
+        time.sleep(0.02)
+    raise AssertionError("wafer serve did not start listening:\n" + open(log).read())
 
 
 def test_sd_notify_ready_watchdog_stopping(tmp_path):
     ns = NotifySocket(tmp_path / "notify.sock")
     env = dict(os.environ, NOTIFY_SOCKET=ns.path, WATCHDOG_USEC="400000")  # pings every 0.2 s
-    p = start_serve(env)
+    log = tmp_path / "serve.log"
+    p = start_serve(env, log)
     try:
-        port = port_of(p)
+        port = port_of(log)
         ready = ns.wait_for(lambda m: "READY=1" in m, 20)
         assert ready is not None and ready.startswith("READY=1")
         # READY=1 came once the model was loaded: /ready already says so
@@ -117,9 +120,10 @@ def test_sd_notify_off_and_watchdog_for_another_pid(tmp_path):
     ns = NotifySocket(tmp_path / "notify.sock")
     # WATCHDOG_PID names another process: the watchdog is not ours, READY=1 still is
     env = dict(os.environ, NOTIFY_SOCKET=ns.path, WATCHDOG_USEC="200000", WATCHDOG_PID="1")
-    p = start_serve(env)
+    log = tmp_path / "serve.log"
+    p = start_serve(env, log)
     try:
-        port_of(p)
+        port_of(log)
         assert ns.wait_for(lambda m: "READY=1" in m, 20)
         ns.wait_for(lambda m: False, 0.6)
         assert not [m for _, m in ns.msgs if m == "WATCHDOG=1"]
@@ -129,8 +133,9 @@ def test_sd_notify_off_and_watchdog_for_another_pid(tmp_path):
         ns.close()
     # without NOTIFY_SOCKET nothing is sent and nothing complains
     env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
-    p = start_serve(env)
-    port = port_of(p)
+    log = tmp_path / "serve2.log"
+    p = start_serve(env, log)
+    port = port_of(log)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
@@ -140,8 +145,9 @@ def test_sd_notify_off_and_watchdog_for_another_pid(tmp_path):
             pass
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
-    out = p.communicate(timeout=20)[0]
-    assert p.returncode == 0 and "NOTIFY_SOCKET" not in out and "ready:" in out
+    assert p.wait(20) == 0
+    out = open(log).read()
+    assert "ready:" in out and "NOTIFY_SOCKET" not in out
 
 
 def test_make_install(tmp_path):

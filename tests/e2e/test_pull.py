@@ -249,3 +249,12 @@ def test_not_found_404(hub, stories, tmp_path):
 def test_unreachable_hub(tmp_path):
     r = wafer(["pull", "--retries", "0", REPO + ":Q8_0"], tmp_path / "m")  # port 9: nothing listens
     assert r.returncode == 1 and "cannot reach http://127.0.0.1:9" in r.stderr
+
+
+def test_failure_before_any_byte_leaves_nothing(hub, stories, tmp_path):
+    repo = hub.add(REPO, {"s-Q8_0.gguf": stories})
+    repo.faults.add("cdn_503_once")
+    models = tmp_path / "m"
+    r = wafer(["pull", "--retries", "0", REPO + ":Q8_0"], models, hub)
+    assert r.returncode == 1 and "HTTP 503" in r.stderr
+    assert installed(models) == []  # no empty partial download either
