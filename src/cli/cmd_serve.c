@@ -1,6 +1,7 @@
 /*
  * wafer serve: the OpenAI-compatible HTTP server. Flags and the YAML file are parsed by server/config.c
- * (docs/config.md); this file only turns their errors into exit statuses.
+ * (docs/config.md); this file turns their errors into exit statuses and resolves an hf:// model to its
+ * local file (pulled first when missing, pull/pull.h) before the server starts.
  */
 #include "cli/cli.h"
 #include "core/err.h"
