@@ -6,18 +6,39 @@
 #   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
 #   make deps       installs the Debian packages the build and tests need (apt-get; root or sudo)
 #   make bench      speed benchmarks (see docs/performance.md)
+#   make examples   the C client library's example programs (build/examples/)
+#   make install    PREFIX=/usr/local DESTDIR=: binary, client library and header, man pages, systemd unit
 
 CC ?= gcc
 BUILD ?= build
 OPT ?= -O2
-CFLAGS_BASE = -std=gnu11 -g -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE -Isrc -pthread
+CFLAGS_BASE = -std=gnu11 -g -Wall -Wextra -Werror -Wno-unused-parameter -D_GNU_SOURCE -Isrc -Iinclude -pthread
 CFLAGS += $(OPT) $(CFLAGS_BASE) $(EXTRA_CFLAGS)
 SIMD_FLAGS = -mavx2 -mfma -mf16c
 LDLIBS = -ljansson -lfyaml -lcurl -lsqlite3 -lhiredis -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
-LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/bench/*.c src/cli/*.c))
+LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/bench/*.c src/pull/*.c src/client/*.c src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+# The C client library (include/wafer/client.h) on its own, for programs that talk to a server: static, and
+# shared from position-independent objects.
+CLIENT_SRC := $(wildcard src/client/*.c)
+CLIENT_LIBS = -lcurl -ljansson -lpthread
+CLIENT_SONAME = libwafer-client.so.0
+EXAMPLE_SRC := $(wildcard examples/*.c)
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(BUILD)/examples/%)
+# wafer --version: VERSION and the commit (git describe, when this is a git checkout; else "unknown";
+# `make GIT_COMMIT=...` overrides, as the Dockerfile does).
+VERSION = 0.1.0
+ifeq ($(origin GIT_COMMIT),undefined)
+GIT_COMMIT := $(shell test -e .git && git describe --always --dirty 2>/dev/null || echo unknown)
+endif
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/unit/*.c))
@@ -27,8 +48,8 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench clean
-all: $(BUILD)/wafer
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench clean examples man install FORCE
+all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -45,6 +66,49 @@ $(BUILD)/libwafer.a: $(LIB_OBJ)
 $(BUILD)/wafer: $(BUILD)/obj/src/cli/main.o $(BUILD)/libwafer.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# rewritten only when the version or commit changes, so main.o is rebuilt only then
+$(BUILD)/gen/version.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf '#define WAFER_VERSION "%s"\n#define WAFER_COMMIT "%s"\n' '$(VERSION)' '$(GIT_COMMIT)' >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/obj/src/cli/main.o: $(BUILD)/gen/version.h
+$(BUILD)/obj/src/cli/main.o: CFLAGS += -I$(BUILD)/gen
+
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
+
+$(BUILD)/libwafer-client.a: $(CLIENT_SRC:%.c=$(BUILD)/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libwafer-client.so: $(CLIENT_SRC:%.c=$(BUILD)/pic/%.o)
+	$(CC) $(CFLAGS) $(LDFLAGS) -shared -Wl,-soname,$(CLIENT_SONAME) $^ $(CLIENT_LIBS) -o $@
+
+examples: $(EXAMPLE_BIN)
+$(BUILD)/examples/%: examples/%.c include/wafer/client.h $(BUILD)/libwafer-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -std=c11 -g -Wall -Wextra -Werror -Iinclude $(LDFLAGS) $< $(BUILD)/libwafer-client.a $(CLIENT_LIBS) -o $@
+
+# man pages generated from each command's --help
+man: $(BUILD)/wafer
+	@rm -rf $(BUILD)/man
+	sh scripts/gen-man.sh $(BUILD)/wafer $(BUILD)/man
+
+install: all man
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR)/wafer \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(SYSTEMDUNITDIR)
+	install -m 755 $(BUILD)/wafer $(DESTDIR)$(BINDIR)/wafer
+	install -m 644 include/wafer/client.h $(DESTDIR)$(INCLUDEDIR)/wafer/client.h
+	install -m 644 $(BUILD)/libwafer-client.a $(DESTDIR)$(LIBDIR)/libwafer-client.a
+	install -m 755 $(BUILD)/libwafer-client.so $(DESTDIR)$(LIBDIR)/$(CLIENT_SONAME)
+	ln -sf $(CLIENT_SONAME) $(DESTDIR)$(LIBDIR)/libwafer-client.so
+	install -m 644 $(BUILD)/man/*.1 $(DESTDIR)$(MANDIR)/man1/
+	sed 's|/usr/local/bin/wafer|$(BINDIR)/wafer|g' packaging/wafer.service >$(DESTDIR)$(SYSTEMDUNITDIR)/wafer.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/wafer.service
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	  packaging/wafer-client.pc.in >$(DESTDIR)$(LIBDIR)/pkgconfig/wafer-client.pc
+
 $(BUILD)/tests/%: tests/unit/%.c $(TEST_SUPPORT) $(BUILD)/libwafer.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) $< $(TEST_SUPPORT) $(BUILD)/libwafer.a -lcmocka $(LDLIBS) -o $@
@@ -55,7 +119,7 @@ unit: $(BUILD)/wafer $(TEST_BIN)
 # sanitizers (objects instrumented for coverage with fuzzer-no-link).
 FUZZ_CC = clang
 FUZZ_SAN = -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -pthread $(FUZZ_SAN)
+FUZZ_CFLAGS = -std=gnu11 -g -O1 -D_GNU_SOURCE -Isrc -Iinclude -pthread $(FUZZ_SAN)
 FUZZ_OBJ := $(LIB_SRC:%.c=$(BUILD)/fuzzobj/%.o)
 $(BUILD)/fuzzobj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
@@ -73,7 +137,7 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/fuzz/libwafer-fuzz.a
 
 fuzz-build: $(FUZZ_BIN)
 
-test: unit fuzz-build
+test: unit fuzz-build examples
 	@BUILD=$(BUILD) SHARED=$(SHARED) PYTHON=$(PYTHON) bash tests/run.sh
 
 asan:
@@ -104,4 +168,4 @@ bench: $(BUILD)/wafer
 clean:
 	rm -rf build build-asan
 
--include $(shell find $(BUILD)/obj $(BUILD)/fuzzobj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic $(BUILD)/fuzzobj -name '*.d' 2>/dev/null)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """check_layers: wafer's layering rules, checked on the sources and on the built objects.
 
-    core < engine < {server, jobs, route, bench} < cli
+    core < engine < {server, jobs, route, pull, client, bench} < cli
 
 1. Includes. A file in src/ may include a header of its own layer or of a lower one, never one of a higher
    layer ("up") nor one of a sibling ("sideways": server, jobs, route and bench never include each other).
@@ -35,6 +35,8 @@ LAYERS = {
     "server": 2,
     "jobs": 2,
     "route": 2,
+    "pull": 2,
+    "client": 2,
     "bench": 2,
     "cli": 3,
 }
@@ -121,7 +123,10 @@ def check_includes(root):
                 inc = m.group(1)
                 # -Isrc: "engine/x.h" is src/engine/x.h; a bare name is next to the including file
                 cand = os.path.normpath(os.path.join("src", inc)).replace(os.sep, "/")
-                if not os.path.exists(os.path.join(root, cand)):
+                if inc.startswith("wafer/") and os.path.exists(os.path.join(root, "include", inc)):
+                    # include/wafer/*.h: the C client library's public header, part of the client layer
+                    cand = "src/client/" + inc[len("wafer/"):]
+                elif not os.path.exists(os.path.join(root, cand)):
                     near = os.path.normpath(os.path.join(os.path.dirname(rel), inc)).replace(os.sep, "/")
                     if os.path.exists(os.path.join(root, near)):
                         cand = near
@@ -288,7 +293,7 @@ def main():
         print(p)
     if problems:
         print(f"check_layers: {len(problems)} violation(s) of the layers core < engine < "
-              "{server, jobs, route, bench} < cli (see scripts/check_layers.py)", file=sys.stderr)
+              "{server, jobs, route, pull, client, bench} < cli (see scripts/check_layers.py)", file=sys.stderr)
         return 1
     print(f"check_layers: ok ({n_files} files{'' if a.no_objects else ', their objects'})")
     return 0

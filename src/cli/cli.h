@@ -16,5 +16,9 @@ int cmd_bench_main(int argc, char **argv);
 int cmd_bench_grammar_main(int argc, char **argv); /* wafer bench grammar (cmd_bench_grammar.c) */
 int cmd_serve_main(int argc, char **argv);
 int cmd_jobs_main(int argc, char **argv);
+int cmd_pull_main(int argc, char **argv);
+int cmd_list_main(int argc, char **argv);
+int cmd_rm_main(int argc, char **argv);
+int cmd_client_main(int argc, char **argv);
 
 #endif

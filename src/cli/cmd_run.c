@@ -22,6 +22,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "pull/pull.h"
 
 #include <getopt.h>
 #include <pthread.h>
@@ -41,7 +42,8 @@ static void run_usage(FILE *f)
             "Generates a continuation of TEXT through the same generation code as `wafer serve` (a greedy run\n"
             "prints what /v1/completions answers for the same request). Generated text goes to stdout; logs and\n"
             "a speed summary to stderr. Ctrl-C stops the generation (exit status 130).\n\n"
-            "  -m, --model PATH           GGUF model file (required)\n"
+            "  -m, --model PATH           GGUF model file (required); hf://OWNER/NAME:QUANT: a pulled model\n"
+            "                             (downloaded first when missing, see wafer pull --help)\n"
             "  -p, --prompt TEXT          prompt text (required; BOS is added as the model's metadata says, and\n"
             "                             special-token text such as </s> is read as that token, as the server does)\n"
             "  -n, --max-tokens N         tokens to generate, at least 1 (default 128)\n"
@@ -220,6 +222,11 @@ int cmd_run_main(int argc, char **argv)
         return 2;
     }
 
+    char *model_file; /* model_path, or the local file of an hf:// model (pulled when missing) */
+    if (pull_resolve_model(model_path, &model_file, err)) {
+        fprintf(stderr, "wafer run: %s\n", err);
+        return 1;
+    }
     int rc = 1;
     struct engine *e = NULL;
     struct scheduler *s = NULL;
@@ -235,7 +242,7 @@ int cmd_run_main(int argc, char **argv)
     pthread_condattr_destroy(&ca);
 
     double t_load = clock_now_s();
-    struct model *m = model_load_ex(model_path, use_mmap, err);
+    struct model *m = model_load_ex(model_file, use_mmap, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
         goto out;
@@ -378,6 +385,7 @@ out:
     free(toks);
     engine_destroy(e);
     model_destroy(m);
+    free(model_file);
     pthread_cond_destroy(&wake.cv);
     pthread_mutex_destroy(&wake.mu);
     return rc;

@@ -35,7 +35,8 @@ struct cfg_item {
 #define OFF(f) offsetof(struct server_config, f)
 
 static const struct cfg_item cfg_items[] = {
-    {"model", "path", "--model", CK_PATH, OFF(model_path), 0, 0, 0, "GGUF model file"},
+    {"model", "path", "--model", CK_PATH, OFF(model_path), 0, 0, 0,
+     "GGUF model file, or hf://OWNER/NAME:QUANT (pulled first when missing; see wafer pull)"},
     {"model", "name", "--model-name", CK_STR, OFF(model_name), 0, 0, 0,
      "served model name (default: the file name without .gguf)"},
     {"model", "aliases", "--model-alias", CK_LIST, OFF(aliases), OFF(n_aliases), 0, 0,
@@ -218,7 +219,7 @@ static int cfg_read_keyfile(struct server_config *c, const char *path, const cha
 /* Resolves a relative path against the directory of the config file (base may be NULL). Caller frees. */
 static char *cfg_resolve_path(const char *base, const char *p)
 {
-    if (!base || p[0] == '/')
+    if (!base || p[0] == '/' || !strncmp(p, "hf://", 5)) /* hf://: a hub model (pulled by wafer serve) */
         return strdup(p);
     const char *slash = strrchr(base, '/');
     if (!slash)

@@ -22,6 +22,7 @@
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
+#include "server/sd_notify.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -216,9 +217,13 @@ static void on_close(void *ctx, struct http_conn *c)
     api_call_finish(call); /* cancels its requests: the engine drops them at its next step */
 }
 
+/* systemd's watchdog (off outside systemd): pinged by the wait loop in server_run while on_wake answers */
+static struct sd_watchdog watchdog;
+
 static void on_wake(void *ctx)
 {
     struct server *srv = ctx;
+    sd_watchdog_beat(&watchdog);
     for (struct api_call *call = srv->calls, *next; call; call = next) {
         next = call->next; /* pumping may finish (free) the call */
         api_call_pump(call);
@@ -410,6 +415,9 @@ int server_run(struct server_config *cfg)
     if (!load_failed) {
         atomic_store(&srv->state, SERVER_READY);
         log_info("ready: http://%s:%d/v1 serves '%s'", cfg->host, http_server_port(srv->http), cfg->model_name);
+        if (sd_notify_send("READY=1\nSTATUS=serving") < 0)
+            log_warn("cannot send READY=1 to NOTIFY_SOCKET '%s'", getenv("NOTIFY_SOCKET"));
+        sd_watchdog_init(&watchdog);
     }
 
     /* Wait for a signal; then drain: refuse new work, let the requests in flight finish. */
@@ -422,9 +430,12 @@ int server_run(struct server_config *cfg)
         }
         struct timespec ts = {.tv_sec = 0, .tv_nsec = 50 * 1000000L};
         int sig = sigtimedwait(&sigs, NULL, &ts);
+        if (!stop_sent && sd_watchdog_tick(&watchdog))
+            http_server_wake(srv->http); /* its on_wake beats: proof the I/O loop turns for the next ping */
         if (sig == SIGTERM || sig == SIGINT) {
             if (atomic_load(&srv->state) != SERVER_DRAINING && !load_failed) {
                 atomic_store(&srv->state, SERVER_DRAINING);
+                sd_notify_send("STOPPING=1");
                 if (srv->sched)
                     scheduler_drain(srv->sched);
                 drain_deadline = clock_now_ns() + (int64_t)(cfg->drain_timeout * 1e9);

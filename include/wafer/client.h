@@ -1,0 +1,166 @@
+/*
+ * wafer/client.h: the C client library of wafer (libwafer-client), for programs that call a `wafer serve`
+ * server, or any OpenAI-compatible one, over HTTP.
+ *
+ *   struct wafer_client_options o;
+ *   wafer_client_options_default(&o);
+ *   o.base_url = "http://127.0.0.1:8080";
+ *   char err[WAFER_ERR_MAX];
+ *   struct wafer_client *c = wafer_client_create(&o, err);
+ *   struct wafer_result r;
+ *   if (wafer_generate(c, "Once upon a time", NULL, &r) == WAFER_OK)
+ *       printf("%s\n", r.text);
+ *   else
+ *       fprintf(stderr, "%s\n", r.error);
+ *   wafer_result_free(&r);
+ *   wafer_client_destroy(c);
+ *
+ * Link with -lwafer-client -lcurl -ljansson -lpthread (pkg-config wafer-client).
+ *
+ * Requests: generate is POST /v1/completions, chat POST /v1/chat/completions, streaming with server-sent
+ * events (stream: true, usage included). batch_generate sends one completion per prompt, several at once.
+ *
+ * Connections are kept alive and reused between calls (libcurl multi handles, each a connection pool, lent
+ * to one call at a time; DNS and TLS sessions shared across them). Every function may be called from any
+ * number of threads at once on one client.
+ *
+ * Timeouts: connect, first byte (until the response headers arrive: for a non-streaming request that is
+ * the whole generation, for a stream the time to the first token), total (one attempt). A timed-out
+ * attempt is retried like a connection error.
+ *
+ * Retries, as the OpenAI SDKs do them: up to max_retries (default 2) more attempts after a connection
+ * error, a timeout, or HTTP 408, 409, 429 or 5xx (a response header "x-should-retry: true/false" overrides
+ * the status). The wait before retry n (0-based) is the server's Retry-After-Ms or Retry-After (seconds or
+ * an HTTP date) when it is in (0, 60] seconds, else min(0.5 * 2^n, 8) s * (1 - 0.25 * random). A stream is
+ * never retried once its response has begun: the caller may already have shown its text.
+ */
+#ifndef WAFER_CLIENT_H
+#define WAFER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define WAFER_API __attribute__((visibility("default")))
+#else
+#define WAFER_API
+#endif
+
+#define WAFER_ERR_MAX 256
+
+/* Status of a call: WAFER_OK or one of the negative codes. */
+enum wafer_status {
+    WAFER_OK = 0,
+    WAFER_E_INVALID = -1,   /* a bad argument (NULL, empty prompt list, bad option) */
+    WAFER_E_NOMEM = -2,     /* out of memory */
+    WAFER_E_CONNECT = -3,   /* no connection, or it broke before a whole response (after the retries) */
+    WAFER_E_TIMEOUT = -4,   /* the connect, first-byte or total timeout passed (after the retries) */
+    WAFER_E_HTTP = -5,      /* the server answered an error status (http_status; its message in error) */
+    WAFER_E_PROTOCOL = -6,  /* the answer is not what the API defines (not JSON, no choices, ...) */
+    WAFER_E_STREAM = -7,    /* a stream broke after it began (an error event, a cut, no [DONE]) */
+    WAFER_E_CANCELLED = -8, /* the stream callback returned non-zero */
+    WAFER_E_BATCH = -9,     /* batch_generate: some items failed (each result has its own status) */
+};
+
+/* Short stable name of a status ("ok", "timeout", "http", ...). Never NULL. */
+WAFER_API const char *wafer_status_name(int status);
+
+struct wafer_client_options {
+    const char *base_url;       /* the server, e.g. "http://127.0.0.1:8080" (a trailing "/v1" is accepted) */
+    const char *api_key;        /* sent as "Authorization: Bearer KEY"; NULL: none */
+    const char *model;          /* the requests' "model" unless wafer_params.model says; NULL: left out */
+    long connect_timeout_ms;    /* default 10000 */
+    long first_byte_timeout_ms; /* until the response headers; default 0: no limit of its own */
+    long timeout_ms;            /* one whole attempt; default 600000 (10 minutes); 0: none */
+    int max_retries;            /* default 2 */
+    int max_connections;        /* idle connections kept per pool; default 16 */
+    /* Optional: told before each retry (attempt: the one about to be made, 2 for the first retry; delay_s:
+     * the wait; why: "HTTP 503", "connection refused", ...). Called from the calling thread. */
+    void (*on_retry)(void *ud, int attempt, double delay_s, const char *why);
+    void *on_retry_ud;
+};
+
+/* Fills the defaults above (base_url "http://127.0.0.1:8080"). */
+WAFER_API void wafer_client_options_default(struct wafer_client_options *o);
+
+struct wafer_client; /* opaque */
+
+/* A client for one server. The options' strings are copied. Returns NULL with a message in err
+ * (WAFER_ERR_MAX bytes, may be NULL) when an option is invalid. Free with wafer_client_destroy. */
+WAFER_API struct wafer_client *wafer_client_create(const struct wafer_client_options *o, char *err);
+/* Closes the pooled connections. No call may be running on the client. NULL is a no-op. */
+WAFER_API void wafer_client_destroy(struct wafer_client *c);
+
+/* Sampling and limits of one request. Fields left at their defaults are not sent (the server's apply). */
+struct wafer_params {
+    const char *model;          /* NULL: the client's */
+    int max_tokens;             /* 0: the server's default */
+    double temperature;         /* < 0: the server's default; 0 = greedy */
+    double top_p;               /* < 0: the server's default */
+    long long seed;             /* used when seed_set */
+    bool seed_set;
+    const char *const *stop;    /* n_stop stop strings (the text ends before one) */
+    int n_stop;
+    const char *extra_json;     /* NULL, or a JSON object whose fields are added to the request body
+                                 * (e.g. "{\"top_k\": 40, \"ignore_eos\": true}") */
+};
+WAFER_API void wafer_params_default(struct wafer_params *p);
+
+/* The outcome of one request. Owned by the caller; release its text with wafer_result_free. */
+struct wafer_result {
+    int status;                /* WAFER_OK or a WAFER_E_* code (also the function's return value) */
+    int http_status;           /* the last attempt's HTTP status; 0 when none arrived */
+    char *text;                /* the generated text (NUL-terminated), or for a stream what arrived before it
+                                * broke; NULL when nothing did */
+    size_t text_len;
+    char finish_reason[16];    /* "stop", "length", or "" */
+    int prompt_tokens;         /* from the response's usage; -1 when absent */
+    int completion_tokens;
+    int attempts;              /* requests sent: 1 + retries */
+    char error[WAFER_ERR_MAX]; /* what went wrong ("" when ok) */
+};
+/* Frees r->text and clears r. r itself may live anywhere. */
+WAFER_API void wafer_result_free(struct wafer_result *r);
+
+/* Called with each piece of streamed text, as it arrives (a token or a few, whole UTF-8 characters as the
+ * server sends them). Return 0 to go on, non-zero to stop the stream (status WAFER_E_CANCELLED). */
+typedef int (*wafer_stream_fn)(void *ud, const char *text, size_t len);
+
+/* One completion of prompt (params may be NULL: the defaults). Blocks until done. Returns out->status. */
+WAFER_API int wafer_generate(struct wafer_client *c, const char *prompt, const struct wafer_params *params,
+                             struct wafer_result *out);
+/* The same, streamed: fn gets the text as it is generated; out gets all of it at the end. */
+WAFER_API int wafer_generate_stream(struct wafer_client *c, const char *prompt, const struct wafer_params *params,
+                                    wafer_stream_fn fn, void *ud, struct wafer_result *out);
+
+struct wafer_message {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+};
+/* A chat completion of n messages (the server applies the model's chat template). Returns out->status. */
+WAFER_API int wafer_chat(struct wafer_client *c, const struct wafer_message *msgs, int n,
+                         const struct wafer_params *params, struct wafer_result *out);
+WAFER_API int wafer_chat_stream(struct wafer_client *c, const struct wafer_message *msgs, int n,
+                                const struct wafer_params *params, wafer_stream_fn fn, void *ud,
+                                struct wafer_result *out);
+
+/* Completions of n prompts, up to concurrency at once (<= 0: 8), each retried on its own. results[i] (n of
+ * them, filled by this call) is prompts[i]'s, whatever order they finish in. Returns WAFER_OK when every
+ * item succeeded, WAFER_E_BATCH when some failed (see each results[i].status), or WAFER_E_INVALID. */
+WAFER_API int wafer_batch_generate(struct wafer_client *c, const char *const *prompts, int n,
+                                   const struct wafer_params *params, int concurrency,
+                                   struct wafer_result *results);
+
+/* GET of any path (e.g. "/ready", "/v1/models"), retried as above: the body in out->text. WAFER_OK for a
+ * 2xx answer, WAFER_E_HTTP (with the body in out->text too) otherwise. */
+WAFER_API int wafer_get(struct wafer_client *c, const char *path, struct wafer_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
