@@ -87,6 +87,9 @@ struct http_server_params {
     void (*on_wake)(void *ctx);
     /* Called on the I/O thread when a streaming connection's output buffer drained below half its bound. */
     void (*on_writable)(void *ctx, struct http_conn *c);
+    /* Optional: the body limit of one request, decided from its header block (e.g. a larger one for an
+     * upload route); 0 means max_body_bytes. Called on the I/O thread before the body is read. */
+    size_t (*body_limit)(void *ctx, const struct http_request *req);
     void *ctx;
 };
 

@@ -667,9 +667,12 @@ static void conn_process_input(struct http_conn *c)
                        "request bodies with Transfer-Encoding are not supported; send Content-Length");
             return;
         }
-        if (cl > 0 && (uint64_t)cl > p->max_body_bytes) {
+        size_t body_max = p->body_limit ? p->body_limit(p->ctx, &c->req) : 0;
+        if (!body_max)
+            body_max = p->max_body_bytes;
+        if (cl > 0 && (uint64_t)cl > body_max) {
             conn_error(c, 413, ERR_TOO_LARGE, "request body of %lld bytes exceeds the limit of %zu bytes",
-                       (long long)cl, p->max_body_bytes);
+                       (long long)cl, body_max);
             return;
         }
         c->head_len = (size_t)r;

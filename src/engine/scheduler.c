@@ -583,6 +583,55 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     return true;
 }
 
+/* Where r goes in the wait queue: behind every request of its priority or a more urgent one (ahead: in
+ * front of those of its own priority, for a preempted request). */
+static int waiting_pos(const struct scheduler *s, const struct sched_req *r, bool ahead)
+{
+    int i = 0;
+    while (i < s->n_waiting &&
+           (ahead ? s->waiting[i]->priority < r->priority : s->waiting[i]->priority <= r->priority))
+        i++;
+    return i;
+}
+
+/* Frees the slots of running request idx and puts it back in the wait queue ahead of the requests of its
+ * priority that arrived after it. false when the wait queue cannot grow (out of memory). */
+static bool preempt_at(struct scheduler *s, int idx)
+{
+    if (s->n_waiting == s->cap_waiting) {
+        struct sched_req **nw = realloc(s->waiting, (size_t)s->cap_waiting * 2 * sizeof *nw);
+        if (!nw)
+            return false;
+        s->waiting = nw;
+        s->cap_waiting *= 2;
+    }
+    struct sched_req *v = s->running[idx];
+    for (int i = 0; i < v->n_choices; i++)
+        seq_release_slot(s, &v->st->seqs[i]);
+    memmove(&s->running[idx], &s->running[idx + 1], (size_t)(s->n_running - idx - 1) * sizeof *s->running);
+    s->n_running--;
+    v->st->state = RS_QUEUED;
+    int at = waiting_pos(s, v, true);
+    memmove(&s->waiting[at + 1], &s->waiting[at], (size_t)(s->n_waiting - at) * sizeof *s->waiting);
+    s->waiting[at] = v;
+    s->n_waiting++;
+    atomic_fetch_add(&s->n_queued, 1);
+    obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
+    log_debug("scheduler: preempted request %llu (priority %d)", (unsigned long long)v->id, v->priority);
+    return true;
+}
+
+/* The most recently admitted running request less urgent than r, or -1. */
+static int preemptible_for(const struct scheduler *s, const struct sched_req *r)
+{
+    int best = -1;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->priority > r->priority &&
+            (best < 0 || s->running[i]->st->admit_order > s->running[best]->st->admit_order))
+            best = i;
+    return best;
+}
+
 static void admit(struct scheduler *s)
 {
     while (s->n_waiting > 0) {
@@ -609,29 +658,34 @@ static void admit(struct scheduler *s)
             req_finish(s, r, ERR_NO_SPACE, msg);
             continue;
         }
-        if (!try_admit(s, r))
-            return;
+        if (!try_admit(s, r)) {
+            /* a more urgent request takes the slot and KV of a less urgent one */
+            int v = preemptible_for(s, r);
+            if (v < 0 || !preempt_at(s, v))
+                return;
+            continue; /* r is still first: the preempted one went behind it */
+        }
         memmove(&s->waiting[0], &s->waiting[1], (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
         atomic_fetch_sub(&s->n_queued, 1);
     }
 }
 
-/* Frees the slots of the most recently admitted running request and puts it back at the head of the wait
- * queue (ahead of everything that arrived after it). */
-static void preempt_last(struct scheduler *s)
+/* Frees the slots of the most recently admitted running request of the least urgent priority (a batch
+ * request before any live one) and puts it back in the wait queue, ahead of everything of its priority
+ * that arrived after it. When the wait queue cannot grow, that request is finished with ERR_NOMEM instead. */
+static bool preempt_last(struct scheduler *s)
 {
-    struct sched_req *v = s->running[s->n_running - 1];
-    for (int i = 0; i < v->n_choices; i++)
-        seq_release_slot(s, &v->st->seqs[i]);
-    s->n_running--;
-    v->st->state = RS_QUEUED;
-    memmove(&s->waiting[1], &s->waiting[0], (size_t)s->n_waiting * sizeof *s->waiting);
-    s->waiting[0] = v;
-    s->n_waiting++;
-    atomic_fetch_add(&s->n_queued, 1);
-    obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
-    log_debug("scheduler: preempted request %llu (KV cache full)", (unsigned long long)v->id);
+    int v = s->n_running - 1;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->priority > s->running[v]->priority ||
+            (s->running[i]->priority == s->running[v]->priority &&
+             s->running[i]->st->admit_order > s->running[v]->st->admit_order))
+            v = i;
+    if (preempt_at(s, v))
+        return true;
+    req_finish(s, s->running[v], ERR_NOMEM, "out of memory preempting the request");
+    return false;
 }
 
 /* ---------------------------------------------------------------- one step */
@@ -924,7 +978,10 @@ static void *engine_thread(void *arg)
                 s->waiting = nw;
                 s->cap_waiting *= 2;
             }
-            s->waiting[s->n_waiting++] = r;
+            int at = waiting_pos(s, r, false);
+            memmove(&s->waiting[at + 1], &s->waiting[at], (size_t)(s->n_waiting - at) * sizeof *s->waiting);
+            s->waiting[at] = r;
+            s->n_waiting++;
         }
 
         /* engine-side setup of new requests */

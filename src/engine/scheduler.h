@@ -5,7 +5,9 @@
  * of others), samples each sequence with its own sampler, detokenizes, applies stop strings and appends the
  * result to the request's outbox, then calls notify() so the I/O thread can ship it.
  *
- * Policies: first-come first-served admission from a bounded wait queue; prefix reuse across requests
+ * Policies: first-come first-served admission from a bounded wait queue, by priority (a live request is
+ * admitted before any waiting batch request, and when it cannot be admitted the most recently admitted
+ * running batch request is preempted for it); prefix reuse across requests
  * through the prefix cache (prompt blocks already computed are shared, not recomputed); when KV blocks run
  * out, the most recently admitted request is preempted (its blocks freed, its tokens recomputed when it
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
@@ -58,6 +60,9 @@ struct sched_choice {
 
 struct sched_req_state; /* the scheduler's part of a request (scheduler.c) */
 
+#define SCHED_PRIORITY_LIVE 0
+#define SCHED_PRIORITY_BATCH 1 /* batch jobs: free slots and KV only */
+
 /* A generation request. The submitter fills the input, submits, and from then on reaches the request only
  * through functions: sched_req_status_get and sched_req_read to read its output, scheduler_cancel to stop it,
  * sched_req_ref/unref to keep it. Its output, progress, reference count and engine-thread state live in
@@ -77,6 +82,8 @@ struct sched_req {
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
+    int priority;      /* SCHED_PRIORITY_LIVE (0) or SCHED_PRIORITY_BATCH: admitted after every waiting
+                          request of a lower number, and preempted to admit one */
 
     /* ---- the scheduler's, private ---- */
     struct sched_req_state *st;

@@ -44,12 +44,15 @@ enum api_route {
     ROUTE_GENERATE_STREAM,
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
+    ROUTE_FILES,   /* /v1/files[/{id}[/content]] */
+    ROUTE_BATCHES, /* /v1/batches[/{id}[/cancel]] */
     ROUTE_COUNT_
 };
 
 enum server_state { SERVER_LOADING = 0, SERVER_READY, SERVER_DRAINING };
 
 struct api_call;
+struct api_jobs;
 
 struct server {
     struct server_config *cfg;
@@ -68,6 +71,10 @@ struct server {
     struct api_call *calls; /* active calls (I/O thread) */
     uint64_t next_id;
     int64_t created; /* unix time the model was loaded, for /v1/models */
+    struct api_jobs *jobs; /* the Batch API (api_jobs.c); NULL: not started */
+    /* Where the answer of a batch line goes instead of a connection (api_jobs.c sets it): status, the JSON
+     * body the live endpoint would send, and the request id (NULL when none was made). I/O thread. */
+    void (*line_answer)(struct server *srv, uint64_t ticket, int status, const char *body, const char *request_id);
 };
 
 struct api_call {
@@ -95,6 +102,8 @@ struct api_call {
     bool answered; /* a response was sent (and counted) */
     bool logged;   /* its log line was written */
     int status;
+    bool batch;      /* a batch line's: answered through srv->line_answer, never streamed */
+    uint64_t ticket; /* the batch line's runner ticket */
     struct api_call *prev, *next;
 };
 
@@ -111,6 +120,11 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
                        const char *param, const char *oa_code, const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 9, 10)));
 void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e);
+/* The HTTP status of e (404 for ERR_NOT_FOUND, else from the err table). */
+int api_error_status(const struct api_error *e);
+/* Answers e to a connection, or, when ticket is not NULL, to the batch line *ticket (srv->line_answer). */
+void api_answer_error(struct server *srv, struct http_conn *c, const uint64_t *ticket, enum api_route route,
+                      const struct api_error *e);
 /* Serializes j (stolen) and sends it with status; counts it. */
 void api_respond_json(struct server *srv, struct http_conn *c, enum api_route route, int status, json_t *j);
 /* The OpenAI error object {"error": {...}} (new reference): type from code, "code" is oa_code or code's name. */
@@ -163,6 +177,9 @@ bool api_model_ok(struct server *srv, const char *model, struct api_error *e);
 /* ---- the handlers, called by the router in server.c ---- */
 /* api_openai.c */
 void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat);
+/* The same from a body; ticket not NULL: a batch line (c NULL, never streamed, answered via line_answer). */
+void api_completions_start(struct server *srv, struct http_conn *c, const uint64_t *ticket, const char *body,
+                           size_t body_len, bool chat);
 void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len);
 
 /* api_simple.c */
@@ -176,5 +193,25 @@ void api_detokenize(struct server *srv, struct http_conn *c, const struct http_r
 void api_health(struct server *srv, struct http_conn *c);
 void api_ready(struct server *srv, struct http_conn *c);
 void api_metrics(struct server *srv, struct http_conn *c);
+
+/* api_jobs.c: the Batch API (/v1/files, /v1/batches) and the runner that executes batch lines */
+/* Opens the store (config jobs.*) and starts the runner; logs where the jobs live. 0 or 1 (logged). */
+int api_jobs_start(struct server *srv);
+/* Stops the runner (its running lines are cancelled and given back) and closes the store. Main thread,
+ * while the I/O thread still runs. NULL-safe. */
+void api_jobs_stop(struct server *srv);
+/* Stops (if not yet) and frees everything, the store included; once the I/O thread has ended. */
+void api_jobs_close(struct server *srv);
+/* Whether req's path is one of the Batch API's. */
+bool api_jobs_path(const struct http_request *req);
+/* Routes a Batch API request (auth already checked). */
+void api_jobs_handle(struct server *srv, struct http_conn *c, const struct http_request *req);
+/* On the I/O thread at each wake: starts the lines the runner handed over, cancels those it asked to stop. */
+void api_jobs_pump(struct server *srv);
+/* The body limit of a request: the upload limit for POST /v1/files, else 0 (the server's). */
+size_t api_jobs_body_limit(struct server *srv, const struct http_request *req);
+/* The jobs' metrics in Prometheus text (wafer_batches, wafer_batch_lines_total, wafer_batch_queue_lines),
+ * malloc'd; NULL when jobs are off. */
+char *api_jobs_metrics_text(struct server *srv);
 
 #endif

@@ -37,6 +37,8 @@ static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_GENERATE_STREAM] = "/v1/generate_stream",
     [ROUTE_TOKENIZE] = "/tokenize",
     [ROUTE_DETOKENIZE] = "/detokenize",
+    [ROUTE_FILES] = "/v1/files",
+    [ROUTE_BATCHES] = "/v1/batches",
 };
 
 const char *api_route_name(enum api_route r) { return r < ROUTE_COUNT_ ? route_names[r] : "other"; }
@@ -192,12 +194,33 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
     api_respond_error_v(srv, c, route, status, code, param, oa_code, extra_headers, msg);
 }
 
+int api_error_status(const struct api_error *e) { return e->code == ERR_NOT_FOUND ? 404 : err_http_status(e->code); }
+
 void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e)
 {
-    int status = err_http_status(e->code);
-    if (e->code == ERR_NOT_FOUND)
-        status = 404;
-    api_respond_error_v(srv, c, route, status, e->code, e->param, e->oa_code, NULL, e->message);
+    api_respond_error_v(srv, c, route, api_error_status(e), e->code, e->param, e->oa_code, NULL, e->message);
+}
+
+/* Hands a batch line's answer j (stolen) to srv->line_answer. */
+static void line_answer_json(struct server *srv, uint64_t ticket, int status, json_t *j, const char *request_id)
+{
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    srv->line_answer(srv, ticket, body ? status : 500,
+                     body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}",
+                     request_id);
+    free(body);
+}
+
+void api_answer_error(struct server *srv, struct http_conn *c, const uint64_t *ticket, enum api_route route,
+                      const struct api_error *e)
+{
+    if (!ticket) {
+        api_respond_api_error(srv, c, route, e);
+        return;
+    }
+    line_answer_json(srv, *ticket, api_error_status(e), api_error_json(e->code, e->param, e->oa_code, e->message),
+                     NULL);
 }
 
 int api_sse_send(struct http_conn *c, json_t *o)
@@ -315,10 +338,13 @@ void api_call_finish(struct api_call *call)
     }
     if (!call->conn && !call->answered)
         finish = "cancelled";
+    if (call->batch && !call->answered) /* stopped before it could answer (shutdown): the line runs again */
+        srv->line_answer(srv, call->ticket, 0, NULL, NULL);
     if (!call->logged)
         api_log_line(srv, call->id, call->route, call->status ? call->status : 499, prompt, gen, ttft,
-                     ms_since(call->t_start), finish, call->conn ? http_conn_peer(call->conn) : NULL);
-    if (!call->answered)
+                     ms_since(call->t_start), finish,
+                     call->batch ? "batch" : call->conn ? http_conn_peer(call->conn) : NULL);
+    if (!call->answered && !call->batch)
         metrics_request(srv->metrics, api_route_name(call->route), call->status ? call->status : 499);
     for (int i = 0; i < call->n_reqs; i++) {
         if (call->reqs[i]) {
@@ -343,7 +369,7 @@ void api_call_finish(struct api_call *call)
 
 void api_call_fail(struct api_call *call, const struct api_error *e)
 {
-    api_respond_api_error(call->srv, call->conn, call->route, e);
+    api_answer_error(call->srv, call->conn, call->batch ? &call->ticket : NULL, call->route, e);
     call->answered = true;
     call->logged = true;
     api_call_finish(call);
@@ -353,7 +379,10 @@ bool api_call_submit(struct api_call *call)
 {
     struct server *srv = call->srv;
     if (!api_call_alloc_progress(call)) {
-        api_respond_error(srv, call->conn, call->route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        if (call->batch)
+            line_answer_json(srv, call->ticket, 503, api_error_json(ERR_NOMEM, NULL, NULL, "out of memory"), NULL);
+        else
+            api_respond_error(srv, call->conn, call->route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
         call->answered = true;
         call->logged = true;
         api_call_finish(call);
@@ -365,7 +394,10 @@ bool api_call_submit(struct api_call *call)
         int rc = scheduler_submit(srv->sched, call->reqs[i]);
         if (rc) {
             /* the ones already queued are cancelled by api_call_finish */
-            if (rc == ERR_QUEUE_FULL)
+            if (call->batch)
+                line_answer_json(srv, call->ticket, rc == ERR_QUEUE_FULL ? 429 : 503,
+                                 api_error_json(rc, NULL, NULL, "the server cannot take the request now"), NULL);
+            else if (rc == ERR_QUEUE_FULL)
                 api_respond_error(srv, call->conn, call->route, 429, ERR_QUEUE_FULL, NULL, "queue_full",
                                   "Retry-After: 1\r\n",
                                   "the server is busy: %d requests are already waiting (max_queue); retry later",
@@ -409,7 +441,10 @@ void api_call_respond_json(struct api_call *call, json_t *o)
 {
     call->status = 200;
     call->answered = true;
-    api_respond_json(call->srv, call->conn, call->route, 200, o);
+    if (call->batch)
+        line_answer_json(call->srv, call->ticket, 200, o, call->id);
+    else
+        api_respond_json(call->srv, call->conn, call->route, 200, o);
     api_call_finish(call);
 }
 
@@ -418,13 +453,16 @@ void api_call_respond_error(struct api_call *call, int code, const char *message
     int status = err_http_status(code);
     call->status = status;
     call->answered = true;
-    api_respond_json(call->srv, call->conn, call->route, status, api_error_json(code, NULL, NULL, message));
+    if (call->batch)
+        line_answer_json(call->srv, call->ticket, status, api_error_json(code, NULL, NULL, message), call->id);
+    else
+        api_respond_json(call->srv, call->conn, call->route, status, api_error_json(code, NULL, NULL, message));
     api_call_finish(call);
 }
 
 void api_call_pump(struct api_call *call)
 {
-    if (!call->conn)
+    if (!call->conn && !call->batch)
         return;
     if (call->began && http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
         return; /* on_writable resumes */

@@ -53,6 +53,17 @@ void api_metrics(struct server *srv, struct http_conn *c)
         http_respond(c, 503, "text/plain", api_cors_headers(), oom, sizeof oom - 1);
         return;
     }
+    char *jobs = api_jobs_metrics_text(srv);
+    if (jobs) {
+        size_t jl = strlen(jobs);
+        char *all = realloc(text, len + jl + 1);
+        if (all) {
+            memcpy(all + len, jobs, jl + 1);
+            text = all;
+            len += jl;
+        }
+        free(jobs);
+    }
     http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", api_cors_headers(), text, len);
     free(text);
 }

@@ -299,30 +299,43 @@ static void openai_pump(struct api_call *call)
 
 void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat)
 {
+    api_completions_start(srv, c, NULL, req->body, req->body_len, chat);
+}
+
+void api_completions_start(struct server *srv, struct http_conn *c, const uint64_t *ticket, const char *body,
+                           size_t body_len, bool chat)
+{
     enum api_route route = chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
     struct gen_request g;
     struct api_error e;
-    if (request_parse(chat ? API_CHAT : API_COMPLETIONS, req->body, req->body_len, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, route, &e);
+    if (request_parse(chat ? API_CHAT : API_COMPLETIONS, body, body_len, &srv->defaults, &g, &e)) {
+        api_answer_error(srv, c, ticket, route, &e);
         return;
     }
     if (!api_model_ok(srv, g.model, &e)) {
-        api_respond_api_error(srv, c, route, &e);
+        api_answer_error(srv, c, ticket, route, &e);
         gen_request_deinit(&g);
         return;
     }
     if (chat && srv->chat == CHAT_NONE) {
         api_error_set(&e, ERR_UNSUPPORTED, "messages", "chat_template_unavailable", "%s", srv->chat_err);
-        api_respond_api_error(srv, c, route, &e);
+        api_answer_error(srv, c, ticket, route, &e);
         gen_request_deinit(&g);
         return;
     }
+    if (ticket)
+        g.stream = false; /* a batch line's result is the whole response */
     int n_prompts = chat ? 1 : g.n_prompts;
     struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts, openai_pump);
     if (!call) {
-        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        api_error_set(&e, ERR_NOMEM, "", NULL, "out of memory");
+        api_answer_error(srv, c, ticket, route, &e);
         gen_request_deinit(&g);
         return;
+    }
+    if (ticket) {
+        call->batch = true;
+        call->ticket = *ticket;
     }
     call->stream = g.stream;
     call->include_usage = g.include_usage;
@@ -351,6 +364,8 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
         struct sched_req *r = NULL;
         if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
             r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
+        if (r && ticket)
+            r->priority = SCHED_PRIORITY_BATCH;
         if (r && g.echo) {
             if (p->text) {
                 call->echo_text[i] = strdup(p->text);

@@ -86,10 +86,20 @@ static const struct cfg_item cfg_items[] = {
     {"auth", "api_key_file", "--api-key-file", CK_KEYFILE, 0, 0, 0, 0, "file with one API key per line"},
     {"cors", "origins", "--cors-origin", CK_LIST, OFF(cors_origins), OFF(n_cors_origins), 0, 0,
      "allowed CORS origin, or * (repeatable)"},
+    {"jobs", "data_dir", "--data-dir", CK_PATH, OFF(jobs_data_dir), 0, 0, 0,
+     "batch jobs' SQLite store and files (default $XDG_DATA_HOME/wafer or ~/.local/share/wafer)"},
+    {"jobs", "queue", "--queue", CK_STR, OFF(jobs_queue), 0, 0, 0,
+     "redis://[:password@]HOST:PORT[/DB]: keep batch jobs in Redis, shared by many servers"},
+    {"jobs", "max_file_bytes", "--max-file-bytes", CK_BYTES, OFF(jobs_max_file_bytes), 0, 0, 0,
+     "largest batch input file (default 200MB)"},
+    {"jobs", "max_lines", "--max-batch-lines", CK_INT, OFF(jobs_max_lines), 0, 1, 10000000,
+     "requests per batch input file (default 50000)"},
+    {"jobs", "max_inflight", "--batch-inflight", CK_INT, OFF(jobs_max_inflight), 0, 0, 100000,
+     "batch lines running at once (default: max-batch-size; 0: batch jobs off)"},
 };
 #define CFG_N_ITEMS ((int)(sizeof cfg_items / sizeof cfg_items[0]))
 
-static const char *cfg_sections[] = {"model", "server", "generation", "auth", "cors"};
+static const char *cfg_sections[] = {"model", "server", "generation", "auth", "cors", "jobs"};
 
 void server_config_init(struct server_config *c)
 {
@@ -112,6 +122,9 @@ void server_config_init(struct server_config *c)
     c->min_p = 0.05f;
     c->repeat_penalty = 1.0f;
     c->log_requests = true;
+    c->jobs_max_file_bytes = 200ll << 20;
+    c->jobs_max_lines = 50000;
+    c->jobs_max_inflight = -1;
 }
 
 static void cfg_list_clear(char **list, int *n)
@@ -129,6 +142,8 @@ void server_config_deinit(struct server_config *c)
     free(c->model_path_origin);
     free(c->model_name);
     free(c->chat_template);
+    free(c->jobs_data_dir);
+    free(c->jobs_queue);
     free(c->backend);
     free(c->host);
     cfg_list_clear(c->aliases, &c->n_aliases);

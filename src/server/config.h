@@ -64,6 +64,13 @@ struct server_config {
     int n_cors_origins;
 
     bool log_requests; /* one line per request (default true) */
+
+    /* jobs: the Batch API's store (docs/jobs.md) */
+    char *jobs_data_dir;          /* NULL: jobs_default_data_dir() */
+    char *jobs_queue;             /* NULL: SQLite under the data dir; redis://...: Redis */
+    int64_t jobs_max_file_bytes;  /* largest upload -> 413 (default 200 MB) */
+    int jobs_max_lines;           /* requests per input file (default 50,000) */
+    int jobs_max_inflight;        /* batch lines running at once; -1: max_batch_size; 0: no runner */
 };
 
 /* Fills defaults (host 127.0.0.1, port 8080, max_batch_size 16, ...). Release with server_config_deinit. */

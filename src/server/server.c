@@ -105,6 +105,15 @@ static const struct route_row routes[] = {
 
 static const struct route_row model_one_row = {"/v1/models/", "GET", ROUTE_MODEL_ONE};
 
+static void respond_unauthorized(struct server *srv, struct http_conn *c, const struct http_request *req,
+                                 enum api_route route)
+{
+    api_respond_error(srv, c, route, 401, ERR_AUTH, NULL, "invalid_api_key", "WWW-Authenticate: Bearer\r\n",
+                      "%s", http_request_header(req, "authorization") || http_request_header(req, "x-api-key")
+                                ? "Incorrect API key provided"
+                                : "Missing API key: send 'Authorization: Bearer <key>'");
+}
+
 static void on_request(void *ctx, struct http_conn *c, const struct http_request *req)
 {
     struct server *srv = ctx;
@@ -128,6 +137,15 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         if (method_is(req, "GET") || method_is(req, "HEAD"))
             row = &model_one_row;
     }
+    if (api_jobs_path(req) && !method_is(req, "OPTIONS")) {
+        if (!auth_ok(srv, req)) {
+            respond_unauthorized(srv, c, req, ROUTE_FILES);
+            return;
+        }
+        api_jobs_handle(srv, c, req);
+        return;
+    }
+    path_known |= api_jobs_path(req);
     if (method_is(req, "OPTIONS") && path_known) {
         char h[768];
         snprintf(h, sizeof h,
@@ -159,10 +177,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     }
     enum api_route route = row->route;
     if (route != ROUTE_HEALTH && route != ROUTE_READY && route != ROUTE_METRICS && !auth_ok(srv, req)) {
-        api_respond_error(srv, c, route, 401, ERR_AUTH, NULL, "invalid_api_key", "WWW-Authenticate: Bearer\r\n",
-                          "%s", http_request_header(req, "authorization") || http_request_header(req, "x-api-key")
-                                    ? "Incorrect API key provided"
-                                    : "Missing API key: send 'Authorization: Bearer <key>'");
+        respond_unauthorized(srv, c, req, route);
         return;
     }
     if (method_is(req, "POST")) {
@@ -224,11 +239,14 @@ static void on_wake(void *ctx)
 {
     struct server *srv = ctx;
     sd_watchdog_beat(&watchdog);
+    api_jobs_pump(srv);
     for (struct api_call *call = srv->calls, *next; call; call = next) {
         next = call->next; /* pumping may finish (free) the call */
         api_call_pump(call);
     }
 }
+
+static size_t body_limit(void *ctx, const struct http_request *req) { return api_jobs_body_limit(ctx, req); }
 
 static void on_writable(void *ctx, struct http_conn *c)
 {
@@ -393,6 +411,7 @@ int server_run(struct server_config *cfg)
     hp.on_close = on_close;
     hp.on_wake = on_wake;
     hp.on_writable = on_writable;
+    hp.body_limit = body_limit;
     hp.ctx = srv;
     char err[ERR_MSG_MAX];
     srv->http = http_server_create(&hp, err);
@@ -411,7 +430,7 @@ int server_run(struct server_config *cfg)
     }
     log_info("listening on http://%s:%d (loading %s)", cfg->host, http_server_port(srv->http), cfg->model_path);
 
-    bool load_failed = server_load(srv) != 0;
+    bool load_failed = server_load(srv) != 0 || api_jobs_start(srv) != 0;
     if (!load_failed) {
         atomic_store(&srv->state, SERVER_READY);
         log_info("ready: http://%s:%d/v1 serves '%s'", cfg->host, http_server_port(srv->http), cfg->model_name);
@@ -434,6 +453,7 @@ int server_run(struct server_config *cfg)
             http_server_wake(srv->http); /* its on_wake beats: proof the I/O loop turns for the next ping */
         if (sig == SIGTERM || sig == SIGINT) {
             if (atomic_load(&srv->state) != SERVER_DRAINING && !load_failed) {
+                api_jobs_stop(srv); /* batch lines in flight go back to the store: they are not drained */
                 atomic_store(&srv->state, SERVER_DRAINING);
                 sd_notify_send("STOPPING=1");
                 if (srv->sched)
@@ -468,6 +488,7 @@ int server_run(struct server_config *cfg)
         srv->calls->conn = NULL;
         api_call_finish(srv->calls);
     }
+    api_jobs_close(srv);
     http_server_destroy(srv->http);
     engine_destroy(srv->engine);
     model_destroy(srv->model);

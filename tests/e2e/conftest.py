@@ -38,6 +38,10 @@ class Server:
         if model:
             self.args += ["--model", model]
         self.args += list(args)
+        if "--data-dir" not in args and "--queue" not in args:
+            # each server its own job store: one process per data dir, and tests must not touch ~/.local/share
+            self.data_dir = tempfile.mkdtemp(prefix="wafer-jobs-")
+            self.args += ["--data-dir", self.data_dir]
         self.proc = subprocess.Popen(self.args, stdout=self.log_file, stderr=subprocess.STDOUT)
         self.base = None
         deadline = time.time() + timeout

@@ -80,7 +80,7 @@ def test_include_up_fails(tmp_path):
     write(tmp_path, "src/engine/bad.c", '#include "engine/eng.h"\n\n#include "server/srv.h"\nint engine_bad;\n')
     rc, out = run(tmp_path, "--no-objects")
     assert rc == 1, out
-    assert 'src/engine/bad.c:3: #include "server/srv.h" goes up: engine (layer 1) may not use server (layer 2)' in out
+    assert 'src/engine/bad.c:3: #include "server/srv.h" goes up: engine (layer 1) may not use server (layer 3)' in out
 
 
 def test_include_sideways_fails(tmp_path):
@@ -170,3 +170,16 @@ def test_include_into_a_backend_fails(tmp_path):
     assert 'src/engine/scheduler.c:2: #include "engine/cpu/k.h" reaches into a backend (engine/cpu/)' in out
     assert 'src/server/fast.c:1: #include "engine/scalar/s.h" reaches into a backend (engine/scalar/)' in out
     assert "src/engine/backend.c:" not in out
+
+
+def test_jobs_below_server(tmp_path):
+    """The server runs batch jobs: server may include jobs/, jobs/ never includes server/."""
+    good_tree(tmp_path)
+    write(tmp_path, "src/jobs/j.h", "int jobs_j(void);\n")
+    write(tmp_path, "src/server/uses_jobs.c", '#include "jobs/j.h"\n')
+    rc, out = run(tmp_path, "--no-objects")
+    assert rc == 0, out
+    write(tmp_path, "src/jobs/bad.c", '#include "server/srv.h"\n')
+    rc, out = run(tmp_path, "--no-objects")
+    assert rc == 1, out
+    assert 'src/jobs/bad.c:1: #include "server/srv.h" goes up: jobs (layer 2) may not use server (layer 3)' in out

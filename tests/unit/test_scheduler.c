@@ -421,6 +421,45 @@ static void test_preemption(void **state)
     fixture_down(&f);
 }
 
+/* Priority: with every slot held by batch requests (SCHED_PRIORITY_BATCH), a live request preempts one of
+ * them and finishes first; the preempted batch request resumes and its greedy output is unchanged. */
+static void test_priority_preempts_batch(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, 2, 64, 64, 32);
+    int32_t ref[2][128], got[128];
+    int nref[2];
+    for (int i = 0; i < 2; i++)
+        nref[i] = reference_greedy(f.m, prompts[i], 100, ref[i]);
+    struct sched_req *b[2];
+    for (int i = 0; i < 2; i++) {
+        b[i] = make_req(f.m, prompts[i], 100, 1);
+        b[i]->priority = SCHED_PRIORITY_BATCH;
+        assert_int_equal(scheduler_submit(f.s, b[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        while (!req_status(b[i]).t_first_token)
+            usleep(1000);
+    struct sched_req *live = make_req(f.m, prompts[2], 4, 1);
+    assert_int_equal(scheduler_submit(f.s, live), 0);
+    wait_finished(live);
+    assert_int_equal(req_status(live).error, 0);
+    for (int i = 0; i < 2; i++) {
+        wait_finished(b[i]);
+        assert_int_equal(req_status(b[i]).error, 0);
+        /* the live request did not wait for a batch request to finish */
+        assert_true(req_status(live).t_finished < req_status(b[i]).t_finished);
+        int n = req_tokens(b[i], 0, got, 128);
+        assert_int_equal(n, nref[i]);
+        assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
+        sched_req_unref(b[i]);
+    }
+    sched_req_unref(live);
+    assert_true(obs_count(&f, SCHED_CTR_PREEMPTIONS) >= 1);
+    fixture_down(&f);
+}
+
 static void test_prefix_reuse(void **state)
 {
     (void)state;
@@ -490,6 +529,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matches_reference_and_batch), cmocka_unit_test(test_n_choices_and_stop),
         cmocka_unit_test(test_cancel_deadline_queue),       cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_priority_preempts_batch),
         cmocka_unit_test(test_prefix_reuse),                cmocka_unit_test(test_chunked_prefill_does_not_stall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
