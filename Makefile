@@ -15,7 +15,7 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 LDLIBS = -ljansson -lfyaml -lcurl -lsqlite3 -lhiredis -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
-LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/bench/*.c src/cli/*.c))
+LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/route/*.c src/bench/*.c src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)

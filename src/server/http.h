@@ -86,6 +86,11 @@ struct http_server_params {
     void (*on_wake)(void *ctx);
     /* Called on the I/O thread when a streaming connection's output buffer drained below half its bound. */
     void (*on_writable)(void *ctx, struct http_conn *c);
+    /* Optional: one more file descriptor watched by the loop (e.g. the epoll fd of a proxy's upstream
+     * sockets). on_watch runs on the I/O thread whenever watch_fd is readable (level-triggered); unused when
+     * on_watch is NULL. */
+    int watch_fd;
+    void (*on_watch)(void *ctx);
     void *ctx;
 };
 
