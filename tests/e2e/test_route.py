@@ -1,6 +1,7 @@
 """End-to-end tests of `wafer route`: real `wafer serve` backends and faulty stand-ins (route_standin.py) on
 loopback, the router started from a YAML file on a free port. Every test keeps a hard bound on its time
 (client timeouts, small configs), well under 30 s."""
+import http.client
 import json
 import os
 import re
@@ -123,6 +124,27 @@ def standin():
     yield make
     for s in made:
         s.close()
+
+
+class FastClient:
+    """Keep-alive POSTs whose head and body leave in one write. httpx writes them separately, and with
+    Nagle on the client and a delayed ACK on the server each small request then waits ~40 ms; http.client
+    sends a bytes body together with the head. For tests that send hundreds of requests."""
+
+    def __init__(self, base):
+        host, port = base.split("//")[1].split(":")
+        self.conn = http.client.HTTPConnection(host, int(port), timeout=20)
+
+    def post(self, path, obj, headers=None):
+        body = json.dumps(obj).encode()
+        h = {"Content-Type": "application/json", **(headers or {})}
+        self.conn.request("POST", path, body=body, headers=h)
+        resp = self.conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+
+    def close(self):
+        self.conn.close()
 
 
 def pools_yaml(pools, kind="wafer"):
@@ -265,3 +287,104 @@ def test_bad_config_names_file_and_line(yaml_text, where, tmp_path):
                        timeout=10)
     assert p.returncode == 2
     assert str(cfg) + where in p.stderr, p.stderr
+
+
+# ---- 2. weighted split, sticky, run-time rollout, reload -----------------------------------------------
+
+
+def completions_200(server):
+    return server.metrics().get('wafer_requests_total{endpoint="/v1/completions",status="200"}', 0)
+
+
+def test_canary_share_on_the_backends_counters(make_server, router):
+    stable = make_server(STORIES)
+    canary = make_server(STORIES)
+    r = router(pools_yaml({"stable": [stable.base], "canary": [canary.base]}) +
+               "routes:\n  - model: '*'\n    split: {stable: 90, canary: 10}\n    fallback: [stable]\n")
+    s0, c0 = completions_200(stable), completions_200(canary)
+    body = {"model": "stories260K", "prompt": "Hi", "max_tokens": 1}
+    fc = FastClient(r.base)
+    for _ in range(400):
+        assert fc.post("/v1/completions", body)[0] == 200
+    ds, dc = completions_200(stable) - s0, completions_200(canary) - c0
+    # the non-sticky split is a smooth weighted round robin: exactly 10% over 400 requests
+    assert (ds, dc) == (360, 40)
+    # the rollout grows at run time
+    resp = r.client.put("/admin/rollout", json={"model": "*", "split": {"stable": 50, "canary": 50}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["routes"][0]["split"] == {"stable": 50.0, "canary": 50.0}
+    for _ in range(100):
+        assert fc.post("/v1/completions", body)[0] == 200
+    fc.close()
+    assert completions_200(canary) - c0 - dc == 50
+    assert r.client.get("/admin/rollout").json()["routes"][0]["split"]["canary"] == 50.0
+    bad = r.client.put("/admin/rollout", json={"model": "*", "split": {"stable": 1, "nope": 1}})
+    assert bad.status_code == 400 and "nope" in bad.json()["error"]["message"]
+    assert r.client.put("/admin/rollout", json={"model": "x", "split": {"stable": 1}}).status_code == 404
+
+
+def test_sticky_split_by_header_and_admin_key(standin, router):
+    stable, canary = standin(), standin()
+    r = router(pools_yaml({"stable": [stable.url], "canary": [canary.url]}) +
+               "routes:\n  - model: '*'\n    split: {stable: 90, canary: 10}\n    sticky: header:X-User-Id\n"
+               "server: {admin_key: adm1n}\n")
+    body = {"model": "m", "prompt": "x", "max_tokens": 1}
+    fc = FastClient(r.base)
+
+    def backend_of(user):
+        status, headers, _ = fc.post("/v1/completions", body, {"x-user-id": user})
+        assert status == 200
+        return headers["x-wafer-backend"]
+
+    first = {u: backend_of("user-%d" % u) for u in range(400)}
+    on_canary = {u for u, b in first.items() if b.endswith(":%d" % canary.port)}
+    assert 20 <= len(on_canary) <= 60, len(on_canary)  # 10% of 400, within 3 sigma
+    for u in range(0, 400, 7):  # the same user, the same pool
+        assert backend_of("user-%d" % u) == first[u]
+    # growing the canary keeps every canary user there (consistent hashing), and needs the admin key
+    grow = {"model": "*", "split": {"stable": 50, "canary": 50}}
+    assert r.client.put("/admin/rollout", json=grow).status_code == 401
+    assert r.client.put("/admin/rollout", json=grow, headers={"authorization": "Bearer adm1n"}).status_code == 200
+    after = {u: backend_of("user-%d" % u) for u in range(400)}
+    assert all(after[u] == first[u] for u in on_canary)
+    n_canary = sum(1 for b in after.values() if b.endswith(":%d" % canary.port))
+    assert 160 <= n_canary <= 240, n_canary
+
+
+def test_sighup_reload_drops_no_request(standin, router):
+    old, new = standin(), standin()
+    old.token_s = new.token_s = 0.05
+    conf = "routes:\n  - {model: '*', pool: %s}\n"
+    pools = pools_yaml({"p_old": [old.url], "p_new": [new.url]})
+    r = router(pools + conf % "p_old")
+    import concurrent.futures as cf
+
+    def stream_one(i):
+        body = {"model": "m", "prompt": "s%d" % i, "max_tokens": 16, "stream": True}
+        with httpx.Client(base_url=r.base, timeout=20) as c:
+            with c.stream("POST", "/v1/completions", json=body) as s:
+                ev = sse_events(s)
+        assert ev[-1] == "[DONE]"
+        return stream_text(ev) == text_of(generate(list(("s%d" % i).encode()), 16))
+
+    with cf.ThreadPoolExecutor(8) as ex:
+        futs = [ex.submit(stream_one, i) for i in range(6)]
+        time.sleep(0.3)  # the streams are running on p_old
+        r.reload(pools_yaml({"p_new": [new.url]}) + conf % "p_new")  # p_old leaves the config
+        quick = [ex.submit(lambda: r.client.post("/v1/completions", json={"model": "m", "prompt": "q",
+                                                                          "max_tokens": 1}).status_code)
+                 for _ in range(20)]
+        assert all(f.result(timeout=20) for f in futs)  # every stream finished whole
+        assert [f.result(timeout=20) for f in quick] == [200] * 20
+    assert old.generations() == 6
+    assert new.generations() == 20
+    # a broken file is refused and the running config kept
+    with open(r.cfg, "w") as f:
+        f.write("pools: [\n")
+    r.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while "keeping the running config" not in r.log():
+        assert time.time() < deadline
+        time.sleep(0.02)
+    assert r.client.post("/v1/completions", json={"model": "m", "prompt": "q", "max_tokens": 1}).status_code == 200
+    assert new.generations() == 21
