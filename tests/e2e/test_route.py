@@ -353,7 +353,7 @@ def test_sticky_split_by_header_and_admin_key(standin, router):
 
 def test_sighup_reload_drops_no_request(standin, router):
     old, new = standin(), standin()
-    old.token_s = new.token_s = 0.05
+    old.token_s = new.token_s = 0.1
     conf = "routes:\n  - {model: '*', pool: %s}\n"
     pools = pools_yaml({"p_old": [old.url], "p_new": [new.url]})
     r = router(pools + conf % "p_old")
@@ -369,7 +369,10 @@ def test_sighup_reload_drops_no_request(standin, router):
 
     with cf.ThreadPoolExecutor(8) as ex:
         futs = [ex.submit(stream_one, i) for i in range(6)]
-        time.sleep(0.3)  # the streams are running on p_old
+        deadline = time.time() + 10
+        while old.running < 6:  # the streams are running on p_old
+            assert time.time() < deadline
+            time.sleep(0.01)
         r.reload(pools_yaml({"p_new": [new.url]}) + conf % "p_new")  # p_old leaves the config
         quick = [ex.submit(lambda: r.client.post("/v1/completions", json={"model": "m", "prompt": "q",
                                                                           "max_tokens": 1}).status_code)
