@@ -17,7 +17,7 @@ generation request):
   slow      waits slow_s seconds before the response head, then answers correctly
   cut       a stream that stops after cut_after events: the connection is closed mid-body
   garbage   bytes that are not HTTP, then a close
-  badjson   one event, then a data line that is not JSON
+  badjson   cut_after events, then a data line that is not JSON
 Every request is recorded in `records` (path, body); `counts` counts by path; `running` is the number of
 generations in progress (reported in /metrics as wafer_requests_running, plus `extra_load`).
 """
@@ -57,6 +57,13 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.owner.lock:
+            self.server.owner.conns.add(self.connection)
+
+    def finish(self):
+        with self.server.owner.lock:
+            self.server.owner.conns.discard(self.connection)
+        super().finish()
 
     def _json(self, status, obj, headers=None):
         body = json.dumps(obj).encode()
@@ -180,7 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
                     return
-                if mode == "badjson" and sent >= 1:
+                if mode == "badjson" and sent >= srv.cut_after:
                     self._event("{this is not json")
                     self._chunk(b"")
                     return
@@ -213,6 +220,7 @@ class Standin:
         self.lock = threading.Lock()
         self.counts = collections.Counter()
         self.records = []
+        self.conns = set()
         self.ready = True
         self.running = 0
         self.extra_load = 0
@@ -240,5 +248,12 @@ class Standin:
             return self.counts["/v1/completions"] + self.counts["/v1/chat/completions"]
 
     def close(self):
+        """Stops listening and closes the connections it has open (keep-alive ones too)."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        with self.lock:
+            for c in list(self.conns):
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -391,3 +391,165 @@ def test_sighup_reload_drops_no_request(standin, router):
         time.sleep(0.02)
     assert r.client.post("/v1/completions", json={"model": "m", "prompt": "q", "max_tokens": 1}).status_code == 200
     assert new.generations() == 21
+
+
+# ---- 3. retries, fallback, health, ejection, least loaded --------------------------------------------
+
+
+def one_pool(urls, extra=""):
+    return pools_yaml({"p": urls}) + "routes:\n  - {model: '*', pool: p}\n" + extra
+
+
+@pytest.mark.parametrize("mode,kind", [("status500", "status_5xx"), ("status429", "status_429"),
+                                       ("garbage", "garbage"), ("hang", "timeout"), ("cut-early", "broken"),
+                                       ("badjson-early", "garbage")])
+def test_retry_before_the_first_byte_on_another_backend(mode, kind, standin, router):
+    bad, good = standin(), standin()
+    if mode.endswith("-early"):  # a stream that breaks before its first event reaches the client
+        mode = mode[:-6]
+        bad.cut_after = 0
+    bad.mode = mode
+    bad.hang_s = 3
+    r = router(one_pool([bad.url, good.url], "retries: {max: 2, base_ms: 5, cap_ms: 20}\n"
+                        "timeouts: {header_ms: 400}\nhealth: {eject_after: 0}\n"))
+    stream = mode in ("cut", "badjson")
+    for i in range(8):
+        body = {"model": "m", "prompt": "p%d" % i, "max_tokens": 4, "stream": stream}
+        want = text_of(generate(list(("p%d" % i).encode()), 4))
+        if stream:
+            with r.client.stream("POST", "/v1/completions", json=body) as s:
+                assert s.status_code == 200
+                assert stream_text(sse_events(s)) == want
+        else:
+            resp = r.client.post("/v1/completions", json=body)
+            assert resp.status_code == 200, resp.text
+            assert resp.json()["choices"][0]["text"] == want
+    n_bad = bad.generations()
+    assert n_bad >= 1  # random ties: the bad one was tried, and every one of its answers was retried
+    m = r.metrics()
+    assert m['wafer_route_backend_errors_total{backend="127.0.0.1:%d",kind="%s"}' % (bad.port, kind)] == n_bad
+    assert m["wafer_route_retries_total"] == n_bad
+    assert re.search(r"backends=127\.0\.0\.1:%d\(\S+\),127\.0\.0\.1:%d\(200\) retries=1" % (bad.port, good.port),
+                     r.log())
+
+
+def test_connect_error_is_retried(standin, router):
+    gone, good = standin(), standin()
+    r = router(one_pool([gone.url, good.url], "health: {interval_s: 60, eject_after: 0}\n"))
+    gone.close()  # after the router saw it healthy: now its port refuses connections
+    for i in range(6):
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}).status_code == 200
+    assert r.metrics()['wafer_route_backend_errors_total{backend="127.0.0.1:%d",kind="connect"}' % gone.port] >= 1
+
+
+def test_retry_after_is_honoured_and_the_last_error_passed_on(standin, router):
+    s = standin()
+    s.retry_after = 1
+    s.script.extend(["status429"])
+    r = router(one_pool([s.url], "retries: {max: 2, base_ms: 1, cap_ms: 10}\nhealth: {eject_after: 0}\n"))
+    t0 = time.time()
+    resp = r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1})
+    dt = time.time() - t0
+    assert resp.status_code == 200
+    assert 0.9 <= dt < 3, dt  # waited for the Retry-After of the only backend, not the 1..10 ms backoff
+    # every attempt refused: the client gets the backend's 429 and its Retry-After
+    s.mode = "status429"
+    resp = r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1})
+    assert resp.status_code == 429
+    assert resp.headers["retry-after"] == "1"
+    assert resp.json()["error"]["code"] == "queue_full"
+    assert s.generations() == 1 + 1 + 3
+
+
+def test_failing_canary_falls_back_to_stable(standin, router):
+    stable, canary = standin(), standin(mode="status500")
+    r = router(pools_yaml({"stable": [stable.url], "canary": [canary.url]}) +
+               "routes:\n  - model: '*'\n    split: {stable: 0, canary: 100}\n    fallback: [stable]\n"
+               "retries: {max: 2, base_ms: 1, cap_ms: 5}\nhealth: {eject_after: 0}\n")
+    for _ in range(5):
+        with r.client.stream("POST", "/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 3,
+                                                              "stream": True}) as s:
+            assert s.status_code == 200
+            assert stream_text(sse_events(s)) == text_of(generate(list(b"x"), 3))
+    assert stable.generations() == 5
+    m = r.metrics()
+    assert m["wafer_route_fallbacks_total"] == 5
+    assert "fallbacks=1" in r.log()
+
+
+def test_passive_ejection_with_growing_cooldown_and_half_open_probe(standin, router):
+    bad, good = standin(mode="status500"), standin()
+    r = router(one_pool([bad.url, good.url], "retries: {max: 1, base_ms: 1, cap_ms: 2}\n"
+                        "health: {eject_after: 2, cooldown_s: 0.6, cooldown_max_s: 5, interval_s: 30}\n"))
+    body = {"model": "m", "prompt": "x", "max_tokens": 1}
+    deadline = time.time() + 10
+    while "ejection 1)" not in r.log():
+        assert r.client.post("/v1/completions", json=body).status_code == 200
+        assert time.time() < deadline
+    assert bad.generations() == 2
+    assert "ejected for 0.6 s after 2 consecutive failure(s)" in r.log()
+    # during the cooldown nothing goes to it
+    for _ in range(10):
+        assert r.client.post("/v1/completions", json=body).status_code == 200
+    assert bad.generations() == 2
+    time.sleep(0.7)
+    # half open: one request probes it, fails (and is retried on the good one): ejected again, twice as long
+    assert r.client.post("/v1/completions", json=body).status_code == 200
+    assert bad.generations() == 3
+    assert "ejected for 1.2 s after 3 consecutive failure(s) (ejection 2)" in r.log()
+    bad.mode = "ok"
+    time.sleep(0.7)
+    for _ in range(5):
+        assert r.client.post("/v1/completions", json=body).status_code == 200
+    assert bad.generations() == 3  # still cooling down (1.2 s)
+    time.sleep(0.6)
+    for _ in range(10):
+        assert r.client.post("/v1/completions", json=body).status_code == 200
+    assert "answered its probe: back in rotation" in r.log()
+    assert bad.generations() >= 4
+    assert r.metrics()['wafer_route_backend_ejections_total{backend="127.0.0.1:%d"}' % bad.port] == 2
+
+
+def test_active_health_checks_take_a_backend_out_and_back(standin, router):
+    a, b = standin(), standin()
+    r = router(one_pool([a.url, b.url], "health: {interval_s: 0.1, timeout_ms: 500}\n"))
+    a.ready = False
+    deadline = time.time() + 5
+    while 'wafer_route_backend_up{backend="127.0.0.1:%d"} 0' % a.port not in r.client.get("/metrics").text:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    n = a.generations()
+    for _ in range(10):
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}).status_code == 200
+    assert a.generations() == n
+    assert "127.0.0.1:%d is down: /ready answered 503" % a.port in r.log()
+    a.ready = True
+    while 'wafer_route_backend_up{backend="127.0.0.1:%d"} 1' % a.port not in r.client.get("/metrics").text:
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
+def test_least_loaded_backend_by_reported_load(standin, router):
+    busy, idle = standin(), standin()
+    busy.extra_load = 12  # what its /metrics says: wafer_requests_running 12
+    r = router(one_pool([busy.url, idle.url], "health: {interval_s: 0.1}\n"))
+    deadline = time.time() + 5
+    while 'wafer_route_backend_load{backend="127.0.0.1:%d"} 12' % busy.port not in r.client.get("/metrics").text:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    fc = FastClient(r.base)
+    for _ in range(20):
+        assert fc.post("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 1})[0] == 200
+    assert busy.generations() == 0 and idle.generations() == 20
+    # the router's own requests count too: with slow answers in flight on `idle`, new ones spread out
+    busy.extra_load = 0
+    idle.token_s = busy.token_s = 0.2
+    time.sleep(0.3)
+    import concurrent.futures as cf
+    with cf.ThreadPoolExecutor(6) as ex:
+        res = list(ex.map(lambda i: httpx.post(r.base + "/v1/completions", timeout=10,
+                                               json={"model": "m", "prompt": "x", "max_tokens": 2}).status_code,
+                          range(6)))
+    assert res == [200] * 6
+    assert busy.generations() == 3 and idle.generations() == 23
+    fc.close()
