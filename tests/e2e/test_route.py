@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from conftest import STORIES, WAFER_BIN, need
+from conftest import LLAMA19M, STORIES, WAFER_BIN, need
 from route_standin import Standin, generate, text_of
 
 
@@ -553,3 +553,36 @@ def test_least_loaded_backend_by_reported_load(standin, router):
     assert res == [200] * 6
     assert busy.generations() == 3 and idle.generations() == 23
     fc.close()
+
+
+# ---- 4. cancellation -------------------------------------------------------------------------------------
+
+
+def test_client_gone_closes_the_upstream_request(make_server, router):
+    s = make_server(LLAMA19M)  # 16 choices x 500 tokens: several seconds of work for one thread
+    r = router(one_pool([s.base]))
+    body = {"model": "llama-19M-Q8_0", "prompt": "Once upon a time", "max_tokens": 500, "n": 16,
+            "ignore_eos": True, "temperature": 0}
+    cancelled = s.metrics().get("wafer_requests_cancelled_total", 0)
+    # a stream the client leaves after its first bytes
+    with httpx.Client(timeout=20) as c:
+        with c.stream("POST", r.base + "/v1/completions", json={**body, "stream": True}) as resp:
+            assert resp.status_code == 200
+            chunks = resp.iter_raw()  # kept: a dropped generator closes the response
+            next(chunks)
+            s.wait_metric("wafer_requests_running", lambda v: v == 1, timeout=3)
+    t0 = time.time()
+    s.wait_metric("wafer_requests_running", lambda v: v == 0, timeout=3)
+    assert time.time() - t0 < 1.5  # not the seconds the answer would have taken
+    s.wait_metric("wafer_requests_cancelled_total", lambda v: v == cancelled + 1, timeout=3)
+    # a client that gives up waiting for a non-streamed answer
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(r.base + "/v1/completions", json=body, timeout=httpx.Timeout(20, read=0.5))
+    t0 = time.time()
+    s.wait_metric("wafer_requests_cancelled_total", lambda v: v == cancelled + 2, timeout=3)
+    s.wait_metric("wafer_requests_running", lambda v: v == 0, timeout=3)
+    assert time.time() - t0 < 1.5
+    deadline = time.time() + 3
+    while r.metrics()["wafer_route_requests_in_flight"] != 0:
+        assert time.time() < deadline
+        time.sleep(0.02)
