@@ -99,6 +99,7 @@ struct rt_req {
     int n_gen, cap_gen;
     char *text;
     size_t text_len, text_cap;
+    int n_pieces;    /* chunks with text relayed (a token each for wafer) */
     char finish[32];
     bool done_seen;
     int64_t usage_prompt, usage_completion;
@@ -317,9 +318,8 @@ static void req_finish(struct rt_req *q)
         int64_t used = -1; /* unknown: the reservation stands */
         if (q->usage_prompt >= 0 && q->usage_completion >= 0)
             used = q->usage_prompt + q->usage_completion;
-        else if (q->n_gen > 0 || q->text_len > 0) /* the prompt estimate plus what was generated */
-            used = q->reserved - (q->max_tokens >= 0 ? q->max_tokens : 256) +
-                   (q->n_gen ? q->n_gen : (int64_t)q->text_len / 4);
+        else if (q->n_gen > 0 || q->n_pieces > 0) /* the prompt estimate plus what was generated */
+            used = q->reserved - (q->max_tokens >= 0 ? q->max_tokens : 256) + (q->n_gen ? q->n_gen : q->n_pieces);
         route_limits_settle(r->limits, q->key_idx, q->reserved, used, evloop_now_ms());
     }
     char tried[768] = "";
@@ -835,6 +835,9 @@ static void stream_broken(struct rt_req *q, const char *why)
         q->len = 0;
         log_info("route: stream of model '%s' broke after %d token(s) (%s): resuming on another backend",
                  q->model, q->n_gen, q->last_msg);
+        if (q->t->conf->c.log_requests)
+            log_debug("route: resume prompt: %d prompt + %d generated token ids", (int)json_array_size(q->prompt_ids),
+                      q->n_gen);
         int64_t now = evloop_now_ms();
         struct rt_backend *b = NULL;
         for (int k = q->pos; k < q->n_order && !b; k++)
@@ -853,7 +856,7 @@ static void stream_broken(struct rt_req *q, const char *why)
     json_t *e = json_object();
     char msg[512];
     snprintf(msg, sizeof msg, "the backend stream broke after %d token(s) and could not be resumed: %s",
-             q->n_gen, q->last_msg[0] ? q->last_msg : "unknown error");
+             q->n_gen > q->n_pieces ? q->n_gen : q->n_pieces, q->last_msg[0] ? q->last_msg : "unknown error");
     json_object_set_new(e, "message", json_string(msg));
     json_object_set_new(e, "type", json_string("server_error"));
     json_object_set_new(e, "param", json_null());
@@ -1024,6 +1027,7 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
             q->ids_ok = false;
         if (plen && buf_append(&q->text, &q->text_len, &q->text_cap, piece, plen) < 0)
             q->cacheable = false;
+        q->n_pieces += plen > 0;
         if (fin)
             snprintf(q->finish, sizeof q->finish, "%s", fin);
     }

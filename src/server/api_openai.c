@@ -6,6 +6,9 @@
  * an incomplete UTF-8 sequence or a possible stop string, ride with a later chunk), a last chunk per choice
  * with its finish_reason, the usage chunk when stream_options.include_usage asks, then "data: [DONE]".
  * Text is streamed by byte offset, so bytes released only when a choice ends still reach the client.
+ * With "return_token_ids": true (vLLM's name) each chunk's choice also carries token_ids, the ids of the
+ * tokens whose text it completes, and the first chunk of a choice prompt_token_ids: what a router needs to
+ * continue a broken stream elsewhere exactly (prompt + tokens already sent, as a token-id prompt).
  */
 #include "core/err.h"
 #include "core/log.h"
@@ -123,9 +126,29 @@ static json_t *envelope(struct api_call *call, bool chunk)
     return o;
 }
 
-/* One streamed chunk for choice index k. text may be NULL (role-only or finish chunk). */
+/* return_token_ids: adds to choice k's chunk the ids of its tokens [ids_sent, upto) (the caller holds the
+ * request's lock when upto > 0), and the prompt's ids on its first chunk. */
+static void add_token_ids(struct api_call *call, int k, int upto, json_t *choice)
+{
+    struct sched_req *r = call->reqs[k / call->n];
+    if (call->ids_sent[k] < 0) {
+        json_t *p = json_array();
+        for (int i = 0; i < r->n_prompt; i++)
+            json_array_append_new(p, json_integer(r->prompt[i]));
+        json_object_set_new(choice, "prompt_token_ids", p);
+        call->ids_sent[k] = 0;
+    }
+    const struct sched_choice *ch = &r->choices[k % call->n];
+    json_t *ids = json_array();
+    for (; call->ids_sent[k] < upto; call->ids_sent[k]++)
+        json_array_append_new(ids, json_integer(ch->toks[call->ids_sent[k]].id));
+    json_object_set_new(choice, "token_ids", ids);
+}
+
+/* One streamed chunk for choice index k. text may be NULL (role-only or finish chunk). ids_upto: with
+ * return_token_ids, the chunk reports the ids of the tokens before this index. */
 static int send_chunk(struct api_call *call, int k, const char *text, size_t len, bool role, const char *finish,
-                      json_t *lp)
+                      json_t *lp, int ids_upto)
 {
     json_t *o = envelope(call, true);
     json_t *choice = json_object();
@@ -142,6 +165,8 @@ static int send_chunk(struct api_call *call, int k, const char *text, size_t len
     }
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    if (call->return_token_ids)
+        add_token_ids(call, k, ids_upto, choice);
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
@@ -189,7 +214,8 @@ static bool stream_progress(struct api_call *call)
                 if (call->logprobs >= 0)
                     logprobs_add(srv, call, ch, t, call->sent_text[k], &lp);
                 if (end > call->sent_text[k] || lp)
-                    send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp);
+                    send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp,
+                               call->sent[k] + 1);
                 if (end > call->sent_text[k])
                     call->sent_text[k] = end;
                 call->sent[k]++;
@@ -197,7 +223,7 @@ static bool stream_progress(struct api_call *call)
             if (ch->finish != SCHED_RUNNING && ch->finish != SCHED_ERROR && !call->fin_sent[k]) {
                 size_t rest = ch->text_len - call->sent_text[k];
                 send_chunk(call, k, rest ? ch->text + call->sent_text[k] : NULL, rest, false,
-                           api_finish_name(ch->finish), NULL);
+                           api_finish_name(ch->finish), NULL, ch->n_toks);
                 call->sent_text[k] = ch->text_len;
                 call->fin_sent[k] = true;
             }
@@ -346,6 +372,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
     }
     call->stream = g.stream;
     call->include_usage = g.include_usage;
+    call->return_token_ids = g.stream && g.return_token_ids;
     call->echo = g.echo;
     call->logprobs = g.logprobs;
     call->n = g.n;
@@ -404,7 +431,7 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
         call->began = true;
         if (chat)
             for (int k = 0; k < call->n_reqs * call->n; k++)
-                send_chunk(call, k, NULL, 0, true, NULL, NULL);
+                send_chunk(call, k, NULL, 0, true, NULL, NULL, 0);
     }
 }
 
