@@ -399,14 +399,12 @@ void rt_count_status(struct router *r, int status)
         r->m_status[k]++;
 }
 
-void rt_respond_error(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
-                      const char *param, const char *extra_headers, const char *fmt, ...)
+void rt_respond_errorv(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
+                       const char *param, const char *extra_headers, const char *fmt, va_list ap)
 {
+    (void)r;
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     json_t *e = json_object();
     json_object_set_new(e, "message", json_string(msg));
     json_object_set_new(e, "type", json_string(type));
@@ -416,7 +414,6 @@ void rt_respond_error(struct router *r, struct http_conn *c, int status, const c
     json_object_set_new(o, "error", e);
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    rt_count_status(r, status);
     if (!body) {
         http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
@@ -425,11 +422,20 @@ void rt_respond_error(struct router *r, struct http_conn *c, int status, const c
     free(body);
 }
 
+void rt_respond_error(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
+                      const char *param, const char *extra_headers, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rt_respond_errorv(r, c, status, type, code, param, extra_headers, fmt, ap);
+    va_end(ap);
+}
+
 static void respond_json(struct router *r, struct http_conn *c, int status, json_t *o)
 {
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    rt_count_status(r, status);
+    (void)r;
     if (!body) {
         http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
         return;
@@ -522,7 +528,6 @@ static void ep_models(struct router *r, struct http_conn *c, const char *one, si
 
 static void ep_metrics(struct router *r, struct http_conn *c)
 {
-    rt_count_status(r, 200);
     size_t len = 0;
     char *text = rt_metrics_render(r, &len);
     if (!text) {

@@ -25,6 +25,7 @@
 #include "server/http.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -183,10 +184,13 @@ struct router {
 /* The time now (ms) and a random number (I/O thread). */
 uint64_t rt_rand(struct router *r);
 /* Answers an OpenAI-shaped error {"error":{"message","type","param","code"}}; extra header lines may be
- * NULL. Counts the status. */
+ * NULL. */
 void rt_respond_error(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
                       const char *param, const char *extra_headers, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
+void rt_respond_errorv(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
+                       const char *param, const char *extra_headers, const char *fmt, va_list ap);
+/* Counts a proxied request's answer in wafer_route_requests_total. */
 void rt_count_status(struct router *r, int status);
 
 /* ---- route_proxy.c ---- */

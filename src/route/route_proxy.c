@@ -28,6 +28,7 @@
 #include "route/route_policy.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,20 @@ struct rt_req {
 
 static void attempt_next(struct rt_req *q);
 static void stream_broken(struct rt_req *q, const char *why);
+
+/* An error answer to a proxied request, counted in wafer_route_requests_total. */
+static void proxy_error(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
+                        const char *param, const char *extra_headers, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static void proxy_error(struct router *r, struct http_conn *c, int status, const char *type, const char *code,
+                        const char *param, const char *extra_headers, const char *fmt, ...)
+{
+    rt_count_status(r, status);
+    va_list ap;
+    va_start(ap, fmt);
+    rt_respond_errorv(r, c, status, type, code, param, extra_headers, fmt, ap);
+    va_end(ap);
+}
 
 /* ---- backends: availability, load, passive health ------------------------------------------------- */
 
@@ -393,14 +408,14 @@ static void answer_failure(struct rt_req *q)
         size_t n = strlen(hdr);
         snprintf(hdr + n, sizeof hdr - n, "Retry-After: %lld\r\n", (long long)ra);
         q->status = 503;
-        rt_respond_error(r, q->conn, 503, "server_error", "no_backend_available", NULL, hdr,
+        proxy_error(r, q->conn, 503, "server_error", "no_backend_available", NULL, hdr,
                          "all backends for model '%s' are down or ejected (pool%s %s); retry in %lld s", q->model,
                          q->n_order > 1 ? "s" : "", names, (long long)ra);
         q->ttfb_ns = evloop_now_ns() - q->t0_ns;
     } else {
         int st = q->last_kind == RT_ERR_TIMEOUT ? 504 : 502;
         q->status = st;
-        rt_respond_error(r, q->conn, st, "server_error", q->last_kind == RT_ERR_TIMEOUT ? "upstream_timeout"
+        proxy_error(r, q->conn, st, "server_error", q->last_kind == RT_ERR_TIMEOUT ? "upstream_timeout"
                                                                                        : "upstream_error",
                          NULL, hdr, "no backend could answer after %d attempt(s); last: %s", q->attempts, q->last_msg);
         q->ttfb_ns = evloop_now_ns() - q->t0_ns;
@@ -1379,11 +1394,11 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     if (!o || !json_is_object(o)) {
         json_decref(o);
         if (req->body_len)
-            rt_respond_error(r, c, 400, "invalid_request_error", "invalid_json", NULL, NULL,
+            proxy_error(r, c, 400, "invalid_request_error", "invalid_json", NULL, NULL,
                              "the request body is not a JSON object (line %d, column %d: %s)", je.line, je.column,
                              je.text);
         else
-            rt_respond_error(r, c, 400, "invalid_request_error", "invalid_json", NULL, NULL,
+            proxy_error(r, c, 400, "invalid_request_error", "invalid_json", NULL, NULL,
                              "the request body is empty; send a JSON object");
         return;
     }
@@ -1396,7 +1411,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
         if (key_idx < 0) {
             json_decref(o);
             r->m_limited[RT_LIM_AUTH]++;
-            rt_respond_error(r, c, 401, "invalid_request_error", "invalid_api_key", NULL, NULL,
+            proxy_error(r, c, 401, "invalid_request_error", "invalid_api_key", NULL, NULL,
                              key ? "Incorrect API key provided." :
                                    "You didn't provide an API key (Authorization: Bearer <key>).");
             return;
@@ -1407,7 +1422,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     const char *model = json_is_string(jm) ? json_string_value(jm) : "";
     const struct rt_route *rt = find_route(r->table, model);
     if (!rt) {
-        rt_respond_error(r, c, 404, "invalid_request_error", "model_not_found", "model", NULL,
+        proxy_error(r, c, 404, "invalid_request_error", "model_not_found", "model", NULL,
                          "The model '%.200s' does not exist or you do not have access to it.", model);
         json_decref(o);
         return;
@@ -1447,7 +1462,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
                                                                    : RT_LIM_CONCURRENT;
             r->m_limited[lk]++;
             json_decref(o);
-            rt_respond_error(r, c, 429, "rate_limit_exceeded", "rate_limit_exceeded", NULL, hdr,
+            proxy_error(r, c, 429, "rate_limit_exceeded", "rate_limit_exceeded", NULL, hdr,
                              "Rate limit reached for this key on %s; retry in %.1f s.", what[li.denied],
                              (double)li.retry_after_ms / 1000.0);
             return;
@@ -1458,7 +1473,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
         json_decref(o);
         if (key_idx >= 0)
             route_limits_settle(r->limits, key_idx, reserve, 0, evloop_now_ms());
-        rt_respond_error(r, c, 503, "server_error", "out_of_memory", NULL, NULL, "out of memory");
+        proxy_error(r, c, 503, "server_error", "out_of_memory", NULL, NULL, "out of memory");
         return;
     }
     q->r = r;

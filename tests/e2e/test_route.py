@@ -715,3 +715,146 @@ def test_kill_9_mid_stream_resumes_with_the_same_greedy_text(make_server, router
     assert killed is not None
     assert text == unbroken
     assert r.metrics()['wafer_route_resumes_total{result="ok"}'] == 1, r.log()[-2000:]
+
+
+# ---- 6. result cache, per-key limits, metrics --------------------------------------------------------------
+
+
+def test_exact_result_cache(standin, router):
+    s = standin()
+    r = router(one_pool([s.url], "cache: {max_bytes: 64MiB, ttl_s: 1}\n"))
+    body = {"model": "m", "prompt": "cache me", "max_tokens": 6, "temperature": 0}
+    want = text_of(generate(list(b"cache me"), 6))
+    first = r.client.post("/v1/completions", json=body)
+    assert first.headers["x-wafer-cache"] == "miss"
+    second = r.client.post("/v1/completions", json=body)
+    assert second.headers["x-wafer-cache"] == "hit"
+    assert second.json() == first.json()
+    assert s.generations() == 1
+    # the same request streamed: served from the cache as a stream
+    ev, headers = stream_events(r, "/v1/completions", {**body, "stream": True})
+    assert headers["x-wafer-cache"] == "hit" and stream_text(ev) == want and ev[-1] == "[DONE]"
+    assert s.generations() == 1
+    # key order and the stream flag do not matter; other parameters do
+    same = r.client.post("/v1/completions", content=json.dumps(dict(reversed(list(body.items())))).encode())
+    assert same.headers["x-wafer-cache"] == "hit"
+    other = r.client.post("/v1/completions", json={**body, "max_tokens": 5})
+    assert other.headers["x-wafer-cache"] == "miss"
+    # a bypass goes to the backend; a sampled request (no seed) is never cached
+    assert r.client.post("/v1/completions", json=body, headers={"x-wafer-cache": "bypass"}).headers[
+        "x-wafer-cache"] == "bypass"
+    sampled = r.client.post("/v1/completions", json={**body, "temperature": 0.7})
+    assert "x-wafer-cache" not in sampled.headers
+    seeded = {**body, "temperature": 0.7, "seed": 3}
+    r.client.post("/v1/completions", json=seeded)
+    assert r.client.post("/v1/completions", json=seeded).headers["x-wafer-cache"] == "hit"
+    n = s.generations()
+    # a streamed miss is stored too, and a chat answer comes back as a chat completion
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hey"}], "max_tokens": 3, "temperature": 0}
+    ev, headers = stream_events(r, "/v1/chat/completions", {**chat, "stream": True})
+    assert headers["x-wafer-cache"] == "miss"
+    hit = r.client.post("/v1/chat/completions", json=chat)
+    assert hit.headers["x-wafer-cache"] == "hit"
+    assert hit.json()["object"] == "chat.completion"
+    assert hit.json()["choices"][0]["message"]["content"] == stream_text(ev, chat=True)
+    assert s.generations() == n + 1
+    # TTL
+    time.sleep(1.1)
+    assert r.client.post("/v1/completions", json=body).headers["x-wafer-cache"] == "miss"
+    m = r.metrics()
+    assert m['wafer_route_cache_total{result="hit"}'] == 5
+    assert m["wafer_route_cache_bytes"] > 0
+
+
+def test_cache_byte_bound_evicts_the_least_recent(standin, router):
+    s = standin()
+    r = router(one_pool([s.url], "cache: {max_bytes: 2KiB, ttl_s: 600}\n"))
+    bodies = [{"model": "m", "prompt": "p%d" % i, "max_tokens": 8, "temperature": 0} for i in range(12)]
+    for b in bodies:
+        assert r.client.post("/v1/completions", json=b).headers["x-wafer-cache"] == "miss"
+    m = r.metrics()
+    assert m["wafer_route_cache_bytes"] <= 2048
+    assert m["wafer_route_cache_evictions_total"] >= 4
+    assert r.client.post("/v1/completions", json=bodies[-1]).headers["x-wafer-cache"] == "hit"
+    assert r.client.post("/v1/completions", json=bodies[0]).headers["x-wafer-cache"] == "miss"
+
+
+def test_per_key_limits(standin, router):
+    s = standin()
+    r = router(one_pool([s.url], "limits:\n  keys:\n"
+                        "    - {key: sk-rpm, rpm: 3}\n"
+                        "    - {key: sk-conc, concurrent: 1}\n"
+                        "    - {key: sk-tpm, tpm: 100}\n"
+                        "    - {key: sk-free}\n"))
+    body = {"model": "m", "prompt": "abcd", "max_tokens": 2}
+
+    def post(key, b=body):
+        h = {"authorization": "Bearer " + key} if key else {}
+        return r.client.post("/v1/completions", json=b, headers=h)
+
+    for key in (None, "sk-nope", "sk-rp", "sk-rpmx"):
+        resp = post(key)
+        assert resp.status_code == 401
+        assert resp.json()["error"]["code"] == "invalid_api_key"
+    # rpm 3
+    rem = []
+    for _ in range(3):
+        resp = post("sk-rpm")
+        assert resp.status_code == 200
+        assert resp.headers["x-ratelimit-limit-requests"] == "3"
+        rem.append(resp.headers["x-ratelimit-remaining-requests"])
+    assert rem == ["2", "1", "0"]
+    resp = post("sk-rpm")
+    assert resp.status_code == 429
+    assert resp.json()["error"]["type"] == "rate_limit_exceeded" and "requests per minute" in resp.json()["error"]["message"]
+    assert 15 <= int(resp.headers["retry-after"]) <= 21  # one request back after 20 s
+    assert resp.headers["x-ratelimit-remaining-requests"] == "0"
+    assert re.fullmatch(r"\d+(\.\d+)?s|\d+m\d+s", resp.headers["x-ratelimit-reset-requests"])
+    assert "authorization" not in s.records[-1]["headers"]  # the router's keys stay with the router
+    # concurrent 1: a second request while one streams
+    s.token_s = 0.1
+    with r.client.stream("POST", "/v1/completions", json={**body, "max_tokens": 8, "stream": True},
+                         headers={"authorization": "Bearer sk-conc"}) as held:
+        assert held.status_code == 200
+        resp = post("sk-conc")
+        assert resp.status_code == 429 and "concurrent" in resp.json()["error"]["message"]
+        held.read()
+    s.token_s = 0
+    assert post("sk-conc").status_code == 200
+    # tpm 100: prompt estimate + max_tokens reserved, settled with the real usage
+    assert post("sk-tpm", {**body, "max_tokens": 80}).status_code == 200
+    resp = post("sk-tpm", {**body, "max_tokens": 80})
+    assert resp.status_code == 429 and "tokens per minute" in resp.json()["error"]["message"]
+    assert int(resp.headers["x-ratelimit-remaining-tokens"]) == 100 - (4 + 80)
+    assert post("sk-tpm", {**body, "max_tokens": 5}).status_code == 200
+    for _ in range(10):
+        assert post("sk-free").status_code == 200
+    m = r.metrics()
+    assert m['wafer_route_limited_total{kind="auth"}'] == 4
+    assert m['wafer_route_limited_total{kind="rpm"}'] == 1
+    assert m['wafer_route_limited_total{kind="concurrent"}'] == 1
+    assert m['wafer_route_limited_total{kind="tpm"}'] == 1
+    assert m['wafer_route_requests_total{status="4xx"}'] == 7
+
+
+def test_metrics_and_log_line(standin, router):
+    bad, good = standin(mode="status500"), standin()
+    r = router(one_pool([bad.url, good.url], "health: {eject_after: 0}\nretries: {base_ms: 1, cap_ms: 2}\n"))
+    for _ in range(10):
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}).status_code == 200
+    text = r.client.get("/metrics").text
+    for name in ("wafer_route_requests_total", "wafer_route_retries_total", "wafer_route_fallbacks_total",
+                 "wafer_route_resumes_total", "wafer_route_backend_errors_total", "wafer_route_backend_ejections_total",
+                 "wafer_route_backend_requests_total", "wafer_route_request_duration_seconds_bucket",
+                 "wafer_route_backend_response_seconds_bucket", "wafer_route_cache_total", "wafer_route_limited_total",
+                 "wafer_route_backend_up", "wafer_route_time_to_first_byte_seconds_count"):
+        assert "\n" + name in text, name
+    m = r.metrics()
+    assert m['wafer_route_requests_total{status="2xx"}'] == 10
+    assert m['wafer_route_backend_requests_total{backend="127.0.0.1:%d"}' % good.port] == 10
+    assert m["wafer_route_request_duration_seconds_count"] == 10
+    lines = [l for l in r.log().splitlines() if "route: POST /v1/completions" in l]
+    assert len(lines) == 10
+    assert all(re.search(r"status=200 backends=\S+ retries=\d fallbacks=0 resumes=0 cache=- [\d.]+ ms$", l)
+               for l in lines), lines
+    assert any("127.0.0.1:%d(500),127.0.0.1:%d(200)" % (bad.port, good.port) in l for l in lines)
