@@ -607,9 +607,9 @@ static void ep_rollout(struct router *r, struct http_conn *c, const struct http_
         if (!strcmp(t->routes[i].model, model))
             rt = &t->routes[i];
     if (!rt) {
-        json_decref(o);
         rt_respond_error(r, c, 404, "invalid_request_error", "route_not_found", "model", NULL,
                          "no route for model '%s' (routes are defined in the config file)", model);
+        json_decref(o); /* model points into it */
         return;
     }
     int n = (int)json_object_size(split);
