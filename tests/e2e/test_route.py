@@ -227,6 +227,23 @@ def test_proxies_wafer_serve_streaming_and_not(make_server, router):
                      r.log())
 
 
+def test_openai_node_client_through_the_router(make_server, router):
+    """The official openai npm client, unchanged, through the router (streaming and not, errors)."""
+    from test_serve_openai_node import NODE_DIR, ensure_client
+    ensure_client()
+    s = make_server(STORIES, "--chat-template", "chatml", "--model-alias", "tiny")
+    r = router(one_pool([s.base]))
+    p = subprocess.run(["node", "openai_client.mjs", r.base], cwd=NODE_DIR, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr + r.log()[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["models"] == ["stories260K", "tiny"]
+    assert out["completion"] == out["completion_stream"] and len(out["completion"]) > 10
+    assert out["chat"] == out["chat_stream"]
+    assert out["error_status"] == 404 and out["error_code"] == "model_not_found"
+    assert out["bad_param"] == "max_tokens"
+
+
 def test_models_union_and_routing_by_model(standin, router):
     a = standin(models=["alpha", "shared"])
     b = standin(models=["beta", "shared"])
@@ -858,3 +875,14 @@ def test_metrics_and_log_line(standin, router):
     assert all(re.search(r"status=200 backends=\S+ retries=\d fallbacks=0 resumes=0 cache=- [\d.]+ ms$", l)
                for l in lines), lines
     assert any("127.0.0.1:%d(500),127.0.0.1:%d(200)" % (bad.port, good.port) in l for l in lines)
+
+
+def test_backend_by_host_name_has_every_address_as_a_member(standin, router):
+    s = standin()
+    r = router(one_pool(["http://localhost:%d" % s.port]))
+    text = r.client.get("/metrics").text
+    labels = set(re.findall(r'wafer_route_backend_up\{backend="(localhost:%d/[^"]+)"\}' % s.port, text))
+    assert "localhost:%d/127.0.0.1:%d" % (s.port, s.port) in labels
+    for _ in range(5):
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}).status_code == 200
+    assert s.records[-1]["headers"]["host"] == "localhost:%d" % s.port
