@@ -70,7 +70,6 @@ struct rt_backend {
     bool half_open;          /* after the cooldown: one probe request decides */
     bool probe_inflight;
     int successes_after;     /* successes since the circuit closed (resets ejections at 10) */
-    int64_t not_before;      /* ms: Retry-After from this backend */
 
     /* load */
     int inflight;            /* requests of this router on it now */

@@ -118,7 +118,7 @@ char *rt_metrics_render(struct router *r, size_t *len)
          "Client request start to the first byte of its answer.");
     hist(&b, "wafer_route_time_to_first_byte_seconds", "", &r->ttfb);
 
-    head(&b, "wafer_route_backend_up", "gauge", "1 when the backend may be chosen now (checks, circuit, Retry-After).");
+    head(&b, "wafer_route_backend_up", "gauge", "1 when the backend may be chosen now (health checks, circuit breaker).");
     for (struct rt_backend *be = r->backends; be; be = be->next)
         mb(&b, "wafer_route_backend_up{backend=\"%s\"} %d\n", be->label, be->in_use && rt_backend_available(be, now));
     head(&b, "wafer_route_backend_in_flight", "gauge", "Requests of this router on the backend now.");

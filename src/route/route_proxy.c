@@ -39,6 +39,7 @@
 #define RT_MAX_RESPONSE (64 << 20)   /* a buffered (non-streamed) upstream answer */
 #define RT_MAX_EVENT (4 << 20)       /* one SSE event */
 #define RT_MAX_ORDER 17
+#define RT_MAX_RETRY_AFTER_MS 30000 /* the longest Retry-After a request waits out in the router */
 
 enum rt_mode { RM_NONE, RM_BUFFER, RM_SSE };
 enum rt_cache_state { RC_NONE, RC_MISS, RC_HIT, RC_BYPASS };
@@ -70,6 +71,8 @@ struct rt_req {
     struct rt_backend *be;
     struct up_conn *up;
     bool probe;         /* this attempt is the half-open probe of be */
+    struct rt_backend *ra_backend; /* the backend that answered Retry-After, and until when (ms) */
+    int64_t ra_until;
     int64_t att_t0_ns;
     struct ev_timer timer;
 
@@ -145,7 +148,7 @@ static void proxy_error(struct router *r, struct http_conn *c, int status, const
 
 bool rt_backend_available(const struct rt_backend *b, int64_t now)
 {
-    if (!b->up || now < b->not_before)
+    if (!b->up)
         return false;
     if (b->ejected_until && now < b->ejected_until)
         return false;
@@ -241,7 +244,7 @@ static int64_t earliest_available(struct rt_req *q, int64_t now)
             const struct rt_backend *b = pl->b[i];
             if (!b->up)
                 continue;
-            int64_t at = b->not_before > now ? b->not_before : now;
+            int64_t at = now;
             if (b->ejected_until > at)
                 at = b->ejected_until;
             if (!best || at < best)
@@ -759,9 +762,8 @@ static void attempt_next(struct rt_req *q)
         if ((b = pick_in_pool(q, q->order[k], false, now)))
             pos = k;
     if (!b) {
-        /* Nothing available now. Wait when something becomes available soon (a Retry-After, a cooldown)
-         * and the request has already been tried; a request that finds everything down is answered 503
-         * at once. */
+        /* Nothing available now. Wait when something becomes available soon (a cooldown ends) and the
+         * request has already been tried; a request that finds everything down is answered 503 at once. */
         int64_t at = earliest_available(q, now);
         if (q->n_tried > 0 && at > now && at - now <= c->retry_cap_ms * 4 + 1000) {
             evloop_timer_set(r->loop, &q->timer, at);
@@ -771,6 +773,17 @@ static void attempt_next(struct rt_req *q)
             stream_broken(q, "no backend left to continue on");
         else
             answer_failure(q);
+        return;
+    }
+    if (b == q->ra_backend && now < q->ra_until) {
+        /* Only the backend that asked this request to come back later is left: honour its Retry-After,
+         * up to RT_MAX_RETRY_AFTER_MS; past that its answer goes to the client with the header. */
+        if (q->ra_until - now > RT_MAX_RETRY_AFTER_MS) {
+            answer_failure(q);
+            return;
+        }
+        evloop_timer_set(r->loop, &q->timer, q->ra_until);
+        q->ra_backend = NULL;
         return;
     }
     if (pos != q->pos) { /* the pools before it have nothing left: fall back */
@@ -803,8 +816,10 @@ static void attempt_failed(struct rt_req *q, enum rt_err_kind kind, const char *
         rt_backend_failure(r, b, kind);
         if (q->probe)
             b->probe_inflight = false;
-        if (retry_after_ms > 0)
-            b->not_before = evloop_now_ms() + retry_after_ms;
+        if (retry_after_ms > 0) { /* for this request only: other requests are not held back */
+            q->ra_backend = b;
+            q->ra_until = evloop_now_ms() + retry_after_ms;
+        }
     }
     q->probe = false;
     if (!q->conn) {

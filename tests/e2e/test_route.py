@@ -464,10 +464,24 @@ def test_retry_after_is_honoured_and_the_last_error_passed_on(standin, router):
     s.retry_after = 1
     s.script.extend(["status429"])
     r = router(one_pool([s.url], "retries: {max: 2, base_ms: 1, cap_ms: 10}\nhealth: {eject_after: 0}\n"))
-    t0 = time.time()
-    resp = r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1})
-    dt = time.time() - t0
-    assert resp.status_code == 200
+    import concurrent.futures as cf
+
+    def timed_post():
+        t0 = time.time()
+        resp = httpx.post(r.base + "/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1}, timeout=10)
+        return resp.status_code, time.time() - t0
+
+    with cf.ThreadPoolExecutor(1) as ex:
+        first = ex.submit(timed_post)
+        deadline = time.time() + 5
+        while s.generations() < 1:
+            assert time.time() < deadline
+            time.sleep(0.01)
+        # the Retry-After holds back the request it was given to, not the others
+        status, dt2 = timed_post()
+        assert status == 200 and dt2 < 0.5, dt2
+        status, dt = first.result(timeout=10)
+    assert status == 200
     assert 0.9 <= dt < 3, dt  # waited for the Retry-After of the only backend, not the 1..10 ms backoff
     # every attempt refused: the client gets the backend's 429 and its Retry-After
     s.mode = "status429"
@@ -475,7 +489,7 @@ def test_retry_after_is_honoured_and_the_last_error_passed_on(standin, router):
     assert resp.status_code == 429
     assert resp.headers["retry-after"] == "1"
     assert resp.json()["error"]["code"] == "queue_full"
-    assert s.generations() == 1 + 1 + 3
+    assert s.generations() == 1 + 1 + 1 + 3
 
 
 def test_failing_canary_falls_back_to_stable(standin, router):
