@@ -188,6 +188,8 @@ void rt_backend_failure(struct router *r, struct rt_backend *b, enum rt_err_kind
 {
     const struct route_config *c = &r->table->conf->c;
     b->m_errors[kind]++;
+    if (kind == RT_ERR_429)
+        return; /* busy, not broken: ejecting an overloaded backend would only push its load elsewhere */
     b->successes_after = 0;
     b->consecutive_failures++;
     int64_t now = evloop_now_ms();
