@@ -359,6 +359,7 @@ static void table_install(struct router *r, struct rt_table *t)
             if (!c->n_keys)
                 route_limits_destroy(r->limits);
             r->limits = nl;
+            r->limits_gen++;
         }
     }
     const struct route_config *oc = r->table ? &r->table->conf->c : NULL;

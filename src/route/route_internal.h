@@ -161,6 +161,7 @@ struct router {
     struct rt_backend *backends;   /* registry */
     struct route_cache *cache;     /* NULL: off */
     struct route_limits *limits;   /* NULL: no keys */
+    uint64_t limits_gen;           /* bumped when limits is replaced (a reload renumbers the keys) */
     struct rt_req *reqs;           /* in flight */
     int n_reqs;
     uint64_t rng;

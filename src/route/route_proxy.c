@@ -109,7 +109,9 @@ struct rt_req {
     int64_t usage_prompt, usage_completion;
 
     /* limits and cache */
-    int key_idx;
+    int key_idx;       /* in r->limits as of limits_gen; -1: no key */
+    uint64_t limits_gen;
+    char *key;         /* the key, to find it again after a reload renumbered the keys */
     int64_t reserved;
     char *cache_key;
     size_t cache_key_len;
@@ -208,10 +210,13 @@ void rt_backend_failure(struct router *r, struct rt_backend *b, enum rt_err_kind
 }
 
 /* The least-loaded available backend of pool p; untried_only skips backends this request already used.
- * Ties are broken at random so equal backends share the traffic. */
+ * Ties are broken at random so equal backends share the traffic. A resume needs a wafer pool (token-id
+ * prompts, token ids back). */
 static struct rt_backend *pick_in_pool(struct rt_req *q, int p, bool untried_only, int64_t now)
 {
     const struct rt_pool *pl = &q->t->pools[p];
+    if (q->resuming && !pl->wafer)
+        return NULL;
     struct rt_backend *best = NULL;
     int64_t best_load = 0;
     int ties = 0;
@@ -297,11 +302,24 @@ static void common_headers(struct rt_req *q, char *out, size_t cap, const struct
         route_limits_headers(li, out, cap, &n);
 }
 
+/* The request's key in the current limits (a reload may have renumbered or removed it), or -1. */
+static int key_index(struct rt_req *q)
+{
+    struct router *r = q->r;
+    if (q->key_idx < 0 || !r->limits)
+        return -1;
+    if (q->limits_gen != r->limits_gen) {
+        q->key_idx = route_limits_find(r->limits, q->key, strlen(q->key));
+        q->limits_gen = r->limits_gen;
+    }
+    return q->key_idx;
+}
+
 /* The key's levels now (limit 0 everywhere when the request has no key). */
 static void limit_info_now(struct rt_req *q, struct route_limit_info *li)
 {
     memset(li, 0, sizeof *li);
-    if (q->key_idx >= 0 && q->r->limits && q->key_idx < route_limits_count(q->r->limits))
+    if (key_index(q) >= 0)
         route_limits_peek(q->r->limits, q->key_idx, evloop_now_ms(), li);
 }
 
@@ -334,7 +352,7 @@ static void req_finish(struct rt_req *q)
         q->be->probe_inflight = false;
     double ms = (double)(evloop_now_ns() - q->t0_ns) / 1e6;
     rt_hist_observe(&r->duration, ms / 1000.0);
-    if (q->key_idx >= 0 && r->limits && q->key_idx < route_limits_count(r->limits)) {
+    if (key_index(q) >= 0) {
         int64_t used = -1; /* unknown: the reservation stands */
         if (q->usage_prompt >= 0 && q->usage_completion >= 0)
             used = q->usage_prompt + q->usage_completion;
@@ -371,6 +389,7 @@ static void req_finish(struct rt_req *q)
     free(q->text);
     free(q->cache_key);
     free(q->last_body);
+    free(q->key);
     free(q);
 }
 
@@ -1512,6 +1531,14 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     q->max_tokens = max_tokens;
     q->route = rt;
     q->key_idx = key_idx;
+    q->limits_gen = r->limits_gen;
+    if (key_idx >= 0) {
+        size_t klen = 0;
+        const char *key = request_key(req, &klen);
+        q->key = strndup(key, klen);
+        if (!q->key)
+            q->key_idx = -1; /* out of memory: the reservation stays, nothing worse */
+    }
     q->reserved = reserve;
     q->usage_prompt = q->usage_completion = -1;
     q->last_retry_after = -1;

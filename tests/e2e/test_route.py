@@ -912,3 +912,22 @@ def test_a_busy_backend_is_not_ejected(standin, router):
     m = r.metrics()
     assert m['wafer_route_backend_errors_total{backend="127.0.0.1:%d",kind="status_429"}' % busy.port] >= 4
     assert m['wafer_route_backend_ejections_total{backend="127.0.0.1:%d"}' % busy.port] == 0
+
+
+def test_limits_follow_their_key_across_a_reload(standin, router):
+    s = standin()
+    keys = "limits:\n  keys:\n    - {key: sk-%s, concurrent: 1}\n    - {key: sk-%s, concurrent: 1}\n"
+    base = one_pool([s.url])
+    r = router(base + keys % ("a", "b"))
+    s.token_s = 0.1
+    with r.client.stream("POST", "/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 6, "stream": True},
+                         headers={"authorization": "Bearer sk-b"}) as held:
+        assert held.status_code == 200
+        r.reload(base + keys % ("b", "a"))  # sk-b is now the first key, and still has one request in flight
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1},
+                             headers={"authorization": "Bearer sk-b"}).status_code == 429
+        held.read()
+    s.token_s = 0
+    for key in ("sk-a", "sk-b"):
+        assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1},
+                             headers={"authorization": "Bearer " + key}).status_code == 200
