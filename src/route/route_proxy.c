@@ -922,6 +922,16 @@ static void stream_broken(struct rt_req *q, const char *why)
     req_finish(q);
 }
 
+/* Ends the current upstream exchange early (its connection is closed, never pooled). */
+static void attempt_abort(struct rt_req *q)
+{
+    if (!q->up)
+        return;
+    up_cancel(q->up);
+    q->up = NULL;
+    q->be->inflight--;
+}
+
 static void append_ids(struct rt_req *q, json_t *ids)
 {
     size_t i;
@@ -968,8 +978,10 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
     }
     if (!any_data) {
         free(data);
-        if (!q->resuming && q->began)
-            http_stream_write(q->conn, ev, len); /* comments and keep-alives pass through */
+        if (!q->resuming && q->began) { /* comments and keep-alives pass through */
+            http_stream_write(q->conn, ev, len);
+            http_stream_write(q->conn, "\n\n", 2);
+        }
         return true;
     }
     if (!data) {
@@ -987,9 +999,7 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
     if (!o || !json_is_object(o)) {
         json_decref(o);
         struct rt_backend *b = q->be;
-        up_cancel(q->up);
-        q->up = NULL;
-        b->inflight--;
+        attempt_abort(q);
         set_try_status(q, -(int)RT_ERR_GARBAGE - 1);
         char msg[640];
         snprintf(msg, sizeof msg, "%s sent an event that is not JSON", b->label);
@@ -1014,9 +1024,7 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
             snprintf(msg, sizeof msg, "%s sent an error event: %s", q->be->label, m ? m : code ? code : "?");
             json_decref(o);
             struct rt_backend *b = q->be;
-            up_cancel(q->up);
-            q->up = NULL;
-            b->inflight--;
+            attempt_abort(q);
             set_try_status(q, -(int)RT_ERR_BROKEN - 1);
             if (q->began) {
                 rt_backend_failure(q->r, b, RT_ERR_BROKEN);
@@ -1131,9 +1139,7 @@ static bool drain_events(struct rt_req *q)
     q->len -= start;
     if (q->len > RT_MAX_EVENT) {
         struct rt_backend *b = q->be;
-        up_cancel(q->up);
-        q->up = NULL;
-        b->inflight--;
+        attempt_abort(q);
         set_try_status(q, -(int)RT_ERR_GARBAGE - 1);
         if (q->began) {
             rt_backend_failure(q->r, b, RT_ERR_GARBAGE);
@@ -1187,10 +1193,7 @@ static void on_up_body(void *arg, const char *data, size_t len)
         return;
     }
     if (q->len + len > RT_MAX_RESPONSE) {
-        struct rt_backend *b = q->be;
-        up_cancel(q->up);
-        q->up = NULL;
-        b->inflight--;
+        attempt_abort(q);
         set_try_status(q, -(int)RT_ERR_GARBAGE - 1);
         attempt_failed(q, RT_ERR_GARBAGE, "response larger than 64 MiB", -1);
         return;

@@ -192,6 +192,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk(b"")
                     return
                 time.sleep(srv.token_s)
+                if srv.comments:  # SSE comments (keep-alives) between events
+                    self._chunk(b": keep-alive\n\n")
                 choice = {"index": 0, "logprobs": None, "finish_reason": "length" if i == len(ids) - 1 else None}
                 if chat:
                     choice["delta"] = {"content": text_of([t])}
@@ -224,6 +226,7 @@ class Standin:
         self.ready = True
         self.running = 0
         self.extra_load = 0
+        self.comments = False
         self.token_s = 0.0
         self.hang_s = 5.0
         self.slow_s = 1.0

@@ -931,3 +931,16 @@ def test_limits_follow_their_key_across_a_reload(standin, router):
     for key in ("sk-a", "sk-b"):
         assert r.client.post("/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 1},
                              headers={"authorization": "Bearer " + key}).status_code == 200
+
+
+def test_sse_comments_pass_through_whole(standin, router):
+    s = standin()
+    s.comments = True
+    r = router(one_pool([s.url]))
+    with r.client.stream("POST", "/v1/completions", json={"model": "m", "prompt": "x", "max_tokens": 4,
+                                                          "stream": True}) as resp:
+        raw = resp.read().decode()
+    assert raw.count(": keep-alive\n\n") == 3  # the one before the first event: the stream had not begun
+    blocks = [b for b in raw.split("\n\n") if b]
+    assert all(b.startswith("data: ") or b == ": keep-alive" for b in blocks), blocks
+    assert stream_text([b[6:] for b in blocks if b.startswith("data: ")]) == text_of(generate(list(b"x"), 4))
