@@ -181,7 +181,7 @@ struct router {
 };
 
 /* ---- route.c ---- */
-/* The time now (ms) and a random number (I/O thread). */
+/* A uniform random number (I/O thread). */
 uint64_t rt_rand(struct router *r);
 /* Answers an OpenAI-shaped error {"error":{"message","type","param","code"}}; extra header lines may be
  * NULL. */
@@ -199,7 +199,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
 void rt_proxy_on_close(struct router *r, struct rt_req *q);
 void rt_proxy_on_writable(struct router *r, struct rt_req *q);
 void rt_proxy_cancel_all(struct router *r);
-/* Whether b may be given a request now (health, circuit, Retry-After). */
+/* Whether b may be given a request now (active health check, circuit breaker). */
 bool rt_backend_available(const struct rt_backend *b, int64_t now);
 /* Passive health: the outcome of one request on b. */
 void rt_backend_success(struct router *r, struct rt_backend *b);

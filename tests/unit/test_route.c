@@ -181,6 +181,40 @@ static void test_config_add_backend(void **state)
     route_config_deinit(&c);
 }
 
+static void test_config_key_file(void **state)
+{
+    (void)state;
+    const char *keys = test_tmp_path("keys.txt");
+    FILE *f = fopen(keys, "w");
+    assert_non_null(f);
+    fputs("# team keys\nsk-one\n\n  sk-two  \n", f);
+    fclose(f);
+    const char *cfg = test_tmp_path("route.yaml");
+    f = fopen(cfg, "w");
+    assert_non_null(f);
+    fputs("pools: [{name: p, backends: [http://127.0.0.1:1]}]\nroutes: [{model: '*', pool: p}]\n"
+          "limits:\n  keys: [{key: sk-zero, rpm: 5}]\n  key_file: keys.txt\n", f);
+    fclose(f);
+    struct route_config c;
+    route_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    assert_int_equal(route_config_load_file(&c, cfg, err), 0);
+    assert_int_equal(route_config_check(&c, err), 0);
+    assert_int_equal(c.n_keys, 3);
+    assert_string_equal(c.keys[0].key, "sk-zero");
+    assert_int_equal(c.keys[0].rpm, 5);
+    assert_string_equal(c.keys[1].key, "sk-one");
+    assert_string_equal(c.keys[2].key, "sk-two");
+    assert_int_equal(c.keys[2].rpm, 0);
+    route_config_deinit(&c);
+    /* a missing key file names the config line */
+    route_config_init(&c);
+    static const char y[] = "limits:\n  key_file: /nonexistent/keys\n";
+    assert_int_equal(route_config_load_string(&c, y, strlen(y), "k.yaml", err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "k.yaml:2: limits.key_file: cannot read '/nonexistent/keys'"));
+    route_config_deinit(&c);
+}
+
 /* ---- split ------------------------------------------------------------------------------------------ */
 
 static void test_sticky_shares_and_stability(void **state)
@@ -464,6 +498,7 @@ int main(void)
         cmocka_unit_test(test_config_more_keys),
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_add_backend),
+        cmocka_unit_test(test_config_key_file),
         cmocka_unit_test(test_sticky_shares_and_stability),
         cmocka_unit_test(test_swrr_exact),
         cmocka_unit_test(test_backoff_full_jitter),
