@@ -901,6 +901,7 @@ int route_run(struct route_config *cfg)
                     struct rt_plan *p = k ? plan_create(k, true) : NULL;
                     if (!p) {
                         log_error("route: SIGHUP: out of memory");
+                        route_config_deinit(&nc); /* still nc's when conf_wrap failed; empty otherwise */
                         rt_conf_unref(k);
                     } else {
                         rt_conf_unref(conf);
