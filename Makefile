@@ -18,7 +18,7 @@ SIMD_FLAGS = -mavx2 -mfma -mf16c
 LDLIBS = -ljansson -lfyaml -lcurl -lsqlite3 -lhiredis -lm -lpthread
 LDFLAGS += $(EXTRA_LDFLAGS)
 
-LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/bench/*.c src/pull/*.c src/client/*.c src/cli/*.c))
+LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/core/*.c src/engine/*.c src/engine/*/*.c src/server/*.c src/jobs/*.c src/route/*.c src/bench/*.c src/pull/*.c src/client/*.c src/cli/*.c))
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 # The C client library (include/wafer/client.h) on its own, for programs that talk to a server: static, and
 # shared from position-independent objects.

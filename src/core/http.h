@@ -90,6 +90,11 @@ struct http_server_params {
     /* Optional: the body limit of one request, decided from its header block (e.g. a larger one for an
      * upload route); 0 means max_body_bytes. Called on the I/O thread before the body is read. */
     size_t (*body_limit)(void *ctx, const struct http_request *req);
+    /* Optional: one more file descriptor watched by the loop (e.g. the epoll fd of a proxy's upstream
+     * sockets). on_watch runs on the I/O thread whenever watch_fd is readable (level-triggered); unused when
+     * on_watch is NULL. */
+    int watch_fd;
+    void (*on_watch)(void *ctx);
     void *ctx;
 };
 

@@ -148,7 +148,7 @@ struct http_server {
     int64_t drain_deadline;
     int64_t next_timer;    /* no connection deadline falls before this */
     int64_t accept_resume; /* accepting paused (EMFILE) until then; 0 when not paused */
-    char listen_tag, event_tag; /* addresses used as epoll tags */
+    char listen_tag, event_tag, watch_tag; /* addresses used as epoll tags */
     time_t date_t;              /* second for which date[] was formatted */
     char date[40];              /* IMF-fixdate for the Date header */
 };
@@ -1091,6 +1091,8 @@ int http_server_run(struct http_server *s)
                 }
                 if (atomic_exchange(&s->wake_pending, 0) && s->p.on_wake)
                     s->p.on_wake(s->p.ctx);
+            } else if (tag == &s->watch_tag) {
+                s->p.on_watch(s->p.ctx);
             } else {
                 conn_on_event(tag, evs[i].events);
             }
@@ -1232,6 +1234,11 @@ struct http_server *http_server_create(const struct http_server_params *p, char 
     if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &le) < 0 ||
         epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->event_fd, &ee) < 0) {
         err_set(err, ERR_IO, "http server: epoll_ctl: %s", strerror(errno));
+        goto fail;
+    }
+    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &s->watch_tag};
+    if (s->p.on_watch && epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->p.watch_fd, &we) < 0) {
+        err_set(err, ERR_IO, "http server: epoll_ctl(watch_fd): %s", strerror(errno));
         goto fail;
     }
     return s;

@@ -97,6 +97,8 @@ struct api_call {
     size_t *sent_text;           /* [n_reqs * n] bytes of text already streamed per choice */
     uint64_t *seen;              /* [n_reqs] request version at the last pump */
     bool *fin_sent;              /* [n_reqs * n] final chunk sent */
+    bool return_token_ids;       /* stream chunks carry token_ids (and the first prompt_token_ids) */
+    int *ids_sent;               /* [n_reqs * n] tokens whose ids were streamed; -1: prompt ids not yet */
     bool began;                  /* stream headers sent */
     char cors[384];  /* CORS header lines for the deferred response */
     bool answered; /* a response was sent (and counted) */

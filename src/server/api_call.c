@@ -297,7 +297,10 @@ static bool api_call_alloc_progress(struct api_call *call)
     call->sent_text = calloc(k ? k : 1, sizeof *call->sent_text);
     call->fin_sent = calloc(k ? k : 1, sizeof *call->fin_sent);
     call->seen = calloc((size_t)call->n_reqs, sizeof *call->seen);
-    return call->sent && call->sent_text && call->fin_sent && call->seen;
+    call->ids_sent = malloc((k ? k : 1) * sizeof *call->ids_sent);
+    for (size_t i = 0; call->ids_sent && i < k; i++)
+        call->ids_sent[i] = -1;
+    return call->sent && call->sent_text && call->fin_sent && call->seen && call->ids_sent;
 }
 
 /* The first finish reason among a request's choices (NULL while all run). */
@@ -363,6 +366,7 @@ void api_call_finish(struct api_call *call)
     free(call->sent_text);
     free(call->fin_sent);
     free(call->seen);
+    free(call->ids_sent);
     free(call);
     atomic_fetch_sub(&srv->n_inflight, 1);
 }

@@ -6,6 +6,9 @@
  * an incomplete UTF-8 sequence or a possible stop string, ride with a later chunk), a last chunk per choice
  * with its finish_reason, the usage chunk when stream_options.include_usage asks, then "data: [DONE]".
  * Text is streamed by byte offset, so bytes released only when a choice ends still reach the client.
+ * With "return_token_ids": true (vLLM's name) each chunk's choice also carries token_ids, the ids of the
+ * tokens whose text it completes, and the first chunk of a choice prompt_token_ids: what a router needs to
+ * continue a broken stream elsewhere exactly (prompt + tokens already sent, as a token-id prompt).
  */
 #include "core/err.h"
 #include "core/log.h"
@@ -123,8 +126,28 @@ static json_t *envelope(struct api_call *call, bool chunk)
 }
 
 /* One streamed chunk for choice index k. text may be NULL (role-only or finish chunk). */
+/* return_token_ids: adds to choice k's chunk the ids of its tokens [ids_sent, upto) (ch is the choice as
+ * sched_req_read shows it; NULL when upto is 0), and the prompt's ids on its first chunk. */
+static void add_token_ids(struct api_call *call, int k, const struct sched_choice *ch, int upto, json_t *choice)
+{
+    const struct sched_req *r = call->reqs[k / call->n];
+    if (call->ids_sent[k] < 0) {
+        json_t *p = json_array();
+        for (int i = 0; i < r->n_prompt; i++)
+            json_array_append_new(p, json_integer(r->prompt[i]));
+        json_object_set_new(choice, "prompt_token_ids", p);
+        call->ids_sent[k] = 0;
+    }
+    json_t *ids = json_array();
+    for (; ch && call->ids_sent[k] < upto; call->ids_sent[k]++)
+        json_array_append_new(ids, json_integer(ch->toks[call->ids_sent[k]].id));
+    json_object_set_new(choice, "token_ids", ids);
+}
+
+/* One streamed chunk for choice index k. text may be NULL (role-only or finish chunk). With return_token_ids
+ * the chunk reports the ids of ch's tokens before index ids_upto (ch NULL: none). */
 static int send_chunk(struct api_call *call, int k, const char *text, size_t len, bool role, const char *finish,
-                      json_t *lp)
+                      json_t *lp, const struct sched_choice *ch, int ids_upto)
 {
     json_t *o = envelope(call, true);
     json_t *choice = json_object();
@@ -141,6 +164,8 @@ static int send_chunk(struct api_call *call, int k, const char *text, size_t len
     }
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    if (call->return_token_ids)
+        add_token_ids(call, k, ch, ids_upto, choice);
     json_t *choices = json_array();
     json_array_append_new(choices, choice);
     json_object_set_new(o, "choices", choices);
@@ -172,7 +197,8 @@ static bool stream_choice(void *ctx, int c, const struct sched_choice *ch)
         if (call->logprobs >= 0)
             logprobs_add(call->srv, call, ch, t, call->sent_text[k], &lp);
         if (end > call->sent_text[k] || lp)
-            send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp);
+            send_chunk(call, k, ch->text + call->sent_text[k], end - call->sent_text[k], false, NULL, lp, ch,
+                       call->sent[k] + 1);
         if (end > call->sent_text[k])
             call->sent_text[k] = end;
         call->sent[k]++;
@@ -180,7 +206,7 @@ static bool stream_choice(void *ctx, int c, const struct sched_choice *ch)
     if (ch->finish != SCHED_RUNNING && ch->finish != SCHED_ERROR && !call->fin_sent[k]) {
         size_t rest = ch->text_len - call->sent_text[k];
         send_chunk(call, k, rest ? ch->text + call->sent_text[k] : NULL, rest, false, api_finish_name(ch->finish),
-                   NULL);
+                   NULL, ch, ch->n_toks);
         call->sent_text[k] = ch->text_len;
         call->fin_sent[k] = true;
     }
@@ -339,6 +365,7 @@ void api_completions_start(struct server *srv, struct http_conn *c, const uint64
     }
     call->stream = g.stream;
     call->include_usage = g.include_usage;
+    call->return_token_ids = g.stream && g.return_token_ids;
     call->echo = g.echo;
     call->logprobs = g.logprobs;
     call->n = g.n;
@@ -398,7 +425,7 @@ void api_completions_start(struct server *srv, struct http_conn *c, const uint64
         api_call_stream_begin(call);
         if (chat)
             for (int k = 0; k < call->n_reqs * call->n; k++)
-                send_chunk(call, k, NULL, 0, true, NULL, NULL);
+                send_chunk(call, k, NULL, 0, true, NULL, NULL, NULL, 0);
     }
 }
 

@@ -458,7 +458,7 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
         return rc;
     if (present && x != r->n)
         return api_error_set(e, ERR_UNSUPPORTED, "best_of", NULL, "'best_of' other than n is not supported");
-    if ((rc = jbool(o, "stream", &r->stream, e)))
+    if ((rc = jbool(o, "stream", &r->stream, e)) || (rc = jbool(o, "return_token_ids", &r->return_token_ids, e)))
         return rc;
     json_t *so = jget(o, "stream_options");
     if (so) {

@@ -71,6 +71,7 @@ struct gen_request {
     bool include_usage; /* stream_options.include_usage */
     int logprobs;       /* -1: none; else how many top alternatives per token (0..REQ_MAX_LOGPROBS) */
     bool echo;          /* completions: prepend the prompt to the text */
+    bool return_token_ids; /* stream: chunks carry token_ids, the first prompt_token_ids (as vLLM) */
     bool ignore_eos;
     float timeout;      /* seconds this request may take (0: the server's request_timeout only) */
     bool add_special;   /* tokenize: add BOS (default true) */
