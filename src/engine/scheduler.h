@@ -57,6 +57,7 @@ struct sched_choice {
 };
 
 struct sched_req_state; /* the scheduler's part of a request (scheduler.c) */
+struct grammar_entry;   /* engine/grammar/grammar_cache.h */
 
 /* A generation request. The submitter fills the input, submits, and from then on reaches the request only
  * through functions: sched_req_status_get and sched_req_read to read its output, scheduler_cancel to stop it,
@@ -74,6 +75,12 @@ struct sched_req {
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
     bool ignore_eos;
+    /* Structured output: when set (a reference the request owns, released with it), every choice samples
+     * only tokens the grammar allows (the others' logits become -inf), ends with SCHED_STOP once the grammar
+     * is complete, and an answer that ends with SCHED_STOP is validated against the entry's schema; a
+     * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
+     * invalid output. ignore_eos does not apply. */
+    struct grammar_entry *constraint;
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
