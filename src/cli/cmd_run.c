@@ -19,11 +19,13 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
+#include "engine/grammar/grammar_cache.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "pull/pull.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,6 +36,51 @@
 #include <unistd.h>
 
 #define RUN_MAX_STOP 16 /* as many stop strings as a server request may carry */
+
+/* Reads FILE and compiles it (kind: a JSON Schema or GBNF) into *out. 0, or 2 after printing the error
+ * (the compiler's position or the unsupported keyword). */
+static int run_constraint_load(enum grammar_kind kind, const char *path, struct grammar_entry **out)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "wafer run: cannot open %s: %s\n", path, strerror(errno));
+        return 2;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 4096;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                fprintf(stderr, "wafer run: out of memory\n");
+                return 2;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        fprintf(stderr, "wafer run: cannot read %s\n", path);
+        return 2;
+    }
+    char err[ERR_MSG_MAX];
+    int rc = grammar_cache_get(NULL, kind, 0, buf, len, out, err);
+    free(buf);
+    if (rc) {
+        fprintf(stderr, "wafer run: %s: %s\n", path, err);
+        return 2;
+    }
+    return 0;
+}
 
 static void run_usage(FILE *f)
 {
@@ -58,6 +105,8 @@ static void run_usage(FILE *f)
             "      --repeat-last-n N      tokens the penalties look back over (default 64; -1 = all)\n"
             "      --seed S               RNG seed (default: random)\n"
             "      --ignore-eos           keep generating past end-of-sequence tokens\n"
+            "      --json-schema FILE     constrain the output to JSON valid under the JSON Schema in FILE\n"
+            "      --grammar FILE         constrain the output to the GBNF grammar in FILE\n"
             "  -t, --threads N            compute threads (default: all cores)\n"
             "  -c, --ctx-size N           context size (default: the model's, at most 4096)\n"
             "      --kv-type T            f16 (default), f32 or q8_0\n"
@@ -147,9 +196,11 @@ int cmd_run_main(int argc, char **argv)
         {"mmap", no_argument, 0, 10},               {"stop", required_argument, 0, 11},
         {"frequency-penalty", required_argument, 0, 12}, {"presence-penalty", required_argument, 0, 13},
         {"repeat-last-n", required_argument, 0, 14}, {"backend", required_argument, 0, 15},
+        {"json-schema", required_argument, 0, 16}, {"grammar", required_argument, 0, 17},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
     };
-    const char *model_path = NULL, *prompt = NULL;
+    const char *model_path = NULL, *prompt = NULL, *constraint_path = NULL;
+    enum grammar_kind constraint_kind = 0;
     char *stop[RUN_MAX_STOP];
     int n_stop = 0;
     long max_tokens = 128, threads = 0, ctx = 0;
@@ -206,6 +257,15 @@ int cmd_run_main(int argc, char **argv)
                 return 2;
             }
             break;
+        case 16:
+        case 17:
+            if (constraint_path) {
+                fprintf(stderr, "wafer run: --json-schema and --grammar: give only one\n");
+                return 2;
+            }
+            constraint_path = optarg;
+            constraint_kind = c == 16 ? GRAMMAR_KIND_SCHEMA : GRAMMAR_KIND_GBNF;
+            break;
         case 'h': run_usage(stdout); return 0;
         default: run_usage(stderr); return 2;
         }
@@ -229,6 +289,10 @@ int cmd_run_main(int argc, char **argv)
     }
     int rc = 1;
     struct engine *e = NULL;
+    /* the constraint is compiled before the model loads, so a bad schema fails at once */
+    struct grammar_entry *constraint = NULL;
+    if (constraint_path && run_constraint_load(constraint_kind, constraint_path, &constraint))
+        return 2;
     struct scheduler *s = NULL;
     struct sched_req *r = NULL;
     int32_t *toks = NULL;
@@ -306,6 +370,8 @@ int cmd_run_main(int argc, char **argv)
     r->max_tokens = (int)max_tokens;
     r->sp = sp;
     r->ignore_eos = ignore_eos;
+    r->constraint = constraint; /* the request owns it from here */
+    constraint = NULL;
     r->t_arrival = clock_now_ns();
     int src = scheduler_submit(s, r);
     if (src) {
@@ -379,6 +445,7 @@ int cmd_run_main(int argc, char **argv)
 oom:
     fprintf(stderr, "wafer run: out of memory\n");
 out:
+    grammar_entry_unref(constraint);
     sched_req_unref(r);
     scheduler_destroy(s);
     free(rd.buf);

@@ -27,6 +27,10 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_cache.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +55,8 @@ struct sched_seq {
     int64_t t_last; /* last token time (inter-token latency) */
     int step_take;   /* tokens fed this step */
     bool step_logits;
+    struct grammar_matcher *gm; /* structured output: the grammar's state after this choice's tokens */
+    bool stop_hit;              /* ended by a stop string (its held-back text is dropped) */
 };
 
 /* The scheduler's part of a request. */
@@ -118,6 +124,8 @@ struct scheduler {
     struct sampler_logprob *top_buf;
     char *piece, *textbuf;
     int piece_cap, textbuf_cap;
+    struct token_trie *trie; /* the vocabulary for grammar masks, built at the first constrained request */
+    uint32_t *mask;          /* [(trie n_vocab + 31) / 32] */
 
     /* stats (any thread) */
     atomic_int st_running, st_waiting;
@@ -194,6 +202,7 @@ static void sched_seq_free(struct sched_seq *q)
     free(q->toks);
     sampler_destroy(q->smp);
     stop_matcher_deinit(&q->stop);
+    grammar_matcher_destroy(q->gm);
 }
 
 void sched_req_unref(struct sched_req *r)
@@ -215,6 +224,7 @@ void sched_req_unref(struct sched_req *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->prompt);
+    grammar_entry_unref(r->constraint);
     pthread_mutex_destroy(&r->st->mu);
     free(r); /* and its state: r heads their sched_req_box */
 }
@@ -434,6 +444,29 @@ static void req_finish(struct scheduler *s, struct sched_req *r, int error, cons
     sched_req_unref(r);
 }
 
+/* Checks a constrained choice that ended with SCHED_STOP: its whole text against the schema, or (GBNF) that
+ * the grammar accepts it as a complete sentence. The check repeats what the masks enforced, so a stop string
+ * that cut the answer short, or a bug anywhere on the path, can never return invalid output as valid.
+ * 0, or an error code with the reason in err. Engine thread (the only writer of the choice's text). */
+static int constraint_check(struct sched_req *r, int c, char *err)
+{
+    const struct sched_choice *ch = &r->st->choices[c];
+    size_t slen;
+    const char *schema = grammar_entry_schema(r->constraint, &slen);
+    if (schema)
+        return json_schema_validate(schema, slen, ch->text ? ch->text : "", ch->text_len, err);
+    struct grammar_matcher *m = grammar_matcher_create(grammar_entry_grammar(r->constraint), NULL, err);
+    if (!m)
+        return ERR_NOMEM;
+    int rc = grammar_matcher_accept_bytes(m, ch->text ? ch->text : "", ch->text_len);
+    if (!rc && !grammar_matcher_can_end(m))
+        rc = ERR_INVALID_ARG;
+    if (rc)
+        err_set(err, rc, "the text is not a complete sentence of the grammar");
+    grammar_matcher_destroy(m);
+    return rc;
+}
+
 /* One choice finished (stop or length): flush held-back text; the request ends when all choices have. */
 static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sched_finish why)
 {
@@ -446,7 +479,8 @@ static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sch
     bool stopped = false;
     size_t m = 0, cap = q->stop.max_len + q->stop.held_len + sizeof tail + 8;
     char *out = malloc(cap);
-    if (out && why != SCHED_STOP) {
+    /* a constrained answer that ended by its grammar keeps its held-back bytes: they are part of it */
+    if (out && (why != SCHED_STOP || (q->gm && !q->stop_hit))) {
         if (n > 0)
             m = stop_matcher_feed(&q->stop, tail, (size_t)n, out, cap, &stopped);
         if (!stopped)
@@ -454,6 +488,15 @@ static void seq_finish(struct scheduler *s, struct sched_req *r, int c, enum sch
         choice_append_tail(r, c, out, m);
     }
     free(out);
+    /* checked before the choice says "stop", so no reader ever sees an invalid answer finish normally */
+    char verr[ERR_MSG_MAX];
+    if (why == SCHED_STOP && r->constraint && constraint_check(r, c, verr)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "structured output: choice %d failed validation: %.180s", c, verr);
+        log_error("scheduler: request %llu: %s", (unsigned long long)r->id, msg);
+        req_finish(s, r, ERR_INTERNAL, msg);
+        return;
+    }
     pthread_mutex_lock(&r->st->mu);
     r->st->choices[c].finish = why;
     r->st->version++;
@@ -471,6 +514,16 @@ static int req_prepare(struct scheduler *s, struct sched_req *r)
         return ERR_NOMEM;
     for (int i = 0; i < r->n_choices; i++)
         r->st->seqs[i].slot = -1;
+    if (r->constraint && !s->trie) {
+        char err[ERR_MSG_MAX];
+        s->trie = token_trie_create(s->tok, err);
+        s->mask = s->trie ? malloc(((size_t)token_trie_n_vocab(s->trie) + 31) / 32 * sizeof *s->mask) : NULL;
+        if (!s->mask) {
+            token_trie_destroy(s->trie);
+            s->trie = NULL;
+            return ERR_NOMEM;
+        }
+    }
     for (int i = 0; i < r->n_choices; i++) {
         struct sched_seq *q = &r->st->seqs[i];
         q->cap_toks = r->n_prompt + (r->max_tokens < 4096 ? r->max_tokens : 4096) + 1;
@@ -485,6 +538,9 @@ static int req_prepare(struct scheduler *s, struct sched_req *r)
         for (int k = 0; k < r->n_prompt; k++)
             sampler_accept(q->smp, r->prompt[k]);
         q->follower_waiting = i > 0;
+        char err[ERR_MSG_MAX];
+        if (r->constraint && !(q->gm = grammar_matcher_create(grammar_entry_grammar(r->constraint), s->trie, err)))
+            return ERR_NOMEM;
     }
     return 0;
 }
@@ -762,11 +818,39 @@ static int64_t plan_step(struct scheduler *s)
     return need;
 }
 
+/* Sets the logits of every token the choice's grammar does not allow next to -inf. ERR_INTERNAL
+ * when nothing is allowed (a matcher that is not done always allows something: a bug, never free output). */
+static int constraint_mask(struct scheduler *s, struct sched_seq *q, float *logits)
+{
+    if (grammar_matcher_mask(q->gm, s->mask))
+        return ERR_NOMEM;
+    int n = token_trie_n_vocab(s->trie);
+    bool any = false;
+    for (int w = 0; w < (n + 31) / 32; w++) {
+        uint32_t bits = s->mask[w];
+        any |= bits != 0;
+        if (bits == 0xffffffffu)
+            continue;
+        int end = w * 32 + 32 < n ? w * 32 + 32 : n;
+        for (int i = w * 32; i < end; i++)
+            if (!(bits >> (i - w * 32) & 1))
+                logits[i] = -INFINITY;
+    }
+    for (int i = n; i < s->n_vocab; i++) /* model rows past the tokenizer's vocabulary */
+        logits[i] = -INFINITY;
+    return any ? 0 : ERR_INTERNAL;
+}
+
 static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits)
 {
     struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
+    if (q->gm) {
+        int rc = constraint_mask(s, q, logits);
+        if (rc)
+            return rc;
+    }
     int32_t t = sampler_sample(q->smp, logits, r->n_logprobs >= 0 ? &lp : NULL, n_top ? s->top_buf : NULL, n_top);
     int64_t now = clock_now_ns();
     bool first_of_req;
@@ -780,7 +864,9 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     else if (q->t_last)
         obs_time(s, SCHED_TIM_ITL, q->t_last, now);
     q->t_last = now;
-    if (!r->ignore_eos && tokenizer_is_eog(s->tok, t)) {
+    if (q->gm && grammar_matcher_accept(q->gm, t))
+        return ERR_INTERNAL;
+    if ((!r->ignore_eos || q->gm) && tokenizer_is_eog(s->tok, t)) {
         seq_finish(s, r, c, SCHED_STOP);
         return 0;
     }
@@ -815,7 +901,8 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     s->dirty = true;
     if (rc)
         return rc;
-    if (stopped)
+    q->stop_hit = stopped;
+    if (stopped || (q->gm && grammar_matcher_is_done(q->gm)))
         seq_finish(s, r, c, SCHED_STOP);
     else if (q->n_gen >= r->max_tokens || q->n_toks >= s->n_ctx) /* prompt + completion <= context */
         seq_finish(s, r, c, SCHED_LENGTH);
@@ -898,7 +985,9 @@ static bool step(struct scheduler *s)
         struct sched_req *r = row_req[k];
         if (r->st->state == RS_RUNNING && !r->st->seqs[row_choice[k]].done) {
             int err2 = sample_seq(s, r, row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab);
-            if (err2 && r->st->state != RS_DONE)
+            if (err2 == ERR_INTERNAL && r->st->state != RS_DONE) /* only the grammar's checks say this */
+                req_finish(s, r, ERR_INTERNAL, "structured output: the grammar and the sampled token disagree");
+            else if (err2 && r->st->state != RS_DONE)
                 req_finish(s, r, err2, "out of memory while sampling");
         }
     }
@@ -1110,6 +1199,8 @@ void scheduler_destroy(struct scheduler *s)
     for (int i = 0; i < s->n_inbox; i++) /* submitted after the thread ended */
         sched_req_unref(s->inbox[i]);
     prefix_cache_destroy(s->pc);
+    token_trie_destroy(s->trie);
+    free(s->mask);
     batch_deinit(&s->batch);
     free(s->inbox);
     free(s->inbox_spare);

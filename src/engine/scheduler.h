@@ -59,6 +59,7 @@ struct sched_choice {
 };
 
 struct sched_req_state; /* the scheduler's part of a request (scheduler.c) */
+struct grammar_entry;   /* engine/grammar/grammar_cache.h */
 
 #define SCHED_PRIORITY_LIVE 0
 #define SCHED_PRIORITY_BATCH 1 /* batch jobs: free slots and KV only */
@@ -79,6 +80,12 @@ struct sched_req {
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
     bool ignore_eos;
+    /* Structured output: when set (a reference the request owns, released with it), every choice samples
+     * only tokens the grammar allows (the others' logits become -inf), ends with SCHED_STOP once the grammar
+     * is complete, and an answer that ends with SCHED_STOP is validated against the entry's schema; a
+     * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
+     * invalid output. ignore_eos does not apply. */
+    struct grammar_entry *constraint;
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */

@@ -16,6 +16,7 @@
 #define WAFER_SERVER_API_H
 
 #include "core/http.h"
+#include "engine/grammar/grammar_cache.h"
 #include "engine/scheduler.h"
 #include "server/chat_template.h"
 #include "server/config.h"
@@ -61,6 +62,7 @@ struct server {
     struct model *model;         /* NULL while loading */
     struct engine *engine;
     struct scheduler *sched;
+    struct grammar_cache *grammars; /* compiled response formats and grammars, shared by requests */
     atomic_int state;            /* enum server_state */
     atomic_int n_inflight;       /* calls not yet answered (drain waits for 0) */
     enum chat_family chat;       /* CHAT_NONE: chat requests are refused with chat_err */

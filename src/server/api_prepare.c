@@ -1,7 +1,8 @@
 /*
  * api_prepare: from a validated generation request to scheduler requests, shared by every generating
  * handler: the model name check, tokenizing the prompt, fitting it and max_tokens in the context, and filling
- * a sched_req (sampling, stop strings, seed, deadline).
+ * a sched_req (sampling, stop strings, seed, deadline, the compiled output constraint from the server's grammar
+ * cache).
  */
 #include "core/clock.h"
 #include "core/err.h"
@@ -108,6 +109,18 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
         if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
             seed = (uint64_t)clock_now_ns() ^ (r->id << 32);
         r->sp.seed = seed;
+    }
+    if (g->constraint_kind) {
+        char err[ERR_MSG_MAX];
+        int rc = grammar_cache_get(srv->grammars, (enum grammar_kind)g->constraint_kind, g->constraint_flags,
+                                   g->constraint_text, g->constraint_text ? strlen(g->constraint_text) : 0,
+                                   &r->constraint, err);
+        if (rc) {
+            sched_req_unref(r);
+            api_error_set(e, rc == ERR_NOMEM ? ERR_NOMEM : rc == ERR_UNSUPPORTED ? ERR_UNSUPPORTED : ERR_INVALID_ARG,
+                          g->constraint_param, NULL, "invalid '%s': %s", g->constraint_param, err);
+            return NULL;
+        }
     }
     r->n_logprobs = g->logprobs;
     r->ignore_eos = g->ignore_eos;

@@ -3,11 +3,15 @@
  * getters then check each field's type and range and name the parameter on failure. A JSON null counts as
  * absent, as OpenAI's own clients send nulls for unset fields. Unknown fields are ignored (clients send
  * extras such as "user"), but fields that would change the output and that wafer does not implement
- * (tools, logit_bias, response_format json, suffix) are refused rather than silently dropped.
+ * (tools, logit_bias, suffix) are refused rather than silently dropped. Structured output (response_format,
+ * grammar, json_schema) is taken apart here and compiled by the server (api_prepare.c), which answers a
+ * malformed schema or grammar 400 with the compiler's position.
  */
 #include "server/request_validate.h"
 
 #include "core/err.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/grammar_cache.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -362,6 +366,7 @@ void gen_request_deinit(struct gen_request *r)
         free(r->stop[i]);
     free(r->stop);
     free(r->tokens);
+    free(r->constraint_text);
     memset(r, 0, sizeof *r);
 }
 
@@ -411,16 +416,87 @@ static int refuse_unsupported(json_t *o, struct api_error *e)
     json_t *lb = jget(o, "logit_bias");
     if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
         return api_error_set(e, ERR_UNSUPPORTED, "logit_bias", NULL, "'logit_bias' is not supported by wafer");
-    json_t *rf = jget(o, "response_format");
-    if (rf) {
-        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
-        if (!t || !json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return api_error_set(e, ERR_UNSUPPORTED, "response_format", NULL,
-                                 "'response_format' supports only {\"type\": \"text\"}");
-    }
     json_t *sfx = jget(o, "suffix");
     if (sfx && !(json_is_string(sfx) && json_string_length(sfx) == 0))
         return api_error_set(e, ERR_UNSUPPORTED, "suffix", NULL, "'suffix' (insertion) is not supported by wafer");
+    return 0;
+}
+
+/* Takes one constraint: kind, flags, the schema serialized compact (key order kept: it is the generation
+ * order) or the GBNF text. */
+static int constraint_set(struct gen_request *r, int kind, unsigned flags, json_t *schema, const char *gbnf,
+                          const char *param, struct api_error *e)
+{
+    if (r->constraint_kind)
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                             "'%s' and '%s' both constrain the output; send only one", r->constraint_param, param);
+    if (schema && !json_is_object(schema) && !json_is_boolean(schema))
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL, "the JSON schema in '%s' must be an object, got %s",
+                             param, json_type_name(schema));
+    char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : gbnf ? strdup(gbnf) : NULL;
+    if ((schema || gbnf) && !text)
+        return api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
+    r->constraint_kind = kind;
+    r->constraint_flags = flags;
+    r->constraint_text = text;
+    r->constraint_param = param;
+    return 0;
+}
+
+/* response_format {type: text | json_object | json_schema {name, schema, strict}} (OpenAI; llama.cpp's
+ * {type: json_object, schema} too), grammar (GBNF) and json_schema (llama.cpp). */
+static int jconstraint(json_t *o, struct gen_request *r, struct api_error *e)
+{
+    int rc;
+    json_t *rf = jget(o, "response_format");
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        const char *type = t && json_is_string(t) ? json_string_value(t) : NULL;
+        if (!type)
+            return api_error_set(e, ERR_INVALID_ARG, "response_format", NULL,
+                                 "'response_format' must be an object with a 'type': text, json_object or json_schema");
+        json_t *sch = jget(rf, "schema");
+        if (!strcmp(type, "json_schema")) {
+            json_t *js = jget(rf, "json_schema");
+            if (!js || !json_is_object(js))
+                return api_error_set(e, ERR_INVALID_ARG, "response_format.json_schema", NULL,
+                                     "'response_format.json_schema' must be an object {name, schema, strict}");
+            json_t *nm = jget(js, "name"), *st = jget(js, "strict");
+            if (nm && !json_is_string(nm))
+                return api_error_set(e, ERR_INVALID_ARG, "response_format.json_schema.name", NULL,
+                                     "'response_format.json_schema.name' must be a string");
+            if (st && !json_is_boolean(st))
+                return api_error_set(e, ERR_INVALID_ARG, "response_format.json_schema.strict", NULL,
+                                     "'response_format.json_schema.strict' must be a boolean");
+            sch = jget(js, "schema");
+            if (!sch) /* OpenAI's default: any JSON object */
+                rc = constraint_set(r, GRAMMAR_KIND_JSON_OBJECT, 0, NULL, NULL, "response_format", e);
+            else
+                rc = constraint_set(r, GRAMMAR_KIND_SCHEMA, st && json_is_true(st) ? GRAMMAR_SCHEMA_STRICT : 0, sch,
+                                    NULL, "response_format", e);
+        } else if (!strcmp(type, "json_object")) {
+            rc = sch ? constraint_set(r, GRAMMAR_KIND_SCHEMA, 0, sch, NULL, "response_format", e)
+                     : constraint_set(r, GRAMMAR_KIND_JSON_OBJECT, 0, NULL, NULL, "response_format", e);
+        } else if (!strcmp(type, "text")) {
+            rc = 0;
+        } else {
+            rc = api_error_set(e, ERR_INVALID_ARG, "response_format.type", NULL,
+                               "'response_format.type' must be text, json_object or json_schema, got '%.64s'", type);
+        }
+        if (rc)
+            return rc;
+    }
+    json_t *g = jget(o, "grammar");
+    if (g) {
+        if (!json_is_string(g))
+            return api_error_set(e, ERR_INVALID_ARG, "grammar", NULL, "'grammar' must be a GBNF string, got %s",
+                                 json_type_name(g));
+        if (json_string_length(g) && (rc = constraint_set(r, GRAMMAR_KIND_GBNF, 0, NULL, json_string_value(g), "grammar", e)))
+            return rc;
+    }
+    json_t *js = jget(o, "json_schema");
+    if (js && (rc = constraint_set(r, GRAMMAR_KIND_SCHEMA, 0, js, NULL, "json_schema", e)))
+        return rc;
     return 0;
 }
 
@@ -448,7 +524,7 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
         if (present)
             r->max_tokens = (int)x;
     }
-    if ((rc = parse_sampling(o, r, e)) || (rc = jstop(o, "stop", r, e)))
+    if ((rc = parse_sampling(o, r, e)) || (rc = jstop(o, "stop", r, e)) || (rc = jconstraint(o, r, e)))
         return rc;
     if ((rc = jint(o, "n", 1, REQ_MAX_N, &x, &present, e)))
         return rc;

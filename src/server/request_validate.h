@@ -73,6 +73,12 @@ struct gen_request {
     bool echo;          /* completions: prepend the prompt to the text */
     bool return_token_ids; /* stream: chunks carry token_ids, the first prompt_token_ids (as vLLM) */
     bool ignore_eos;
+    /* structured output (response_format json_object / json_schema, llama.cpp's grammar and json_schema):
+     * compiled by the server, which refuses a malformed one naming constraint_param */
+    int constraint_kind;          /* 0: none; else an enum grammar_kind (engine/grammar/grammar_cache.h) */
+    unsigned constraint_flags;    /* GRAMMAR_SCHEMA_* (strict) */
+    char *constraint_text;        /* owned: the schema as compact JSON, or the GBNF text */
+    const char *constraint_param; /* the field it came from ("response_format", "grammar", "json_schema") */
     float timeout;      /* seconds this request may take (0: the server's request_timeout only) */
     bool add_special;   /* tokenize: add BOS (default true) */
     bool with_pieces;   /* tokenize: return {id, piece} objects */

@@ -318,7 +318,8 @@ static int server_load(struct server *srv)
     struct sched_observer obs;
     metrics_sched_observer(srv->metrics, &obs);
     srv->sched = scheduler_create(srv->engine, srv->model->tok, &sp, &obs, notify_io, srv, err);
-    if (!srv->sched || scheduler_start(srv->sched)) {
+    srv->grammars = grammar_cache_create(64);
+    if (!srv->sched || !srv->grammars || scheduler_start(srv->sched)) {
         log_error("cannot start the scheduler: %s", srv->sched ? "thread creation failed" : err);
         return 1;
     }
@@ -490,6 +491,7 @@ int server_run(struct server_config *cfg)
     }
     api_jobs_close(srv);
     http_server_destroy(srv->http);
+    grammar_cache_destroy(srv->grammars); /* requests hold their own references */
     engine_destroy(srv->engine);
     model_destroy(srv->model);
     metrics_destroy(srv->metrics);
