@@ -29,9 +29,10 @@ static void test_render(void **state)
     metrics_request(m, "/nope", 404);
     metrics_add(m, MC_GENERATED_TOKENS, 7);
     metrics_add(m, MC_GENERATED_TOKENS, 3);
-    metrics_observe(m, MH_TTFT, 0.003);  /* first bucket (le 0.005) */
+    metrics_observe(m, MH_TTFT, 0.003);  /* le 0.005 */
     metrics_observe(m, MH_TTFT, 0.2);    /* le 0.25 */
     metrics_observe(m, MH_TTFT, 1000);   /* only +Inf */
+    metrics_observe(m, MH_TTFT, 0.0004); /* first bucket (le 0.0005): sub-millisecond is resolved */
     struct metrics_gauges g = {.running = 2, .waiting = 5, .kv_blocks_used = 10, .kv_blocks_total = 64,
                                .prefix_cache_blocks = 1, .connections = 3, .ready = 1};
     size_t len;
@@ -47,12 +48,16 @@ static void test_render(void **state)
     assert_line(t, "wafer_kv_blocks_total 64");
     assert_line(t, "wafer_generation_tokens_total 10");
     assert_line(t, "# TYPE wafer_time_to_first_token_seconds histogram");
-    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.005\"} 1");
-    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.1\"} 1");
-    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.25\"} 2");
-    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"320\"} 2");
-    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3");
-    assert_line(t, "wafer_time_to_first_token_seconds_count 3");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.0005\"} 1");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.0025\"} 1");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.005\"} 2");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.1\"} 2");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"0.25\"} 3");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"600\"} 3");
+    assert_line(t, "wafer_time_to_first_token_seconds_bucket{le=\"+Inf\"} 4");
+    assert_line(t, "wafer_time_to_first_token_seconds_count 4");
+    assert_line(t, "wafer_inter_token_latency_seconds_bucket{le=\"0.0001\"} 0");
+    assert_line(t, "wafer_inter_token_latency_seconds_bucket{le=\"10\"} 0");
     assert_line(t, "wafer_inter_token_latency_seconds_count 0");
     /* Every sample line has a name starting with wafer_. */
     for (char *l = t; *l; l = strchr(l, '\n') + 1) {
