@@ -229,6 +229,17 @@ double alert_measure_value(const struct alert_measure *m, const struct alert_bur
     }
 }
 
+double alert_config_max_window(const struct alert_config *c)
+{
+    double m = 0;
+    for (int i = 0; i < c->n_rules; i++) {
+        double w = c->rules[i].window_s > 0 ? c->rules[i].window_s : c->interval_s;
+        m = w > m ? w : m;
+        m = c->rules[i].burn.short_window_s > m ? c->rules[i].burn.short_window_s : m;
+    }
+    return m;
+}
+
 /* ---------------------------------------------------------------- rings of snapshots */
 
 struct alert_ring {

@@ -64,17 +64,6 @@ void alert_config_deinit(struct alert_config *c)
     alert_config_init(c);
 }
 
-double alert_config_max_window(const struct alert_config *c)
-{
-    double m = 0;
-    for (int i = 0; i < c->n_rules; i++) {
-        double w = c->rules[i].window_s > 0 ? c->rules[i].window_s : c->interval_s;
-        m = w > m ? w : m;
-        m = c->rules[i].burn.short_window_s > m ? c->rules[i].burn.short_window_s : m;
-    }
-    return m;
-}
-
 /* ---------------------------------------------------------------- YAML helpers */
 
 struct acfg {
