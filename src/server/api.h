@@ -21,6 +21,7 @@
 #include "server/config.h"
 #include "core/http.h"
 #include "server/metrics.h"
+#include "server/observe.h"
 #include "server/request_validate.h"
 
 #include <jansson.h>
@@ -44,6 +45,9 @@ enum api_route {
     ROUTE_GENERATE_STREAM,
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
+    ROUTE_ALERTS,    /* GET /v1/alerts (and /alerts) */
+    ROUTE_STATS,     /* GET /v1/stats: the dashboard's data */
+    ROUTE_DASHBOARD, /* GET /dashboard */
     ROUTE_COUNT_
 };
 
@@ -54,6 +58,7 @@ struct api_call;
 struct server {
     struct server_config *cfg;
     struct metrics *metrics;
+    struct observe *obs; /* alerts, the dashboard's measures, the batch controller, cost and energy */
     struct http_server *http;
     struct model *model;         /* NULL while loading */
     struct engine *engine;
@@ -176,5 +181,10 @@ void api_detokenize(struct server *srv, struct http_conn *c, const struct http_r
 void api_health(struct server *srv, struct http_conn *c);
 void api_ready(struct server *srv, struct http_conn *c);
 void api_metrics(struct server *srv, struct http_conn *c);
+
+/* api_observe.c */
+void api_alerts(struct server *srv, struct http_conn *c);
+void api_stats(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_dashboard(struct server *srv, struct http_conn *c);
 
 #endif

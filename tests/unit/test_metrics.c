@@ -2,6 +2,7 @@
  * the scheduler's observer landing each engine measure in its own Prometheus metric. */
 #include "testutil.h"
 
+#include "core/alert.h"
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 
@@ -33,8 +34,15 @@ static void test_render(void **state)
     metrics_observe(m, MH_TTFT, 0.2);    /* le 0.25 */
     metrics_observe(m, MH_TTFT, 1000);   /* only +Inf */
     metrics_observe(m, MH_TTFT, 0.0004); /* first bucket (le 0.0005): sub-millisecond is resolved */
-    struct metrics_gauges g = {.running = 2, .waiting = 5, .kv_blocks_used = 10, .kv_blocks_total = 64,
-                               .prefix_cache_blocks = 1, .connections = 3, .ready = 1};
+    struct metrics_gauges g;
+    metrics_gauges_init(&g);
+    g.running = 2;
+    g.waiting = 5;
+    g.kv_blocks_used = 10;
+    g.kv_blocks_total = 64;
+    g.prefix_cache_blocks = 1;
+    g.connections = 3;
+    g.ready = 1;
     size_t len;
     char *t = metrics_render(m, &g, &len);
     assert_non_null(t);
@@ -66,7 +74,75 @@ static void test_render(void **state)
         if (!strchr(l, '\n'))
             break;
     }
+    /* nothing observed: the cost, energy, batch limit and alert metrics are absent, not zero */
+    assert_null(strstr(t, "wafer_cost"));
+    assert_null(strstr(t, "wafer_energy"));
+    assert_null(strstr(t, "joule"));
+    assert_null(strstr(t, "wafer_batch_limit"));
+    assert_null(strstr(t, "wafer_alert"));
     free(t);
+    /* observed: present, the estimate under names that say so */
+    g.batch_limit = 7;
+    g.cost_per_hour = 1.2;
+    g.cost_total = 0.5;
+    g.cost_per_mtok = 3.25;
+    g.energy_est_joules = 1000;
+    g.tokens_per_joule_est = 0.5;
+    g.alerts_firing = 1;
+    g.alerts_pending = 2;
+    g.notif_sent = 3;
+    g.notif_pending = 0;
+    t = metrics_render(m, &g, &len);
+    assert_line(t, "wafer_batch_limit 7");
+    assert_line(t, "wafer_cost_per_hour_dollars 1.2");
+    assert_line(t, "wafer_cost_dollars_total 0.5");
+    assert_line(t, "wafer_cost_per_million_tokens_dollars 3.25");
+    assert_line(t, "wafer_energy_estimated_joules_total 1000");
+    assert_line(t, "wafer_tokens_per_joule_estimated 0.5");
+    assert_null(strstr(t, "wafer_energy_joules_total")); /* never the measured name for an estimate */
+    assert_line(t, "wafer_alerts{state=\"firing\"} 1");
+    assert_line(t, "wafer_alerts{state=\"pending\"} 2");
+    assert_line(t, "wafer_alert_notifications_total{result=\"sent\"} 3");
+    assert_line(t, "wafer_alert_notifications_pending 0");
+    free(t);
+    metrics_destroy(m);
+}
+
+/* The alert engine's sample reads the same counters and histograms /metrics shows; errors are the
+ * generation endpoints' 5xx, 429 and 408, not the client's mistakes. */
+static void test_sample(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_create();
+    metrics_request(m, "/v1/completions", 200);
+    metrics_request(m, "/v1/chat/completions", 200);
+    metrics_request(m, "/v1/completions", 400);
+    metrics_request(m, "/v1/completions", 429);
+    metrics_request(m, "/v1/generate", 503);
+    metrics_request(m, "/v1/generate", 408);
+    metrics_request(m, "/v1/completions", 499);
+    metrics_request(m, "/metrics", 200); /* not a generation */
+    metrics_add(m, MC_GENERATED_TOKENS, 42);
+    metrics_observe(m, MH_ITL, 0.002);
+    struct alert_sample s;
+    alert_sample_init(&s, 0);
+    metrics_sample(m, &s);
+    assert_true(s.counter[ALERT_C_REQUESTS] == 7);
+    assert_true(s.counter[ALERT_C_ERRORS] == 3);
+    assert_true(s.counter[ALERT_C_OUTPUT_TOKENS] == 42);
+    assert_int_equal(s.hist[ALERT_H_ITL].count, 1);
+    assert_true(s.hist[ALERT_H_ITL].n_bounds > 20);
+    assert_true(s.hist[ALERT_H_ITL].bounds[0] == 0.0001);
+    double p50 = alert_hist_quantile(&s.hist[ALERT_H_ITL], NULL, 0.5);
+    assert_true(p50 > 0.0015 && p50 <= 0.002); /* in the (1.5 ms, 2 ms] bucket */
+    struct metrics_answers a;
+    metrics_answers_get(m, &a);
+    assert_int_equal(a.ok, 2);
+    assert_int_equal(a.client_errors, 1);
+    assert_int_equal(a.rejected, 1);
+    assert_int_equal(a.server_errors, 1);
+    assert_int_equal(a.timed_out, 1);
+    assert_int_equal(a.cancelled, 1);
     metrics_destroy(m);
 }
 
@@ -122,6 +198,6 @@ static void test_sched_observer(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render), cmocka_unit_test(test_sched_observer)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render), cmocka_unit_test(test_sched_observer), cmocka_unit_test(test_sample)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
