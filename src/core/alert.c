@@ -489,6 +489,19 @@ double alert_engine_measure(struct alert_engine *e, const struct alert_measure *
     return v;
 }
 
+double alert_engine_measure_at(struct alert_engine *e, const struct alert_measure *m, int64_t t_ns, double window_s)
+{
+    pthread_mutex_lock(&e->mu);
+    const struct alert_sample *end = ring_at(&e->fine, t_ns);
+    double v = NAN;
+    if (end && end->t_ns <= t_ns) {
+        struct alert_sample copy = *end; /* window_start may return a slot the ring reuses: copy first */
+        v = measure_locked(e, m, NULL, &copy, window_s);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return v;
+}
+
 static bool alert_compare(enum alert_op op, double v, double t)
 {
     if (isnan(v))

@@ -242,6 +242,10 @@ int alert_engine_eval(struct alert_engine *e, const struct alert_sample *now, do
 double alert_engine_measure(struct alert_engine *e, const struct alert_measure *m, const struct alert_burn *burn,
                             const struct alert_sample *now, double window_s);
 
+/* m over the window_s ending at the newest snapshot at or before t_ns (past values, for charts): NaN when
+ * no snapshot is that old. */
+double alert_engine_measure_at(struct alert_engine *e, const struct alert_measure *m, int64_t t_ns, double window_s);
+
 /* Copies the alerts whose state is pending, firing or resolved (all: every rule) into a new array; n is
  * set. Caller frees with alert_views_free. NULL with *n = 0 when there is none or on OOM. */
 struct alert_view *alert_engine_views(struct alert_engine *e, bool all, int *n);

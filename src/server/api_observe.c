@@ -3,7 +3,8 @@
  *   GET /v1/alerts (and /alerts)   rules and their alerts: Prometheus's {status, data: {alerts}} plus every
  *                                  rule's state and the notification counters
  *   GET /v1/stats?window=S         the measures over the last S seconds (default 10, 1..900), totals,
- *                                  answers by kind, active alerts: what the dashboard polls
+ *                                  answers by kind, active alerts: what the dashboard polls;
+ *                                  &history=N adds the charted measures for each of the last N seconds
  *   GET /dashboard                 the live page (dashboard.c)
  * Open without an API key like /metrics: they show counts and latencies, never a prompt or an output.
  */
@@ -11,6 +12,8 @@
 #include "server/api.h"
 #include "server/dashboard.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,30 +40,33 @@ void api_alerts(struct server *srv, struct http_conn *c)
 
 void api_stats(struct server *srv, struct http_conn *c, const struct http_request *req)
 {
-    double window = 10;
-    if (req->query) {
-        /* window=S among the query parameters */
-        for (const char *p = req->query, *end = req->query + req->query_len; p < end;) {
-            const char *amp = memchr(p, '&', (size_t)(end - p));
-            size_t n = amp ? (size_t)(amp - p) : (size_t)(end - p);
-            if (n > 7 && n < 32 && !memcmp(p, "window=", 7)) {
-                char v[32];
-                memcpy(v, p + 7, n - 7);
-                v[n - 7] = 0;
-                char *e;
-                double w = strtod(v, &e);
-                if (*e || !(w >= 1 && w <= 900)) {
-                    api_respond_error(srv, c, ROUTE_STATS, 400, ERR_INVALID_ARG, "window", NULL, NULL,
-                                      "'window' must be a number of seconds in [1, 900], got '%s'", v);
-                    return;
-                }
-                window = w;
+    double window = 10, history = 0;
+    /* window=S and history=N among the query parameters */
+    for (const char *p = req->query, *end = req->query + req->query_len; p && p < end;) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        size_t n = amp ? (size_t)(amp - p) : (size_t)(end - p);
+        const char *eq = memchr(p, '=', n);
+        if (eq && n < 48) {
+            char key[48], v[48];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+            snprintf(v, sizeof v, "%.*s", (int)(n - (size_t)(eq + 1 - p)), eq + 1);
+            bool is_window = !strcmp(key, "window"), is_history = !strcmp(key, "history");
+            char *e;
+            double x = strtod(v, &e);
+            if ((is_window && (*e || !(x >= 1 && x <= 900))) || (is_history && (*e || !(x >= 0 && x <= 900)))) {
+                api_respond_error(srv, c, ROUTE_STATS, 400, ERR_INVALID_ARG, key, NULL, NULL,
+                                  "'%s' must be a number of seconds in [%d, 900], got '%s'", key, is_window, v);
+                return;
             }
-            p += n + 1;
+            if (is_window)
+                window = x;
+            if (is_history)
+                history = x;
         }
+        p += n + 1;
     }
     size_t len = 0;
-    char *body = observe_stats_json(srv->obs, window, &len);
+    char *body = observe_stats_json(srv->obs, window, (int)history, &len);
     respond_text(srv, c, ROUTE_STATS, body, len, "application/json");
     free(body);
 }

@@ -1,11 +1,13 @@
 /*
  * dashboard: GET /dashboard, one self-contained page (inline CSS and script, no fonts, no CDN, no external
- * request but its own polling) that shows the server live: it fetches /v1/stats?window=10 every second and
- * keeps five minutes of history in the page. Tiles: output tokens/s, requests/s, TTFT / ITL / E2E
+ * request but its own polling) that shows the server live: it fetches /v1/stats?window=10 every second
+ * (the first time with &history=300, the last five minutes as the server's windows saw them) and keeps
+ * five minutes of history in the page. Tiles: output tokens/s, requests/s, TTFT / ITL / E2E
  * percentiles, queue time, running, waiting, the batch limit, KV and prefix-cache use, error rate,
  * preemptions, cost per million tokens and tokens per joule (measured, or labelled estimated) when
  * configured; charts of throughput, the three latency percentiles, load, cache use and error rate (canvas,
- * drawn by the script); the active alerts; answers by kind. Each number sits in an element with
+ * drawn by the script, the first five minutes from the server's own history); the active alerts; answers
+ * by kind. Each number sits in an element with
  * data-metric="<measure name>" (the names of core/alert.h) holding it formatted as text and raw in
  * data-value, so a test or a scraper can read the page. The grid reflows to one column at phone width.
  * `?window=S` changes the measures' window, `?interval=MS` the polling period.
@@ -44,8 +46,8 @@ static const char dashboard_page[] =
     ".chart { background: var(--panel); border-radius: 6px; padding: 8px; }\n"
     ".chart h2 { font-size: 13px; margin: 0 0 4px; color: var(--dim); font-weight: normal; }\n"
     ".chart canvas { width: 100%; height: 160px; display: block; }\n"
-    "table { border-collapse: collapse; width: 100%; }\n"
-    "td, th { text-align: left; padding: 2px 8px 2px 0; font-variant-numeric: tabular-nums; }\n"
+    "table { border-collapse: collapse; }\n"
+    "td, th { text-align: left; padding: 2px 24px 2px 0; font-variant-numeric: tabular-nums; }\n"
     "th { color: var(--dim); font-weight: normal; }\n"
     "footer { color: var(--dim); font-size: 12px; padding: 8px 16px 16px; }\n"
     "</style>\n"
@@ -66,7 +68,7 @@ static const char dashboard_page[] =
     "    <table><tbody id=\"answers\"></tbody></table>\n"
     "  </section>\n"
     "</main>\n"
-    "<footer>Polls <code>/v1/stats</code> every second; history kept in this page only. Rules and states: <a href=\"/v1/alerts\" style=\"color:inherit\">/v1/alerts</a>, raw metrics: <a href=\"/metrics\" style=\"color:inherit\">/metrics</a>.</footer>\n"
+    "<footer>Polls <code>/v1/stats</code> every second; the charts start from the server's last five minutes. Rules and states: <a href=\"/v1/alerts\" style=\"color:inherit\">/v1/alerts</a>, raw metrics: <a href=\"/metrics\" style=\"color:inherit\">/metrics</a>.</footer>\n"
     "<script>\n"
     "\"use strict\";\n"
     "var TILES = [\n"
@@ -206,12 +208,18 @@ static const char dashboard_page[] =
     "  if (hist.length > HISTORY) hist.shift();\n"
     "  CHARTS.forEach(draw);\n"
     "}\n"
+    "var first = true;\n"
     "function poll() {\n"
-    "  fetch(\"/v1/stats?window=\" + WINDOW, {cache: \"no-store\"}).then(function (r) {\n"
+    "  fetch(\"/v1/stats?window=\" + WINDOW + (first ? \"&history=\" + HISTORY : \"\"), {cache: \"no-store\"}).then(function (r) {\n"
     "    if (!r.ok) throw new Error(\"HTTP \" + r.status);\n"
     "    return r.json();\n"
     "  }).then(function (d) {\n"
     "    document.getElementById(\"status\").className = \"ok\";\n"
+    "    if (first && d.history) {\n"
+    "      var h = d.history;\n"
+    "      hist = h.t.map(function (t, k) { var p = {}; for (var key in h) if (key !== \"t\") p[key] = h[key][k]; return p; });\n"
+    "    }\n"
+    "    first = false;\n"
     "    render(d);\n"
     "  }).catch(function () {\n"
     "    document.getElementById(\"status\").className = \"bad\";\n"

@@ -279,18 +279,18 @@ int observe_start(struct observe *o)
 
 /* ---------------------------------------------------------------- readers (I/O thread) */
 
-/* The newest sample with its token and cost counters brought up to now (cheap atomics), so a window that
- * ends now sees the request that just finished. */
+/* The newest sample with the metrics' counters and histograms (and the cost) brought up to now, so a window
+ * that ends now sees the request that just finished; the gauges and the energy stay as last sampled (the
+ * meter has one reader: the sampling thread). */
 static void fresh_sample(struct observe *o, struct alert_sample *s)
 {
     pthread_mutex_lock(&o->mu);
     *s = o->last;
     pthread_mutex_unlock(&o->mu);
     int64_t now = clock_now_ns();
-    if (now > s->t_ns + 1000000) { /* only move forward; the histograms stay as sampled */
+    if (now > s->t_ns) {
         s->t_ns = now;
-        s->counter[ALERT_C_OUTPUT_TOKENS] = (double)metrics_get(o->metrics, MC_GENERATED_TOKENS);
-        s->counter[ALERT_C_PROMPT_TOKENS] = (double)metrics_get(o->metrics, MC_PROMPT_TOKENS);
+        metrics_sample(o->metrics, s);
         if (o->cfg->cost_per_hour > 0)
             s->counter[ALERT_C_COST] = o->cfg->cost_per_hour / 3600.0 * (double)(now - o->t_start_ns) / 1e9;
     }
@@ -318,7 +318,8 @@ void observe_fill_gauges(struct observe *o, struct metrics_gauges *g)
         return;
     struct alert_sample s;
     fresh_sample(o, &s);
-    g->batch_limit = atomic_load(&o->sched) ? s.gauge[ALERT_G_BATCH_LIMIT] : NAN;
+    struct scheduler *sched = atomic_load(&o->sched);
+    g->batch_limit = sched ? scheduler_max_running(sched) : NAN;
     if (o->cfg->cost_per_hour > 0) {
         g->cost_per_hour = o->cfg->cost_per_hour;
         g->cost_total = s.counter[ALERT_C_COST];
@@ -441,7 +442,31 @@ char *observe_alerts_json(struct observe *o, size_t *len)
     return dump(root, len);
 }
 
-char *observe_stats_json(struct observe *o, double window_s, size_t *len)
+/* The charted measures at one-second steps over the last n seconds, oldest first. */
+static json_t *stats_history(struct observe *o, double window_s, int n, const struct alert_sample *now)
+{
+    static const char *const charted[] = {
+        "output_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
+        "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "running", "waiting",
+        "batch_limit", "kv_usage", "prefix_cache_usage", "error_rate",
+    };
+    json_t *h = json_object(), *t = json_array();
+    json_object_set_new(h, "t", t);
+    for (int k = n - 1; k >= 1; k--)
+        json_array_append_new(t, json_integer(-k));
+    for (size_t i = 0; i < sizeof charted / sizeof charted[0]; i++) {
+        struct alert_measure m;
+        alert_measure_parse(charted[i], &m);
+        json_t *a = json_array();
+        for (int k = n - 1; k >= 1; k--)
+            json_array_append_new(a, num_or_null(alert_engine_measure_at(o->engine, &m, now->t_ns - (int64_t)k * 1000000000LL,
+                                                                        window_s)));
+        json_object_set_new(h, charted[i], a);
+    }
+    return h;
+}
+
+char *observe_stats_json(struct observe *o, double window_s, int history, size_t *len)
 {
     static const char *const windowed[] = {
         "output_tokens_per_second", "prompt_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms",
@@ -526,5 +551,7 @@ char *observe_stats_json(struct observe *o, double window_s, size_t *len)
                         o->cfg->slo_ttft_p95_ms > 0 ? json_real(o->cfg->slo_ttft_p95_ms) : json_null());
     json_object_set_new(slo, "auto", json_boolean(o->cfg->batch_auto));
     json_object_set_new(root, "slo", slo);
+    if (history > 1)
+        json_object_set_new(root, "history", stats_history(o, window_s, history, &s));
     return dump(root, len);
 }
