@@ -14,5 +14,6 @@ int cmd_convert_main(int argc, char **argv);
 int cmd_quantize_main(int argc, char **argv);
 int cmd_bench_main(int argc, char **argv);
 int cmd_serve_main(int argc, char **argv);
+int cmd_alerts_main(int argc, char **argv);
 
 #endif

@@ -104,6 +104,18 @@ double alert_hist_quantile(const struct alert_hist_sample *now, const struct ale
 double alert_hist_fraction_above(const struct alert_hist_sample *now, const struct alert_hist_sample *then,
                                  double x);
 
+/* Histogram bounds read from a Prometheus text (alert_sample_from_prometheus), owned by the caller. */
+struct alert_prom_bounds {
+    double b[ALERT_H_COUNT_][ALERT_MAX_BUCKETS];
+};
+
+/* Reads the wafer_* metrics of a /metrics text (format 0.0.4, as metrics.c writes it) into s: requests and
+ * errors from wafer_requests_total of the generation endpoints, tokens, preemptions, the four latency
+ * histograms (cumulative buckets made per-bucket; their bounds go into bounds), the gauges (KV use from
+ * blocks used / total), energy and cost when present. Lines it does not know are skipped. 0, or
+ * ERR_FORMAT when the text holds no wafer_ histogram (not a wafer /metrics). */
+int alert_sample_from_prometheus(const char *text, size_t len, struct alert_sample *s, struct alert_prom_bounds *bounds);
+
 /* ---------------------------------------------------------------- measures */
 
 enum alert_measure_kind {

@@ -401,3 +401,31 @@ def test_dashboard_in_chromium(make_server, tmp_path):
         assert os.path.getsize(out) > 10000
     for t in ts:
         t.join()
+
+
+def test_alerts_check_cli(make_server, tmp_path):
+    """wafer alerts check: the rules once against a server's /metrics; exit 1 when one holds (for cron)."""
+    need(STORIES)
+    s = make_server(STORIES)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("alerts:\n  rules:\n"
+                     "    - {name: Busy, measure: output_tokens_per_second, op: '>', threshold: 10, for_s: 60}\n"
+                     "    - {name: SlowTTFT, measure: ttft_p95_ms, threshold: 60000}\n")
+    cmd = [WAFER_BIN, "alerts", "check", "--url", s.base, "--config", str(rules), "--window", "1.5"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"ok\s+Busy\s+output_tokens_per_second = 0 ", r.stdout)
+    assert re.search(r"ok\s+SlowTTFT\s+ttft_p95_ms = no data", r.stdout)
+    ts = load(s, 3)
+    time.sleep(0.3)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    for t in ts:
+        t.join()
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"FIRING\s+Busy\s+output_tokens_per_second = [0-9.e+]+ \(> 10\)", r.stdout)
+    assert re.search(r"ok\s+SlowTTFT\s+ttft_p95_ms = [0-9.]+", r.stdout)
+    r = subprocess.run([WAFER_BIN, "alerts", "check", "--url", "http://127.0.0.1:1", "--config", str(rules),
+                        "--window", "0.5"], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 3 and "cannot read http://127.0.0.1:1/metrics" in r.stderr
+    r = subprocess.run([WAFER_BIN, "alerts", "check", "--url", s.base], capture_output=True, text=True, timeout=20)
+    assert r.returncode == 2

@@ -6,6 +6,9 @@
 #include "engine/scheduler.h"
 #include "server/metrics.h"
 
+#include "core/err.h"
+
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +149,61 @@ static void test_sample(void **state)
     metrics_destroy(m);
 }
 
+/* A rendered /metrics read back by the alert engine's parser (wafer alerts check) gives the sample the
+ * server takes of itself: the same counters, histograms and gauges. */
+static void test_prometheus_round_trip(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_create();
+    metrics_request(m, "/v1/completions", 200);
+    metrics_request(m, "/v1/chat/completions", 503);
+    metrics_request(m, "/tokenize", 500); /* not a generation endpoint */
+    metrics_add(m, MC_GENERATED_TOKENS, 1234);
+    metrics_add(m, MC_PROMPT_TOKENS, 56);
+    metrics_add(m, MC_PREEMPTIONS, 3);
+    for (int i = 0; i < 50; i++) {
+        metrics_observe(m, MH_TTFT, 0.001 * i);
+        metrics_observe(m, MH_ITL, 0.0001 * i);
+        metrics_observe(m, MH_E2E, 0.1 * i);
+    }
+    metrics_observe(m, MH_QUEUE, 1000); /* +Inf */
+    struct metrics_gauges g;
+    metrics_gauges_init(&g);
+    g.running = 3;
+    g.waiting = 4;
+    g.kv_blocks_used = 16;
+    g.kv_blocks_total = 64;
+    g.prefix_cache_blocks = 8;
+    g.batch_limit = 12;
+    size_t len;
+    char *t = metrics_render(m, &g, &len);
+    struct alert_sample want, got;
+    alert_sample_init(&want, 0);
+    alert_sample_init(&got, 0);
+    metrics_sample(m, &want);
+    struct alert_prom_bounds b;
+    assert_int_equal(alert_sample_from_prometheus(t, len, &got, &b), 0);
+    for (int c = 0; c < ALERT_C_ENERGY_J; c++)
+        assert_true(got.counter[c] == want.counter[c]);
+    assert_true(got.counter[ALERT_C_REQUESTS] == 2 && got.counter[ALERT_C_ERRORS] == 1);
+    for (int h = 0; h < ALERT_H_COUNT_; h++) {
+        assert_int_equal(got.hist[h].n_bounds, want.hist[h].n_bounds);
+        assert_int_equal(got.hist[h].count, want.hist[h].count);
+        assert_true(fabs(got.hist[h].sum - want.hist[h].sum) < 1e-6);
+        for (int i = 0; i < want.hist[h].n_bounds; i++)
+            assert_true(got.hist[h].bounds[i] == want.hist[h].bounds[i]);
+        for (int i = 0; i <= want.hist[h].n_bounds; i++)
+            assert_int_equal(got.hist[h].counts[i], want.hist[h].counts[i]);
+    }
+    assert_true(got.gauge[ALERT_G_RUNNING] == 3 && got.gauge[ALERT_G_WAITING] == 4);
+    assert_true(got.gauge[ALERT_G_KV_USAGE] == 0.25 && got.gauge[ALERT_G_PREFIX_USAGE] == 0.125);
+    assert_true(got.gauge[ALERT_G_BATCH_LIMIT] == 12);
+    assert_true(isnan(got.counter[ALERT_C_ENERGY_J])); /* absent stays unknown */
+    free(t);
+    assert_int_equal(alert_sample_from_prometheus("# nothing\nfoo 1\n", 16, &got, &b), ERR_FORMAT);
+    metrics_destroy(m);
+}
+
 static void test_sched_observer(void **state)
 {
     (void)state;
@@ -198,6 +256,7 @@ static void test_sched_observer(void **state)
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render), cmocka_unit_test(test_sched_observer), cmocka_unit_test(test_sample)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_render), cmocka_unit_test(test_sched_observer), cmocka_unit_test(test_sample),
+        cmocka_unit_test(test_prometheus_round_trip)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
