@@ -22,6 +22,7 @@ static const struct cli_command cli_commands[] = {
     {"model", cmd_model_main, "make a model with random weights (model new)"},
     {"serve", cmd_serve_main, "run the OpenAI-compatible HTTP server"},
     {"route", cmd_route_main, "gateway in front of OpenAI-compatible servers: rollout, retries, resume"},
+    {"alerts", cmd_alerts_main, "evaluate alert rules once against a server's /metrics (alerts check)"},
     {"quantize", cmd_quantize_main, "convert a GGUF model's weights to another type"},
     {"tokenize", cmd_tokenize_main, "print the token ids of a text"},
     {"bench", cmd_bench_main, "benchmark a model (bench) or a server (bench serve, bench compare)"},

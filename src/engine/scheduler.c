@@ -106,6 +106,7 @@ struct scheduler {
     atomic_bool draining;
     atomic_int n_queued; /* submitted and not yet admitted (inbox + wait queue) */
     atomic_int cancel_all;
+    atomic_int max_running; /* admission limit on running sequences, 1..max_seqs (scheduler_set_max_running) */
 
     /* engine thread */
     struct sched_req **waiting;
@@ -565,6 +566,11 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
     for (int i = 0; i < r->n_choices; i++)
         active += !r->st->seqs[i].done;
     if (s->n_free_slots < active)
+        return false;
+    /* the admission limit (a latency controller's) holds back admissions, never an empty batch, so a
+     * request with more choices than the limit still runs */
+    int used = s->max_seqs - s->n_free_slots;
+    if (used > 0 && used + active > atomic_load(&s->max_running))
         return false;
     /* attach cached prefixes, then check the blocks the prompts still need (+1 per sequence for its
      * first decode) fit in what is free or reclaimable */
@@ -1142,6 +1148,7 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->n_vocab = engine_model(e)->hp.n_vocab;
     s->n_ctx = ep->n_ctx;
     s->max_seqs = p->max_batch_size;
+    atomic_init(&s->max_running, s->max_seqs);
     s->kv_total = kv_pool_params(engine_kv(e))->n_blocks;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -1279,4 +1286,14 @@ void scheduler_stats(const struct scheduler *s, struct sched_stats *out)
     out->kv_blocks_total = s->kv_total;
     out->prefix_cache_blocks = atomic_load(&m->st_cache_blocks);
     out->steps = atomic_load(&m->st_steps);
+    out->max_running = atomic_load(&m->max_running);
 }
+
+int scheduler_set_max_running(struct scheduler *s, int n)
+{
+    n = n < 1 ? 1 : n > s->max_seqs ? s->max_seqs : n;
+    atomic_store(&s->max_running, n);
+    return n;
+}
+
+int scheduler_max_running(const struct scheduler *s) { return atomic_load(&((struct scheduler *)s)->max_running); }

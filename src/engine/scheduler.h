@@ -178,6 +178,7 @@ struct sched_stats {
     int64_t kv_blocks_total;
     int64_t prefix_cache_blocks;
     uint64_t steps;
+    int max_running; /* the admission limit now (scheduler_set_max_running) */
 };
 
 struct scheduler;
@@ -207,5 +208,11 @@ void scheduler_drain(struct scheduler *s);
 void scheduler_cancel_all(struct scheduler *s, int reason);
 
 void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
+
+/* Limits the sequences running together to n (clamped to 1..max_batch_size; returns the value set), for a
+ * controller that trades batch size for latency. Takes effect at the next admission: running sequences are
+ * never preempted for it, and a request is always admitted into an empty batch. Any thread (an atomic). */
+int scheduler_set_max_running(struct scheduler *s, int n);
+int scheduler_max_running(const struct scheduler *s);
 
 #endif

@@ -22,6 +22,7 @@
 #include "server/config.h"
 #include "core/http.h"
 #include "server/metrics.h"
+#include "server/observe.h"
 #include "server/request_validate.h"
 
 #include <jansson.h>
@@ -47,6 +48,9 @@ enum api_route {
     ROUTE_DETOKENIZE,
     ROUTE_FILES,   /* /v1/files[/{id}[/content]] */
     ROUTE_BATCHES, /* /v1/batches[/{id}[/cancel]] */
+    ROUTE_ALERTS,    /* GET /v1/alerts (and /alerts) */
+    ROUTE_STATS,     /* GET /v1/stats: the dashboard's data */
+    ROUTE_DASHBOARD, /* GET /dashboard */
     ROUTE_COUNT_
 };
 
@@ -58,6 +62,7 @@ struct api_jobs;
 struct server {
     struct server_config *cfg;
     struct metrics *metrics;
+    struct observe *obs; /* alerts, the dashboard's measures, the batch controller, cost and energy */
     struct http_server *http;
     struct model *model;         /* NULL while loading */
     struct engine *engine;
@@ -217,5 +222,9 @@ size_t api_jobs_body_limit(struct server *srv, const struct http_request *req);
 /* The jobs' metrics in Prometheus text (wafer_batches, wafer_batch_lines_total, wafer_batch_queue_lines),
  * malloc'd; NULL when jobs are off. */
 char *api_jobs_metrics_text(struct server *srv);
+/* api_observe.c */
+void api_alerts(struct server *srv, struct http_conn *c);
+void api_stats(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_dashboard(struct server *srv, struct http_conn *c);
 
 #endif

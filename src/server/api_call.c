@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "server/api.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,9 @@ static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_DETOKENIZE] = "/detokenize",
     [ROUTE_FILES] = "/v1/files",
     [ROUTE_BATCHES] = "/v1/batches",
+    [ROUTE_ALERTS] = "/v1/alerts",
+    [ROUTE_STATS] = "/v1/stats",
+    [ROUTE_DASHBOARD] = "/dashboard",
 };
 
 const char *api_route_name(enum api_route r) { return r < ROUTE_COUNT_ ? route_names[r] : "other"; }
@@ -77,12 +81,18 @@ static double ms_since(int64_t t0) { return (double)(clock_now_ns() - t0) / 1e6;
 static void api_log_line(const struct server *srv, const char *id, enum api_route route, int status, int prompt,
                          int gen, double ttft_ms, double total_ms, const char *finish, const char *peer)
 {
-    bool quiet = !srv->cfg->log_requests || route == ROUTE_HEALTH || route == ROUTE_READY || route == ROUTE_METRICS;
+    bool quiet = !srv->cfg->log_requests || route == ROUTE_HEALTH || route == ROUTE_READY || route == ROUTE_METRICS ||
+                 route == ROUTE_ALERTS || route == ROUTE_STATS || route == ROUTE_DASHBOARD;
+    /* cost.per_hour set: the request's share of the machine (its tokens at the last minute's cost per token) */
+    char cost[48] = "";
+    double usd = gen > 0 ? observe_request_cost(srv->obs, gen) : NAN;
+    if (isfinite(usd))
+        snprintf(cost, sizeof cost, " cost_usd=%.8f", usd);
     log_write(quiet ? LOG_DEBUG : LOG_INFO,
               "request %s %s status=%d prompt_tokens=%d generated_tokens=%d ttft_ms=%.1f total_ms=%.1f finish=%s "
-              "peer=%s",
+              "peer=%s%s",
               id && *id ? id : "-", api_route_name(route), status, prompt, gen, ttft_ms, total_ms,
-              finish ? finish : "-", peer ? peer : "-");
+              finish ? finish : "-", peer ? peer : "-", cost);
 }
 
 json_t *api_json_text(const char *s, size_t len)

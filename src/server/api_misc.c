@@ -32,7 +32,9 @@ void api_ready(struct server *srv, struct http_conn *c)
 
 void api_metrics(struct server *srv, struct http_conn *c)
 {
-    struct metrics_gauges g = {0};
+    struct metrics_gauges g;
+    metrics_gauges_init(&g);
+    observe_fill_gauges(srv->obs, &g);
     if (srv->sched) {
         struct sched_stats st;
         scheduler_stats(srv->sched, &st);

@@ -8,6 +8,7 @@
  */
 #include "server/config.h"
 
+#include "core/alert.h"
 #include "core/err.h"
 #include "engine/engine.h"
 
@@ -19,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum cfg_kind { CK_STR, CK_PATH, CK_INT, CK_FLOAT, CK_SECONDS, CK_BYTES, CK_BOOL, CK_LIST, CK_KEYFILE };
+enum cfg_kind { CK_STR, CK_PATH, CK_INT, CK_FLOAT, CK_DOUBLE, CK_SECONDS, CK_BYTES, CK_BOOL, CK_LIST, CK_KEYFILE };
 
 struct cfg_item {
     const char *section; /* YAML section */
@@ -52,7 +53,7 @@ static const struct cfg_item cfg_items[] = {
     {"server", "ctx_size", "--ctx-size", CK_INT, OFF(ctx_size), 0, 0, 1 << 20,
      "context length per sequence (0: the model's)"},
     {"server", "max_batch_size", "--max-batch-size", CK_INT, OFF(max_batch_size), 0, 1, 1024,
-     "sequences decoded together (default 16)"},
+     "sequences decoded together (default 16; auto: as many as the slo targets allow)"},
     {"server", "kv_memory", "--kv-memory", CK_BYTES, OFF(kv_memory), 0, 0, 0,
      "KV cache budget, e.g. 512MiB (default: max-batch-size full contexts)"},
     {"server", "max_queue", "--max-queue", CK_INT, OFF(max_queue), 0, 0, 1000000,
@@ -96,10 +97,27 @@ static const struct cfg_item cfg_items[] = {
      "requests per batch input file (default 50000)"},
     {"jobs", "max_inflight", "--batch-inflight", CK_INT, OFF(jobs_max_inflight), 0, 0, 100000,
      "batch lines running at once (default: max-batch-size; 0: batch jobs off)"},
+    {"slo", "itl_p95_ms", "--slo-itl-p95-ms", CK_DOUBLE, OFF(slo_itl_p95_ms), 0, 0, 1e6,
+     "inter-token latency p95 target: the batch size adapts to it (0: off)"},
+    {"slo", "ttft_p95_ms", "--slo-ttft-p95-ms", CK_DOUBLE, OFF(slo_ttft_p95_ms), 0, 0, 1e7,
+     "time-to-first-token p95 target of the batch controller (0: off)"},
+    {"slo", "window_s", "--slo-window", CK_SECONDS, OFF(slo_window_s), 0, 0.5, 3600,
+     "window the batch controller measures over, and waits after a change (default 10)"},
+    {"slo", "min_batch_size", "--slo-min-batch-size", CK_INT, OFF(slo_min_batch), 0, 1, 1024,
+     "smallest batch the controller picks (default 1)"},
+    {"slo", "max_batch_size", "--slo-max-batch-size", CK_INT, OFF(slo_max_batch), 0, 1, 1024,
+     "largest batch the controller picks (default: max_batch_size, or 32 with auto)"},
+    {"cost", "per_hour", "--cost-per-hour", CK_DOUBLE, OFF(cost_per_hour), 0, 0, 1e6,
+     "price of the machine in dollars per hour: cost per token and per request (0: off)"},
+    {"energy", "rapl", "--energy-rapl", CK_BOOL, OFF(energy_rapl), 0, 0, 0,
+     "read the CPUs' RAPL energy counters when readable (default true)"},
+    {"energy", "watts", "--energy-watts", CK_DOUBLE, OFF(energy_watts), 0, 0, 1e6,
+     "power for an estimated energy figure when RAPL is unreadable (0: none)"},
 };
 #define CFG_N_ITEMS ((int)(sizeof cfg_items / sizeof cfg_items[0]))
 
-static const char *cfg_sections[] = {"model", "server", "generation", "auth", "cors", "jobs"};
+static const char *cfg_sections[] = {"model", "server", "generation", "auth", "cors", "jobs", "alerts", "slo", "cost",
+                                     "energy"};
 
 void server_config_init(struct server_config *c)
 {
@@ -125,6 +143,8 @@ void server_config_init(struct server_config *c)
     c->jobs_max_file_bytes = 200ll << 20;
     c->jobs_max_lines = 50000;
     c->jobs_max_inflight = -1;
+    c->slo_window_s = 10;
+    c->energy_rapl = true;
 }
 
 static void cfg_list_clear(char **list, int *n)
@@ -149,6 +169,10 @@ void server_config_deinit(struct server_config *c)
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
     cfg_list_clear(c->cors_origins, &c->n_cors_origins);
+    if (c->alerts) {
+        alert_config_deinit(c->alerts);
+        free(c->alerts);
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -271,6 +295,11 @@ static int cfg_apply(struct server_config *c, const struct cfg_item *it, const c
         return 0;
     }
     case CK_INT: {
+        if (it->off == OFF(max_batch_size)) {
+            c->batch_auto = !strcmp(v, "auto"); /* the SLO controller's choice (server_config_from_args) */
+            if (c->batch_auto)
+                return 0;
+        }
         errno = 0;
         char *end;
         long long x = strtoll(v, &end, 10);
@@ -280,13 +309,17 @@ static int cfg_apply(struct server_config *c, const struct cfg_item *it, const c
         *(int *)p = (int)x;
         return 0;
     }
-    case CK_FLOAT: {
+    case CK_FLOAT:
+    case CK_DOUBLE: {
         errno = 0;
         char *end;
         double x = strtod(v, &end);
         if (!*v || *end || errno || !isfinite(x) || x < it->lo || x > it->hi)
             return err_set(err, ERR_INVALID_ARG, "%s: '%s' is not a number in [%g, %g]", where, v, it->lo, it->hi);
-        *(float *)p = (float)x;
+        if (it->kind == CK_DOUBLE)
+            *(double *)p = x;
+        else
+            *(float *)p = (float)x;
         return 0;
     }
     case CK_SECONDS: {
@@ -431,7 +464,7 @@ static int cfg_yaml_doc(struct server_config *c, struct fy_document *doc, const 
         return 0; /* empty file: defaults */
     if (!fy_node_is_mapping(root))
         return err_set(err, ERR_INVALID_ARG, "%s:1: the top level must be a mapping with sections model, server, "
-                                             "generation, auth, cors", name);
+                                             "generation, auth, cors, alerts, slo, cost, energy", name);
     void *iter = NULL;
     struct fy_node_pair *pair;
     while ((pair = fy_node_mapping_iterate(root, &iter))) {
@@ -445,9 +478,20 @@ static int cfg_yaml_doc(struct server_config *c, struct fy_document *doc, const 
             known |= !strcmp(cfg_sections[i], key);
         if (!known)
             return err_set(err, ERR_INVALID_ARG,
-                           "%s:%d: unknown section '%s' (known: model, server, generation, auth, cors)", name, line,
+                           "%s:%d: unknown section '%s' (known: model, server, generation, auth, cors, alerts, slo, "
+                           "cost, energy)", name, line,
                            key);
-        int rc = cfg_yaml_section(c, name, key, fy_node_pair_value(pair), line, base, err);
+        int rc;
+        if (!strcmp(key, "alerts")) { /* its own grammar: core/alert_config.c */
+            if (!c->alerts) {
+                if (!(c->alerts = malloc(sizeof *c->alerts)))
+                    return err_set(err, ERR_NOMEM, "out of memory");
+                alert_config_init(c->alerts);
+            }
+            rc = alert_config_parse(c->alerts, fy_node_pair_value(pair), name, base, err);
+        } else {
+            rc = cfg_yaml_section(c, name, key, fy_node_pair_value(pair), line, base, err);
+        }
         if (rc)
             return rc;
     }
@@ -518,7 +562,7 @@ void server_config_usage(void *file)
         char left[64];
         const char *arg = it->kind == CK_BOOL ? " BOOL" : it->kind == CK_INT ? " N" : it->kind == CK_LIST ? " S"
                           : it->kind == CK_BYTES ? " SIZE" : it->kind == CK_SECONDS ? " SEC"
-                          : it->kind == CK_FLOAT ? " X" : " PATH";
+                          : it->kind == CK_FLOAT || it->kind == CK_DOUBLE ? " X" : " PATH";
         if (it->kind == CK_STR || it->kind == CK_LIST)
             arg = " NAME";
         snprintf(left, sizeof left, "%s%s", it->flag, arg);
@@ -580,6 +624,8 @@ int server_config_from_args(struct server_config *c, int argc, char **argv, char
             return rc;
         seen[idx] = true;
     }
+    if (c->batch_auto)
+        c->max_batch_size = c->slo_max_batch ? c->slo_max_batch : 32;
     return server_config_check(c, err);
 }
 
@@ -597,6 +643,12 @@ int server_config_check(const struct server_config *c, char *err)
     char msg[ERR_MSG_MAX];
     if (engine_backend_check(c->backend, msg))
         return err_set(err, ERR_INVALID_ARG, "server.backend: %s", msg);
+    if (c->batch_auto && !(c->slo_itl_p95_ms > 0) && !(c->slo_ttft_p95_ms > 0))
+        return err_set(err, ERR_INVALID_ARG,
+                       "server.max_batch_size: auto needs a latency target: set slo.itl_p95_ms (or slo.ttft_p95_ms)");
+    if (c->slo_min_batch && c->slo_max_batch && c->slo_min_batch > c->slo_max_batch)
+        return err_set(err, ERR_INVALID_ARG, "slo.min_batch_size (%d) is above slo.max_batch_size (%d)",
+                       c->slo_min_batch, c->slo_max_batch);
     if (c->max_body < 1024)
         return err_set(err, ERR_INVALID_ARG, "server.max_body must be at least 1KiB (got %lld bytes)",
                        (long long)c->max_body);

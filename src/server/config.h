@@ -10,6 +10,10 @@
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
  *   cors:       {origins: [..]}
+ *   alerts:     {interval_s, data_dir, rules: [..], receivers: [..]}   (core/alert.h; docs/observability.md)
+ *   slo:        {itl_p95_ms, ttft_p95_ms, window_s, min_batch_size, max_batch_size}
+ *   cost:       {per_hour}
+ *   energy:     {rapl, watts}
  */
 #ifndef WAFER_SERVER_CONFIG_H
 #define WAFER_SERVER_CONFIG_H
@@ -19,6 +23,8 @@
 #include <stdint.h>
 
 #define CONFIG_MAX_LIST 16
+
+struct alert_config;
 
 struct server_config {
     /* model */
@@ -71,6 +77,17 @@ struct server_config {
     int64_t jobs_max_file_bytes;  /* largest upload -> 413 (default 200 MB) */
     int jobs_max_lines;           /* requests per input file (default 50,000) */
     int jobs_max_inflight;        /* batch lines running at once; -1: max_batch_size; 0: no runner */
+    /* observability (docs/observability.md) */
+    struct alert_config *alerts; /* the alerts: section; NULL when absent */
+    bool batch_auto;             /* server.max_batch_size: auto (slots: slo_max_batch, limit by the controller) */
+    double slo_itl_p95_ms;        /* inter-token latency target of the batch controller; 0: none */
+    double slo_ttft_p95_ms;      /* time-to-first-token target; 0: none */
+    double slo_window_s;         /* the controller's window (default 10) */
+    int slo_min_batch;           /* the controller's range (default 1 .. 32 for auto, else max_batch_size) */
+    int slo_max_batch;
+    double cost_per_hour;        /* dollars per hour of the machine; 0: no cost metrics */
+    bool energy_rapl;            /* read RAPL energy counters (default true) */
+    double energy_watts;         /* when RAPL is unreadable: an estimate from this power, labelled so; 0: none */
 };
 
 /* Fills defaults (host 127.0.0.1, port 8080, max_batch_size 16, ...). Release with server_config_deinit. */

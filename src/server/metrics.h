@@ -36,6 +36,8 @@ enum metrics_counter {
     MC_COUNT_
 };
 
+struct metrics;
+
 /* Snapshot of the gauges owned elsewhere. */
 struct metrics_gauges {
     int64_t running;       /* requests in the running batch */
@@ -45,7 +47,34 @@ struct metrics_gauges {
     int64_t prefix_cache_blocks; /* blocks held by the prefix cache */
     int64_t connections;
     int ready; /* 1 ready, 0 loading or draining */
+    /* what observe.c adds (observe_fill_gauges); NaN or negative: the metric is absent */
+    double batch_limit;            /* wafer_batch_limit: running sequences the scheduler admits now */
+    double cost_per_hour;          /* wafer_cost_per_hour_dollars */
+    double cost_total;             /* wafer_cost_dollars_total: machine cost accrued since start */
+    double cost_per_mtok;          /* wafer_cost_per_million_tokens_dollars, over the last minute */
+    double energy_joules;          /* wafer_energy_joules_total (RAPL, measured) */
+    double tokens_per_joule;       /* wafer_tokens_per_joule, over the last minute (measured) */
+    double energy_est_joules;      /* wafer_energy_estimated_joules_total (configured watts, not measured) */
+    double tokens_per_joule_est;   /* wafer_tokens_per_joule_estimated */
+    int alerts_firing, alerts_pending; /* wafer_alerts{state} (-1: no alerting) */
+    long long notif_sent, notif_failed, notif_dropped; /* wafer_alert_notifications_total{result} */
+    int notif_pending;             /* wafer_alert_notifications_pending */
 };
+
+/* A metrics_gauges with the observe.c part absent (NaN, -1). */
+void metrics_gauges_init(struct metrics_gauges *g);
+
+/* Answers of the generation endpoints (completions, chat, generate, batch_generate, generate_stream) by kind. */
+struct metrics_answers {
+    uint64_t total;
+    uint64_t ok;            /* 2xx */
+    uint64_t client_errors; /* 4xx but 408, 429, 499: the request was wrong */
+    uint64_t rejected;      /* 429: queue full */
+    uint64_t timed_out;     /* 408: request_timeout passed */
+    uint64_t cancelled;     /* 499: the client went away */
+    uint64_t server_errors; /* 5xx */
+};
+void metrics_answers_get(struct metrics *m, struct metrics_answers *out);
 
 struct metrics;
 struct sched_observer;
@@ -63,6 +92,13 @@ void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds);
 /* Fills obs so that the scheduler's measures land in m's counters and histograms (its enums map onto
  * MC_* and MH_*; measures without a metric are dropped). m must outlive the scheduler given obs. */
 void metrics_sched_observer(struct metrics *m, struct sched_observer *obs);
+
+struct alert_sample;
+/* Fills the counters and histograms of an alert sample (core/alert.h) from m, as /metrics shows them:
+ * requests = answers of the generation endpoints, errors = those that failed on the server's side (5xx,
+ * 429 queue full, 408 deadline passed), tokens, preemptions, and the four latency histograms. The gauges,
+ * energy and cost are the caller's. The histograms' bounds point into m's static tables. */
+void metrics_sample(struct metrics *m, struct alert_sample *s);
 
 /* Renders everything into a malloc'd NUL-terminated string (caller frees); NULL on OOM. */
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *len);

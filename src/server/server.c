@@ -10,7 +10,9 @@
  *
  * Routing is a fixed table (method, path) -> handler; a known path with the wrong method is 405 with Allow,
  * an unknown path 404, both in the OpenAI error shape. Auth (Bearer keys, compared in constant time) covers
- * every route but /health, /ready and /metrics; CORS preflights are answered here.
+ * every route but the probes (/health, /ready, /metrics) and the read-only views of observe.c (/v1/alerts,
+ * /v1/stats, /dashboard); CORS preflights are answered here. The observability thread (observe.h) starts
+ * before the I/O thread and stops before the scheduler goes.
  */
 #include "server/server.h"
 
@@ -101,7 +103,18 @@ static const struct route_row routes[] = {
     {"/v1/generate_stream", "GET", ROUTE_GENERATE_STREAM},
     {"/tokenize", "POST", ROUTE_TOKENIZE},
     {"/detokenize", "POST", ROUTE_DETOKENIZE},
+    {"/v1/alerts", "GET", ROUTE_ALERTS},
+    {"/alerts", "GET", ROUTE_ALERTS},
+    {"/v1/stats", "GET", ROUTE_STATS},
+    {"/dashboard", "GET", ROUTE_DASHBOARD},
 };
+
+/* Routes open without an API key: probes, and the read-only operational views (no prompt or output in them). */
+static bool route_is_open(enum api_route r)
+{
+    return r == ROUTE_HEALTH || r == ROUTE_READY || r == ROUTE_METRICS || r == ROUTE_ALERTS || r == ROUTE_STATS ||
+           r == ROUTE_DASHBOARD;
+}
 
 static const struct route_row model_one_row = {"/v1/models/", "GET", ROUTE_MODEL_ONE};
 
@@ -176,7 +189,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         return;
     }
     enum api_route route = row->route;
-    if (route != ROUTE_HEALTH && route != ROUTE_READY && route != ROUTE_METRICS && !auth_ok(srv, req)) {
+    if (!route_is_open(route) && !auth_ok(srv, req)) {
         respond_unauthorized(srv, c, req, route);
         return;
     }
@@ -196,8 +209,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         }
     }
     int state = atomic_load(&srv->state);
-    bool needs_model = route != ROUTE_HEALTH && route != ROUTE_READY && route != ROUTE_METRICS &&
-                       route != ROUTE_MODELS && route != ROUTE_MODEL_ONE;
+    bool needs_model = !route_is_open(route) && route != ROUTE_MODELS && route != ROUTE_MODEL_ONE;
     if (needs_model && state != SERVER_READY) {
         api_respond_error(srv, c, route, 503, ERR_UNAVAILABLE, NULL, NULL, "Retry-After: 5\r\n",
                           state == SERVER_LOADING ? "the model is still loading; retry shortly"
@@ -217,6 +229,9 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     case ROUTE_GENERATE_STREAM: api_generate_stream(srv, c, req); break;
     case ROUTE_TOKENIZE: api_tokenize(srv, c, req); break;
     case ROUTE_DETOKENIZE: api_detokenize(srv, c, req); break;
+    case ROUTE_ALERTS: api_alerts(srv, c); break;
+    case ROUTE_STATS: api_stats(srv, c, req); break;
+    case ROUTE_DASHBOARD: api_dashboard(srv, c); break;
     default: break;
     }
 }
@@ -323,6 +338,7 @@ static int server_load(struct server *srv)
         log_error("cannot start the scheduler: %s", srv->sched ? "thread creation failed" : err);
         return 1;
     }
+    observe_set_scheduler(srv->obs, srv->sched);
     /* chat template: --chat-template beats the GGUF's */
     srv->chat = CHAT_NONE;
     if (cfg->chat_template) {
@@ -421,10 +437,21 @@ int server_run(struct server_config *cfg)
         metrics_destroy(srv->metrics);
         return 1;
     }
+    char self_url[320];
+    snprintf(self_url, sizeof self_url, "http://%s:%d", cfg->host, http_server_port(srv->http));
+    srv->obs = observe_create(cfg, srv->metrics, self_url, err);
+    if (!srv->obs || observe_start(srv->obs)) {
+        log_error("%s", srv->obs ? "cannot start the observability thread" : err);
+        observe_destroy(srv->obs);
+        http_server_destroy(srv->http);
+        metrics_destroy(srv->metrics);
+        return 1;
+    }
     struct io_thread_arg io = {.http = srv->http, .rc = 0};
     pthread_t io_tid;
     if (pthread_create(&io_tid, NULL, io_thread, &io)) {
         log_error("cannot start the I/O thread");
+        observe_destroy(srv->obs);
         http_server_destroy(srv->http);
         metrics_destroy(srv->metrics);
         return 1;
@@ -483,6 +510,8 @@ int server_run(struct server_config *cfg)
         }
     }
     rc = load_failed || io.rc ? 1 : 0;
+    observe_destroy(srv->obs); /* its thread reads the scheduler */
+    srv->obs = NULL;
     scheduler_destroy(srv->sched); /* before the calls go: requests still queued end with "unavailable" */
     srv->sched = NULL;
     while (srv->calls) {

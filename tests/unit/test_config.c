@@ -1,6 +1,7 @@
 /* Tests for the serve configuration: YAML layout, flag overrides, and errors that name file:line and key. */
 #include "testutil.h"
 
+#include "core/alert.h"
 #include "core/err.h"
 #include "server/config.h"
 
@@ -153,6 +154,69 @@ static void test_flags_override(void **state)
     server_config_deinit(&c);
 }
 
+/* The observability sections: alerts (its own grammar, errors with file:line), slo, cost, energy, and
+ * max_batch_size: auto, which needs a latency target. */
+static void test_observability(void **state)
+{
+    (void)state;
+    static const char y[] = "model:\n  path: m.gguf\n"
+                            "server:\n  max_batch_size: auto\n"
+                            "slo: {itl_p95_ms: 50, window_s: 5s, max_batch_size: 24}\n"
+                            "cost: {per_hour: 1.20}\n"
+                            "energy: {rapl: false, watts: 250}\n"
+                            "alerts:\n"
+                            "  interval_s: 2\n"
+                            "  data_dir: state\n"
+                            "  rules:\n"
+                            "    - {name: HighTTFT, measure: ttft_p95_ms, window_s: 60, op: '>', threshold: 1000}\n"
+                            "  receivers:\n"
+                            "    - {name: ops, kind: webhook, url: 'http://alerts.internal:9000/hook'}\n";
+    const char *path = test_tmp_path("obs.yaml");
+    FILE *f = fopen(path, "w");
+    fputs(y, f);
+    fclose(f);
+    struct server_config c;
+    server_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    char *argv[] = {"serve", "--config", (char *)path};
+    int rc = server_config_from_args(&c, 3, argv, err);
+    if (rc)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+    assert_true(c.batch_auto);
+    assert_int_equal(c.max_batch_size, 24); /* auto: the controller's largest batch are the slots */
+    assert_true(c.slo_itl_p95_ms == 50);
+    assert_true(c.slo_window_s == 5);
+    assert_true(c.cost_per_hour == 1.2);
+    assert_false(c.energy_rapl);
+    assert_true(c.energy_watts == 250);
+    assert_non_null(c.alerts);
+    assert_int_equal(c.alerts->n_rules, 1);
+    assert_true(c.alerts->interval_s == 2);
+    assert_non_null(strstr(c.alerts->data_dir, "/state")); /* relative to the file */
+    assert_int_equal(c.alerts->n_receivers, 1);
+    server_config_deinit(&c);
+
+    /* auto without a target */
+    server_config_init(&c);
+    char *argv2[] = {"serve", "--model", "m.gguf", "--max-batch-size", "auto"};
+    assert_int_equal(server_config_from_args(&c, 5, argv2, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "auto needs a latency target"));
+    server_config_deinit(&c);
+    /* a flag sets the target */
+    server_config_init(&c);
+    char *argv3[] = {"serve", "--model", "m.gguf", "--max-batch-size", "auto", "--slo-itl-p95-ms", "20"};
+    assert_int_equal(server_config_from_args(&c, 7, argv3, err), 0);
+    assert_int_equal(c.max_batch_size, 32);
+    server_config_deinit(&c);
+
+    expect_yaml_error("alerts:\n  rules:\n    - name: X\n      measure: ttft_p95\n      threshold: 1\n", ERR_INVALID_ARG,
+                      "bad.yaml:4: alerts.rules[0].measure: unknown measure 'ttft_p95'");
+    expect_yaml_error("slo:\n  itl_p95: 3\n", ERR_INVALID_ARG, "bad.yaml:2: unknown key 'itl_p95' in section 'slo'");
+    expect_yaml_error("cost:\n  per_hour: -1\n", ERR_INVALID_ARG, "bad.yaml:2: cost.per_hour: '-1' is not a number");
+    expect_yaml_error("server:\n  max_batch_size: lots\n", ERR_INVALID_ARG, "server.max_batch_size: 'lots'");
+}
+
 static void test_bytes(void **state)
 {
     (void)state;
@@ -177,6 +241,7 @@ int main(void)
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_flags_override),
         cmocka_unit_test(test_bytes),
+        cmocka_unit_test(test_observability),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -524,6 +524,57 @@ static void test_chunked_prefill_does_not_stall(void **state)
     fixture_down(&f);
 }
 
+/* The admission limit (scheduler_set_max_running): with 1, requests run one after another; raised, they
+ * run together again; a request with more choices than the limit still runs in an empty batch. */
+static void test_max_running_limit(void **state)
+{
+    (void)state;
+    struct fixture f;
+    fixture_up(&f, 4, 16, 0, 64);
+    assert_int_equal(scheduler_max_running(f.s), 4);
+    assert_int_equal(scheduler_set_max_running(f.s, 100), 4); /* clamped to the slots */
+    assert_int_equal(scheduler_set_max_running(f.s, 0), 1);
+    struct sched_req *r[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = make_req(f.m, prompts[i], 24, 1);
+        r[i]->ignore_eos = true;
+        assert_int_equal(scheduler_submit(f.s, r[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        wait_finished(r[i]);
+    for (int i = 1; i < 3; i++) /* each admitted only once the one before finished */
+        assert_true(req_status(r[i]).t_admitted >= req_status(r[i - 1]).t_finished);
+    struct sched_stats st;
+    scheduler_stats(f.s, &st);
+    assert_int_equal(st.max_running, 1);
+    /* two choices, limit 1: admitted into the empty batch anyway */
+    struct sched_req *two = make_req(f.m, prompts[0], 4, 2);
+    assert_int_equal(scheduler_submit(f.s, two), 0);
+    wait_finished(two);
+    assert_int_equal(req_status(two).error, 0);
+    /* limit 4 again: the three run together (each admitted before any finished) */
+    scheduler_set_max_running(f.s, 4);
+    struct sched_req *q[3];
+    for (int i = 0; i < 3; i++) {
+        q[i] = make_req(f.m, prompts[i], 24, 1);
+        q[i]->ignore_eos = true;
+        assert_int_equal(scheduler_submit(f.s, q[i]), 0);
+    }
+    for (int i = 0; i < 3; i++)
+        wait_finished(q[i]);
+    int64_t first_done = req_status(q[0]).t_finished;
+    for (int i = 0; i < 3; i++)
+        first_done = req_status(q[i]).t_finished < first_done ? req_status(q[i]).t_finished : first_done;
+    for (int i = 0; i < 3; i++)
+        assert_true(req_status(q[i]).t_admitted < first_done);
+    for (int i = 0; i < 3; i++) {
+        sched_req_unref(r[i]);
+        sched_req_unref(q[i]);
+    }
+    sched_req_unref(two);
+    fixture_down(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -531,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_cancel_deadline_queue),       cmocka_unit_test(test_preemption),
         cmocka_unit_test(test_priority_preempts_batch),
         cmocka_unit_test(test_prefix_reuse),                cmocka_unit_test(test_chunked_prefill_does_not_stall),
+        cmocka_unit_test(test_max_running_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

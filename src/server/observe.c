@@ -1,0 +1,557 @@
+/*
+ * observe: the sampling thread, alert evaluation, the batch controller's loop, and the JSON of /v1/alerts
+ * and /v1/stats (observe.h). The alert engine (core/alert.h) holds the windows; this file only feeds it and
+ * reads measures back, so the dashboard, the rules and the controller all see the same numbers.
+ */
+#include "server/observe.h"
+
+#include "core/alert.h"
+#include "core/alert_store.h"
+#include "core/clock.h"
+#include "core/energy.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/notify.h"
+#include "engine/scheduler.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "server/slo_control.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define OBSERVE_TICK_S 1.0
+#define OBSERVE_COST_WINDOW_S 60.0
+
+struct observe {
+    const struct server_config *cfg;
+    struct metrics *metrics;
+    struct alert_config no_alerts; /* used when the config has no alerts: section */
+    const struct alert_config *acfg;
+    struct alert_store *store;
+    struct alert_engine *engine;
+    struct notify *notify; /* NULL without receivers */
+    bool curl_inited;
+    struct energy_meter *energy; /* NULL: RAPL unreadable or off */
+    _Atomic(struct scheduler *) sched;
+    int64_t t_start_ns;
+    bool slo_on;
+    struct slo_control slo; /* the sampling thread's */
+
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu; /* stop, last */
+    pthread_cond_t cv;
+    bool stop;
+    struct alert_sample last; /* the newest sample */
+};
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+struct observe *observe_create(const struct server_config *cfg, struct metrics *m, const char *external_url, char *err)
+{
+    struct observe *o = calloc(1, sizeof *o);
+    if (!o) {
+        err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    o->cfg = cfg;
+    o->metrics = m;
+    alert_config_init(&o->no_alerts);
+    o->acfg = cfg->alerts ? cfg->alerts : &o->no_alerts;
+    o->t_start_ns = clock_now_ns();
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&o->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    alert_sample_init(&o->last, o->t_start_ns);
+
+    char *db = NULL;
+    const char *dir = o->acfg->data_dir;
+    if (dir) {
+        if (mkdir(dir, 0755) && errno != EEXIST) {
+            err_set(err, ERR_IO, "alerts.data_dir: cannot create '%s': %s", dir, strerror(errno));
+            goto fail;
+        }
+        if (asprintf(&db, "%s/alerts.sqlite", dir) < 0) {
+            db = NULL;
+            err_set(err, ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    } else if (o->acfg->n_receivers) {
+        log_warn("alerts: no alerts.data_dir: alert states and pending notifications live in memory and a restart "
+                 "loses them");
+    }
+    o->store = alert_store_open(db, err);
+    free(db);
+    if (!o->store)
+        goto fail;
+    o->engine = alert_engine_create(o->acfg, o->store, o->t_start_ns, wall_now());
+    if (!o->engine) {
+        err_set(err, ERR_NOMEM, "out of memory creating the alert engine");
+        goto fail;
+    }
+    if (o->acfg->n_receivers) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+            err_set(err, ERR_INTERNAL, "cannot initialize libcurl for alert notifications");
+            goto fail;
+        }
+        o->curl_inited = true;
+        if (!(o->notify = notify_create(o->acfg, o->store, external_url))) {
+            err_set(err, ERR_NOMEM, "out of memory creating the notifier");
+            goto fail;
+        }
+    }
+    if (cfg->energy_rapl) {
+        char why[128] = "";
+        o->energy = energy_meter_create(NULL, why);
+        if (o->energy)
+            log_info("energy: measuring %d CPU package(s) through RAPL", energy_meter_zones(o->energy));
+        else
+            log_info("energy: RAPL is not readable (%s): wafer_energy_joules_total and tokens per joule are absent%s",
+                     why, cfg->energy_watts > 0 ? "; an ESTIMATE from energy.watts is exported instead" : "");
+    }
+    o->slo_on = cfg->slo_itl_p95_ms > 0 || cfg->slo_ttft_p95_ms > 0;
+    if (o->slo_on) {
+        struct slo_params sp = {.itl_p95_ms = cfg->slo_itl_p95_ms, .ttft_p95_ms = cfg->slo_ttft_p95_ms,
+                                .window_s = cfg->slo_window_s, .min_batch = cfg->slo_min_batch ? cfg->slo_min_batch : 1,
+                                .max_batch = cfg->slo_max_batch && cfg->slo_max_batch < cfg->max_batch_size
+                                                 ? cfg->slo_max_batch
+                                                 : cfg->max_batch_size};
+        slo_control_init(&o->slo, &sp, sp.max_batch, 0);
+    }
+    return o;
+fail:
+    observe_destroy(o);
+    return NULL;
+}
+
+void observe_destroy(struct observe *o)
+{
+    if (!o)
+        return;
+    if (o->started) {
+        pthread_mutex_lock(&o->mu);
+        o->stop = true;
+        pthread_cond_signal(&o->cv);
+        pthread_mutex_unlock(&o->mu);
+        pthread_join(o->thread, NULL);
+    }
+    notify_destroy(o->notify);
+    if (o->curl_inited)
+        curl_global_cleanup();
+    alert_engine_destroy(o->engine);
+    alert_store_close(o->store);
+    energy_meter_destroy(o->energy);
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+    free(o);
+}
+
+void observe_set_scheduler(struct observe *o, struct scheduler *s) { atomic_store(&o->sched, s); }
+
+/* ---------------------------------------------------------------- the sampling thread */
+
+static void take_sample(struct observe *o, struct alert_sample *s)
+{
+    alert_sample_init(s, clock_now_ns());
+    metrics_sample(o->metrics, s);
+    struct scheduler *sched = atomic_load(&o->sched);
+    if (sched) {
+        struct sched_stats st;
+        scheduler_stats(sched, &st);
+        s->gauge[ALERT_G_RUNNING] = st.running;
+        s->gauge[ALERT_G_WAITING] = st.waiting;
+        s->gauge[ALERT_G_KV_USAGE] = st.kv_blocks_total ? (double)st.kv_blocks_used / (double)st.kv_blocks_total : 0;
+        s->gauge[ALERT_G_PREFIX_USAGE] =
+            st.kv_blocks_total ? (double)st.prefix_cache_blocks / (double)st.kv_blocks_total : 0;
+        s->gauge[ALERT_G_BATCH_LIMIT] = st.max_running;
+    }
+    if (o->energy)
+        s->counter[ALERT_C_ENERGY_J] = energy_meter_read(o->energy);
+    if (o->cfg->cost_per_hour > 0)
+        s->counter[ALERT_C_COST] = o->cfg->cost_per_hour / 3600.0 * (double)(s->t_ns - o->t_start_ns) / 1e9;
+}
+
+static double measure(struct observe *o, const char *name, const struct alert_sample *now, double window_s)
+{
+    struct alert_measure m;
+    if (alert_measure_parse(name, &m))
+        return NAN;
+    return alert_engine_measure(o->engine, &m, NULL, now, window_s);
+}
+
+static void slo_tick(struct observe *o, const struct alert_sample *s)
+{
+    struct scheduler *sched = atomic_load(&o->sched);
+    if (!o->slo_on || !sched)
+        return;
+    double w = o->slo.p.window_s;
+    struct slo_input in = {.itl_p95_ms = measure(o, "itl_p95_ms", s, w),
+                           .ttft_p95_ms = measure(o, "ttft_p95_ms", s, w),
+                           .output_tps = measure(o, "output_tokens_per_second", s, w),
+                           .running = (int)s->gauge[ALERT_G_RUNNING],
+                           .waiting = (int)s->gauge[ALERT_G_WAITING]};
+    int before = o->slo.limit;
+    int now_limit = slo_control_step(&o->slo, &in, (double)(s->t_ns - o->t_start_ns) / 1e9);
+    if (now_limit != scheduler_max_running(sched)) {
+        scheduler_set_max_running(sched, now_limit);
+        if (now_limit != before)
+            log_info("slo: batch limit %d -> %d (%s; ITL p95 %.2f ms, TTFT p95 %.1f ms, %.0f tokens/s, %d running, "
+                     "%d waiting)",
+                     before, now_limit, o->slo.reason, in.itl_p95_ms, in.ttft_p95_ms, in.output_tps, in.running,
+                     in.waiting);
+    }
+}
+
+static void *observe_thread(void *arg)
+{
+    struct observe *o = arg;
+    double next_eval = 0;
+    for (;;) {
+        struct alert_sample s;
+        take_sample(o, &s);
+        alert_engine_record(o->engine, &s);
+        pthread_mutex_lock(&o->mu);
+        o->last = s;
+        pthread_mutex_unlock(&o->mu);
+        double t = (double)(s.t_ns - o->t_start_ns) / 1e9;
+        if (t >= next_eval && o->acfg->n_rules) {
+            next_eval = t + o->acfg->interval_s;
+            double now = wall_now();
+            alert_engine_eval(o->engine, &s, now);
+            if (o->notify) {
+                int n;
+                struct alert_view *v = alert_engine_views(o->engine, false, &n);
+                notify_plan(o->notify, v, n, now);
+                alert_views_free(v, n);
+            }
+        }
+        slo_tick(o, &s);
+        /* sleep a tick, or until the next evaluation when that comes sooner */
+        double dt = OBSERVE_TICK_S;
+        if (o->acfg->n_rules && next_eval - t < dt)
+            dt = next_eval - t > 0.01 ? next_eval - t : 0.01;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        int64_t ns = ts.tv_nsec + (int64_t)(dt * 1e9);
+        ts.tv_sec += (time_t)(ns / 1000000000LL);
+        ts.tv_nsec = (long)(ns % 1000000000LL);
+        pthread_mutex_lock(&o->mu);
+        if (!o->stop)
+            pthread_cond_timedwait(&o->cv, &o->mu, &ts);
+        bool stop = o->stop;
+        pthread_mutex_unlock(&o->mu);
+        if (stop)
+            break;
+    }
+    return NULL;
+}
+
+int observe_start(struct observe *o)
+{
+    if (o->notify && notify_start(o->notify))
+        return ERR_INTERNAL;
+    if (pthread_create(&o->thread, NULL, observe_thread, o))
+        return ERR_INTERNAL;
+    o->started = true;
+    if (o->acfg->n_rules)
+        log_info("alerts: %d rule(s) every %.3g s, %d receiver(s)%s%s", o->acfg->n_rules, o->acfg->interval_s,
+                 o->acfg->n_receivers, o->acfg->data_dir ? ", state in " : "",
+                 o->acfg->data_dir ? o->acfg->data_dir : "");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- readers (I/O thread) */
+
+/* The newest sample with the metrics' counters and histograms (and the cost) brought up to now, so a window
+ * that ends now sees the request that just finished; the gauges and the energy stay as last sampled (the
+ * meter has one reader: the sampling thread). */
+static void fresh_sample(struct observe *o, struct alert_sample *s)
+{
+    pthread_mutex_lock(&o->mu);
+    *s = o->last;
+    pthread_mutex_unlock(&o->mu);
+    int64_t now = clock_now_ns();
+    if (now > s->t_ns) {
+        s->t_ns = now;
+        metrics_sample(o->metrics, s);
+        if (o->cfg->cost_per_hour > 0)
+            s->counter[ALERT_C_COST] = o->cfg->cost_per_hour / 3600.0 * (double)(now - o->t_start_ns) / 1e9;
+    }
+}
+
+double observe_request_cost(struct observe *o, int n_generated)
+{
+    if (!o || !(o->cfg->cost_per_hour > 0))
+        return NAN;
+    struct alert_sample s;
+    fresh_sample(o, &s);
+    return measure(o, "cost_per_million_tokens", &s, OBSERVE_COST_WINDOW_S) * n_generated / 1e6;
+}
+
+static double estimated_joules(struct observe *o, int64_t t_ns)
+{
+    if (o->energy || !(o->cfg->energy_watts > 0))
+        return NAN;
+    return o->cfg->energy_watts * (double)(t_ns - o->t_start_ns) / 1e9;
+}
+
+void observe_fill_gauges(struct observe *o, struct metrics_gauges *g)
+{
+    if (!o)
+        return;
+    struct alert_sample s;
+    fresh_sample(o, &s);
+    struct scheduler *sched = atomic_load(&o->sched);
+    g->batch_limit = sched ? scheduler_max_running(sched) : NAN;
+    if (o->cfg->cost_per_hour > 0) {
+        g->cost_per_hour = o->cfg->cost_per_hour;
+        g->cost_total = s.counter[ALERT_C_COST];
+        g->cost_per_mtok = measure(o, "cost_per_million_tokens", &s, OBSERVE_COST_WINDOW_S);
+    }
+    if (o->energy) {
+        g->energy_joules = s.counter[ALERT_C_ENERGY_J];
+        g->tokens_per_joule = measure(o, "tokens_per_joule", &s, OBSERVE_COST_WINDOW_S);
+    } else if (o->cfg->energy_watts > 0) {
+        g->energy_est_joules = estimated_joules(o, s.t_ns);
+        g->tokens_per_joule_est = measure(o, "output_tokens_per_second", &s, OBSERVE_COST_WINDOW_S) / o->cfg->energy_watts;
+    }
+    if (o->acfg->n_rules) {
+        int n;
+        struct alert_view *v = alert_engine_views(o->engine, false, &n);
+        g->alerts_firing = g->alerts_pending = 0;
+        for (int i = 0; i < n; i++) {
+            g->alerts_firing += v[i].state == ALERT_FIRING;
+            g->alerts_pending += v[i].state == ALERT_PENDING;
+        }
+        alert_views_free(v, n);
+    }
+    if (o->notify) {
+        struct notify_stats ns;
+        notify_stats_get(o->notify, &ns);
+        g->notif_sent = ns.sent;
+        g->notif_failed = ns.failed_posts;
+        g->notif_dropped = ns.dropped;
+        g->notif_pending = ns.pending;
+    }
+}
+
+static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *time_or_null(double t)
+{
+    if (!(t > 0))
+        return json_null();
+    char buf[32];
+    alert_time_format(t, buf);
+    return json_string(buf);
+}
+
+static const char *op_name(enum alert_op op)
+{
+    static const char *const names[] = {">", ">=", "<", "<=", "==", "!="};
+    return names[op];
+}
+
+static char *dump(json_t *o, size_t *len)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (s && len)
+        *len = strlen(s);
+    return s;
+}
+
+char *observe_alerts_json(struct observe *o, size_t *len)
+{
+    int n;
+    struct alert_view *v = alert_engine_views(o->engine, true, &n);
+    json_t *alerts = json_array(), *rules = json_array();
+    for (int i = 0; i < n; i++) {
+        const struct alert_view *a = &v[i];
+        const struct alert_rule *r = a->rule;
+        char val[48], fp[17];
+        snprintf(val, sizeof val, "%g", a->value);
+        alert_fingerprint_format(a->fingerprint, fp);
+        if (a->state == ALERT_PENDING || a->state == ALERT_FIRING) {
+            /* Prometheus's /api/v1/alerts shape */
+            json_t *x = json_object();
+            json_object_set(x, "labels", a->labels);
+            json_object_set(x, "annotations", a->annotations);
+            json_object_set_new(x, "state", json_string(alert_state_name(a->state)));
+            json_object_set_new(x, "activeAt", time_or_null(a->active_at));
+            json_object_set_new(x, "value", json_string(val));
+            json_array_append_new(alerts, x);
+        }
+        json_t *y = json_object();
+        json_object_set_new(y, "name", json_string(r->name));
+        json_object_set_new(y, "measure", json_string(r->measure_name));
+        json_object_set_new(y, "op", json_string(op_name(r->op)));
+        json_object_set_new(y, "threshold", json_real(r->threshold));
+        json_object_set_new(y, "window_s", json_real(r->window_s > 0 ? r->window_s : o->acfg->interval_s));
+        json_object_set_new(y, "for_s", json_real(r->for_s));
+        json_object_set_new(y, "severity", r->severity ? json_string(r->severity) : json_null());
+        json_object_set_new(y, "state", json_string(alert_state_name(a->state)));
+        json_object_set_new(y, "value", num_or_null(a->value));
+        json_object_set_new(y, "activeAt", time_or_null(a->active_at));
+        json_object_set_new(y, "firedAt", time_or_null(a->fired_at));
+        json_object_set_new(y, "resolvedAt", time_or_null(a->resolved_at));
+        json_object_set_new(y, "fingerprint", json_string(fp));
+        json_object_set(y, "labels", a->labels);
+        json_object_set(y, "annotations", a->annotations);
+        json_array_append_new(rules, y);
+    }
+    alert_views_free(v, n);
+    json_t *data = json_object();
+    json_object_set_new(data, "alerts", alerts);
+    json_t *root = json_object();
+    json_object_set_new(root, "status", json_string("success"));
+    json_object_set_new(root, "data", data);
+    json_object_set_new(root, "rules", rules);
+    json_object_set_new(root, "interval_s", json_real(o->acfg->interval_s));
+    if (o->notify) {
+        struct notify_stats ns;
+        notify_stats_get(o->notify, &ns);
+        json_t *nj = json_object();
+        json_object_set_new(nj, "sent", json_integer(ns.sent));
+        json_object_set_new(nj, "failed_posts", json_integer(ns.failed_posts));
+        json_object_set_new(nj, "dropped", json_integer(ns.dropped));
+        json_object_set_new(nj, "pending", json_integer(ns.pending));
+        json_t *recv = json_array();
+        for (int i = 0; i < o->acfg->n_receivers; i++)
+            json_array_append_new(recv, json_string(o->acfg->receivers[i].name));
+        json_object_set_new(nj, "receivers", recv);
+        json_object_set_new(root, "notifications", nj);
+    }
+    return dump(root, len);
+}
+
+/* The charted measures at one-second steps over the last n seconds, oldest first. */
+static json_t *stats_history(struct observe *o, double window_s, int n, const struct alert_sample *now)
+{
+    static const char *const charted[] = {
+        "output_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
+        "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "running", "waiting",
+        "batch_limit", "kv_usage", "prefix_cache_usage", "error_rate",
+    };
+    json_t *h = json_object(), *t = json_array();
+    json_object_set_new(h, "t", t);
+    for (int k = n - 1; k >= 1; k--)
+        json_array_append_new(t, json_integer(-k));
+    for (size_t i = 0; i < sizeof charted / sizeof charted[0]; i++) {
+        struct alert_measure m;
+        alert_measure_parse(charted[i], &m);
+        json_t *a = json_array();
+        for (int k = n - 1; k >= 1; k--)
+            json_array_append_new(a, num_or_null(alert_engine_measure_at(o->engine, &m, now->t_ns - (int64_t)k * 1000000000LL,
+                                                                        window_s)));
+        json_object_set_new(h, charted[i], a);
+    }
+    return h;
+}
+
+char *observe_stats_json(struct observe *o, double window_s, int history, size_t *len)
+{
+    static const char *const windowed[] = {
+        "output_tokens_per_second", "prompt_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms",
+        "ttft_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
+        "queue_p50_ms", "queue_p95_ms", "queue_p99_ms", "error_rate", "preemptions_per_second", "running",
+        "waiting", "kv_usage", "prefix_cache_usage", "batch_limit", "watts", "tokens_per_joule",
+    };
+    struct alert_sample s, last;
+    pthread_mutex_lock(&o->mu);
+    last = o->last;
+    pthread_mutex_unlock(&o->mu);
+    fresh_sample(o, &s);
+    json_t *m = json_object();
+    for (size_t i = 0; i < sizeof windowed / sizeof windowed[0]; i++) {
+        /* energy is read by the sampling thread only: measure it up to the last sample, not to now */
+        bool energy = !strcmp(windowed[i], "watts") || !strcmp(windowed[i], "tokens_per_joule");
+        json_object_set_new(m, windowed[i], num_or_null(measure(o, windowed[i], energy ? &last : &s, window_s)));
+    }
+    /* cost over at least a minute (a 10 s window after idle says little about a price per token) */
+    double cw = window_s > OBSERVE_COST_WINDOW_S ? window_s : OBSERVE_COST_WINDOW_S;
+    json_object_set_new(m, "cost_per_million_tokens", num_or_null(measure(o, "cost_per_million_tokens", &s, cw)));
+    if (!o->energy && o->cfg->energy_watts > 0)
+        json_object_set_new(m, "tokens_per_joule_estimated",
+                            num_or_null(measure(o, "output_tokens_per_second", &s, cw) / o->cfg->energy_watts));
+
+    struct metrics_answers a;
+    metrics_answers_get(o->metrics, &a);
+    json_t *ans = json_object();
+    json_object_set_new(ans, "total", json_integer((json_int_t)a.total));
+    json_object_set_new(ans, "ok", json_integer((json_int_t)a.ok));
+    json_object_set_new(ans, "client_error", json_integer((json_int_t)a.client_errors));
+    json_object_set_new(ans, "rejected", json_integer((json_int_t)a.rejected));
+    json_object_set_new(ans, "timed_out", json_integer((json_int_t)a.timed_out));
+    json_object_set_new(ans, "cancelled", json_integer((json_int_t)a.cancelled));
+    json_object_set_new(ans, "server_error", json_integer((json_int_t)a.server_errors));
+
+    json_t *tot = json_object();
+    json_object_set_new(tot, "output_tokens", json_integer((json_int_t)s.counter[ALERT_C_OUTPUT_TOKENS]));
+    json_object_set_new(tot, "prompt_tokens", json_integer((json_int_t)s.counter[ALERT_C_PROMPT_TOKENS]));
+    json_object_set_new(tot, "preemptions", json_integer((json_int_t)s.counter[ALERT_C_PREEMPTIONS]));
+    json_object_set_new(tot, "cost_dollars", num_or_null(s.counter[ALERT_C_COST]));
+    json_object_set_new(tot, "energy_joules", num_or_null(s.counter[ALERT_C_ENERGY_J]));
+    json_object_set_new(tot, "energy_joules_estimated", num_or_null(estimated_joules(o, s.t_ns)));
+
+    int n;
+    struct alert_view *v = alert_engine_views(o->engine, false, &n);
+    json_t *alerts = json_array();
+    for (int i = 0; i < n; i++) {
+        if (v[i].state != ALERT_FIRING && v[i].state != ALERT_PENDING)
+            continue;
+        json_t *x = json_object();
+        json_object_set_new(x, "name", json_string(v[i].rule->name));
+        json_object_set_new(x, "state", json_string(alert_state_name(v[i].state)));
+        json_object_set_new(x, "severity", v[i].rule->severity ? json_string(v[i].rule->severity) : json_null());
+        json_object_set_new(x, "measure", json_string(v[i].rule->measure_name));
+        json_object_set_new(x, "op", json_string(op_name(v[i].rule->op)));
+        json_object_set_new(x, "threshold", json_real(v[i].rule->threshold));
+        json_object_set_new(x, "value", num_or_null(v[i].value));
+        json_object_set_new(x, "activeAt", time_or_null(v[i].active_at));
+        json_t *sum = json_object_get(v[i].annotations, "summary");
+        json_object_set_new(x, "summary", sum ? json_incref(sum) : json_null());
+        json_array_append_new(alerts, x);
+    }
+    alert_views_free(v, n);
+
+    json_t *root = json_object();
+    json_object_set_new(root, "time", json_real(wall_now()));
+    json_object_set_new(root, "uptime_s", json_real((double)(s.t_ns - o->t_start_ns) / 1e9));
+    json_object_set_new(root, "window_s", json_real(window_s));
+    json_object_set_new(root, "model", json_string(o->cfg->model_name ? o->cfg->model_name : ""));
+    json_object_set_new(root, "max_batch_size", json_integer(o->cfg->max_batch_size));
+    json_object_set_new(root, "measures", m);
+    json_object_set_new(root, "answers", ans);
+    json_object_set_new(root, "totals", tot);
+    json_object_set_new(root, "alerts", alerts);
+    json_object_set_new(root, "rules", json_integer(o->acfg->n_rules));
+    json_object_set_new(root, "energy_source",
+                        json_string(o->energy ? "rapl" : o->cfg->energy_watts > 0 ? "estimated" : "none"));
+    json_t *slo = json_object();
+    json_object_set_new(slo, "itl_p95_ms", o->cfg->slo_itl_p95_ms > 0 ? json_real(o->cfg->slo_itl_p95_ms) : json_null());
+    json_object_set_new(slo, "ttft_p95_ms",
+                        o->cfg->slo_ttft_p95_ms > 0 ? json_real(o->cfg->slo_ttft_p95_ms) : json_null());
+    json_object_set_new(slo, "auto", json_boolean(o->cfg->batch_auto));
+    json_object_set_new(root, "slo", slo);
+    if (history > 1)
+        json_object_set_new(root, "history", stats_history(o, window_s, history, &s));
+    return dump(root, len);
+}

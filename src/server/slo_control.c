@@ -1,0 +1,84 @@
+/*
+ * slo_control: additive-increase, multiplicative-decrease on the batch limit against a latency target,
+ * with a hold after each change, a hysteresis band, and a throughput check on increases (slo_control.h).
+ */
+#include "server/slo_control.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void slo_control_init(struct slo_control *c, const struct slo_params *p, int initial, double now)
+{
+    memset(c, 0, sizeof *c);
+    c->p = *p;
+    if (!(c->p.window_s > 0))
+        c->p.window_s = 10;
+    if (!(c->p.hysteresis > 0 && c->p.hysteresis < 1))
+        c->p.hysteresis = 0.2;
+    if (c->p.min_batch < 1)
+        c->p.min_batch = 1;
+    if (c->p.max_batch < c->p.min_batch)
+        c->p.max_batch = c->p.min_batch;
+    c->limit = initial < c->p.min_batch ? c->p.min_batch : initial > c->p.max_batch ? c->p.max_batch : initial;
+    c->last_change = now;
+    c->ceiling = c->p.max_batch;
+}
+
+static int clamp(const struct slo_control *c, int v)
+{
+    return v < c->p.min_batch ? c->p.min_batch : v > c->p.max_batch ? c->p.max_batch : v;
+}
+
+static void set_limit(struct slo_control *c, int v, double now, bool increase, double tps, const char *why)
+{
+    c->limit = v;
+    c->last_change = now;
+    c->last_was_increase = increase;
+    c->tps_before_increase = tps;
+    snprintf(c->reason, sizeof c->reason, "%s", why);
+}
+
+int slo_control_step(struct slo_control *c, const struct slo_input *in, double now)
+{
+    c->reason[0] = 0;
+    if (now - c->last_change < c->p.window_s)
+        return c->limit; /* the window still holds measures of the previous limit */
+    if (now >= c->ceiling_until)
+        c->ceiling = c->p.max_batch;
+    bool have_itl = c->p.itl_p95_ms > 0 && !isnan(in->itl_p95_ms);
+    bool itl_over = have_itl && in->itl_p95_ms > c->p.itl_p95_ms;
+    bool itl_room = c->p.itl_p95_ms <= 0 || (have_itl && in->itl_p95_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis));
+    bool ttft_over = c->p.ttft_p95_ms > 0 && !isnan(in->ttft_p95_ms) && in->ttft_p95_ms > c->p.ttft_p95_ms;
+    bool demand = in->waiting > 0 && in->running >= c->limit;
+
+    /* an increase that bought no throughput is undone, and capped for a while */
+    if (c->last_was_increase && !isnan(in->output_tps) && !isnan(c->tps_before_increase) && !itl_over &&
+        in->output_tps < c->tps_before_increase * 1.03 && demand) {
+        int back = clamp(c, c->limit - (c->limit / 8 > 1 ? c->limit / 8 : 1));
+        c->ceiling = back;
+        c->ceiling_until = now + 6 * c->p.window_s;
+        set_limit(c, back, now, false, NAN, "a larger batch did not raise throughput");
+        return c->limit;
+    }
+    c->last_was_increase = false;
+    if (itl_over) {
+        int base = in->running > 0 && in->running < c->limit ? in->running : c->limit;
+        int v = clamp(c, (int)floor(base * 0.75));
+        if (v >= c->limit)
+            v = clamp(c, c->limit - 1);
+        if (v != c->limit)
+            set_limit(c, v, now, false, NAN, "ITL p95 above the target");
+        return c->limit;
+    }
+    if (demand && itl_room && (have_itl || ttft_over) && c->limit < c->ceiling) {
+        int step = c->limit / 8 > 1 ? c->limit / 8 : 1;
+        int v = clamp(c, c->limit + step);
+        if (v > c->ceiling)
+            v = c->ceiling;
+        if (v != c->limit)
+            set_limit(c, v, now, true, in->output_tps,
+                      ttft_over ? "TTFT p95 above the target with requests waiting" : "ITL p95 has room, requests wait");
+    }
+    return c->limit;
+}

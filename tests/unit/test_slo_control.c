@@ -1,0 +1,124 @@
+/* Tests for the SLO batch controller, step by step on a simulated server whose ITL p95 grows with the batch
+ * (0.5 ms + 0.25 ms per running sequence) and whose throughput grows with it up to a cap: the limit settles at the largest
+ * batch that meets the target, holds inside the hysteresis band, backs off when the target is missed, waits
+ * a window after each change, and gives back an increase that bought no throughput. */
+#include "testutil.h"
+
+#include "server/slo_control.h"
+
+#include <math.h>
+#include <string.h>
+#include <stdio.h>
+
+/* The simulated server under a load that always has requests waiting. */
+static struct slo_input sim(int limit, double tps_cap)
+{
+    struct slo_input in = {.itl_p95_ms = 0.5 + 0.25 * limit, .ttft_p95_ms = NAN, .running = limit, .waiting = 10};
+    double tps = 300.0 * limit; /* grows with the batch until the machine's cap */
+    in.output_tps = tps < tps_cap ? tps : tps_cap;
+    return in;
+}
+
+static void test_converges(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.itl_p95_ms = 4.0, .window_s = 10, .min_batch = 1, .max_batch = 64};
+    slo_control_init(&c, &p, 32, 0);
+    assert_int_equal(c.limit, 32);
+    double t = 0;
+    /* 32 sequences: ITL 8.5 ms > 4: decreases to 24, then 18, ... */
+    t += 10;
+    struct slo_input in = sim(c.limit, 1e9);
+    assert_int_equal(slo_control_step(&c, &in, t), 24);
+    /* within the hold window nothing changes, even if the measure is still over */
+    in = sim(c.limit, 1e9);
+    assert_int_equal(slo_control_step(&c, &in, t + 5), 24);
+    for (int i = 0; i < 40; i++) {
+        t += 10;
+        in = sim(c.limit, 1e9);
+        slo_control_step(&c, &in, t);
+    }
+    /* the largest batch meeting 4 ms is 14 (0.5 + 3.5); the band (20% under: < 3.2 ms) stops growth at
+     * 10 (3.0 ms) or above, so it settles between */
+    assert_true(c.limit <= 14);
+    assert_true(c.limit >= 10);
+    int settled = c.limit;
+    for (int i = 0; i < 20; i++) {
+        t += 10;
+        in = sim(c.limit, 1e9);
+        slo_control_step(&c, &in, t);
+    }
+    assert_int_equal(c.limit, settled); /* stable: no oscillation */
+    in = sim(c.limit, 1e9);
+    assert_true(in.itl_p95_ms <= 4.0);
+}
+
+static void test_grows_when_room(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.itl_p95_ms = 50, .window_s = 5, .min_batch = 1, .max_batch = 16};
+    slo_control_init(&c, &p, 2, 0);
+    double t = 0;
+    for (int i = 0; i < 30; i++) {
+        t += 5;
+        struct slo_input in = sim(c.limit, 1e9);
+        slo_control_step(&c, &in, t);
+    }
+    assert_int_equal(c.limit, 16); /* far under target: up to the cap */
+    /* no demand (nobody waits): no growth from a low limit */
+    slo_control_init(&c, &p, 2, 0);
+    struct slo_input idle = sim(2, 1e9);
+    idle.waiting = 0;
+    assert_int_equal(slo_control_step(&c, &idle, 100), 2);
+    /* no ITL samples: keep */
+    struct slo_input none = sim(2, 1e9);
+    none.itl_p95_ms = NAN;
+    assert_int_equal(slo_control_step(&c, &none, 200), 2);
+}
+
+static void test_throughput_plateau(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.itl_p95_ms = 100, .window_s = 10, .min_batch = 1, .max_batch = 64};
+    slo_control_init(&c, &p, 8, 0);
+    /* throughput saturates at what 8 sequences give: growing to 9 buys nothing and is undone */
+    double cap = sim(8, 1e9).output_tps;
+    struct slo_input in = sim(8, cap);
+    assert_int_equal(slo_control_step(&c, &in, 10), 9);
+    in = sim(9, cap);
+    assert_int_equal(slo_control_step(&c, &in, 20), 8);
+    assert_non_null(strstr(c.reason, "throughput"));
+    /* and stays capped there for a while */
+    for (double t = 30; t < 70; t += 10) {
+        in = sim(c.limit, cap);
+        assert_int_equal(slo_control_step(&c, &in, t), 8);
+    }
+}
+
+static void test_ttft_target(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.ttft_p95_ms = 200, .window_s = 1, .min_batch = 1, .max_batch = 8};
+    slo_control_init(&c, &p, 2, 0);
+    struct slo_input in = {.itl_p95_ms = NAN, .ttft_p95_ms = 900, .output_tps = 100, .running = 2, .waiting = 5};
+    assert_int_equal(slo_control_step(&c, &in, 1), 3); /* queueing: more room */
+    in.ttft_p95_ms = 100;
+    in.running = 3;
+    in.output_tps = 200;
+    assert_int_equal(slo_control_step(&c, &in, 2), 3); /* met: keep */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_converges),
+        cmocka_unit_test(test_grows_when_room),
+        cmocka_unit_test(test_throughput_plateau),
+        cmocka_unit_test(test_ttft_target),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
