@@ -10,6 +10,7 @@
 
 #include "core/err.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 
 #include <errno.h>
 #include <libfyaml.h>
@@ -69,6 +70,15 @@ static const struct cfg_item cfg_items[] = {
      "seconds to receive request headers (default 10)"},
     {"server", "body_timeout", "--body-timeout", CK_SECONDS, OFF(body_timeout), 0, 0.001, 1e6,
      "seconds to receive a request body (default 30)"},
+    {"server", "spec", "--spec", CK_STR, OFF(spec), 0, 0, 0,
+     "speculative decoding's drafts besides a request's prediction: off (default) or ngram (prompt lookup)"},
+    {"server", "draft_max", "--draft-max", CK_INT, OFF(draft_max), 0, 0, SCHED_DRAFT_MAX,
+     "most drafted tokens a sequence verifies per step (default 16; 0: no speculation, predictions ignored)"},
+    {"server", "draft_min", "--draft-min", CK_INT, OFF(draft_min), 0, 0, SCHED_DRAFT_MAX,
+     "shorter drafts are not verified (default 1)"},
+    {"server", "draft_fixed", "--draft-fixed", CK_BOOL, OFF(draft_fixed), 0, 0, 0,
+     "verify every draft whole, whatever it costs (to measure the ceiling; default false: draft lengths follow "
+     "acceptance and the measured cost of a pass)"},
     {"server", "log_requests", "--log-requests", CK_BOOL, OFF(log_requests), 0, 0, 0,
      "one log line per request (default true)"},
     {"generation", "max_new_tokens", "--max-new-tokens", CK_INT, OFF(max_new_tokens), 0, 1, 1 << 20,
@@ -111,6 +121,8 @@ void server_config_init(struct server_config *c)
     c->min_p = 0.05f;
     c->repeat_penalty = 1.0f;
     c->log_requests = true;
+    c->draft_max = 16;
+    c->draft_min = 1;
 }
 
 static void cfg_list_clear(char **list, int *n)
@@ -129,6 +141,7 @@ void server_config_deinit(struct server_config *c)
     free(c->model_name);
     free(c->chat_template);
     free(c->backend);
+    free(c->spec);
     free(c->host);
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
@@ -581,6 +594,8 @@ int server_config_check(const struct server_config *c, char *err)
     char msg[ERR_MSG_MAX];
     if (engine_backend_check(c->backend, msg))
         return err_set(err, ERR_INVALID_ARG, "server.backend: %s", msg);
+    if (c->spec && strcmp(c->spec, "off") && strcmp(c->spec, "ngram"))
+        return err_set(err, ERR_INVALID_ARG, "server.spec: '%s' is not a draft source (off, ngram)", c->spec);
     if (c->max_body < 1024)
         return err_set(err, ERR_INVALID_ARG, "server.max_body must be at least 1KiB (got %lld bytes)",
                        (long long)c->max_body);
