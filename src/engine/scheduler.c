@@ -51,7 +51,7 @@
 enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
 #define SCHED_MAX_SLOTS 256
 #define SCHED_SPEC_ROWS_MAX 64 /* drafted tokens in one step, all sequences */
-#define SCHED_PROBE_EVERY 8    /* steps a sequence with drafts but no speculation waits before a probe */
+#define SCHED_PROBE_EVERY 16   /* steps a sequence with drafts but no speculation waits before a probe */
 #define SCHED_NGRAM_MIN 2      /* n-gram lookup: shortest and longest suffix matched */
 #define SCHED_NGRAM_MAX 4
 
@@ -152,6 +152,7 @@ struct scheduler {
     int spec_rows;          /* most drafted tokens in one step */
     int32_t *draft;         /* [max_seqs][draft_max]: each slot's drafted tokens of this step */
     int step_drafts;        /* drafted tokens in the step planned */
+    bool step_decode_only;  /* the step planned has no prompt chunk */
     struct spec_cost cost;  /* measured time of forward passes by size */
     double *cost_curve;     /* [max_seqs + spec_rows + 1] */
     struct spec_cand *cand; /* [max_seqs] */
@@ -760,7 +761,16 @@ static void plan_drafts(struct scheduler *s, int n_dec)
     }
     if (!n_cand)
         return;
-    if (s->p.draft_adaptive) {
+    if (s->p.draft_adaptive && !(s->cost.ns[n_dec + 1] > 0)) {
+        /* a pass of one token more than n_dec decodes was never timed: the likeliest candidate verifies a
+         * draft of draft_min (at least 1) tokens, once, so the plan has a measured cost to go by */
+        int best = 0, k = s->p.draft_min > 1 ? s->p.draft_min : 1;
+        for (int i = 1; i < n_cand; i++)
+            if (s->cand[i].alpha > s->cand[best].alpha)
+                best = i;
+        for (int i = 0; i < n_cand; i++)
+            s->cand[i].k = i == best && s->cand[i].cap >= k && k <= s->spec_rows ? k : 0;
+    } else if (s->p.draft_adaptive) {
         spec_plan(s->cost_curve, n_dec, s->cand, n_cand, s->spec_rows, s->p.draft_min);
     } else { /* every draft whole, in admission order while the step's room lasts */
         int left = s->spec_rows;
@@ -775,6 +785,11 @@ static void plan_drafts(struct scheduler *s, int n_dec)
         q->step_draft = s->cand[i].k;
         q->spec_idle = q->step_draft ? 0 : q->spec_idle + 1;
     }
+    if (log_level_get() >= LOG_DEBUG && s->p.draft_adaptive && s->cost.ns[n_dec + 1] > 0)
+        log_debug("speculation: %d decodes, first candidate: acceptance %.2f, %d drafted at hand, %d verified; "
+                  "pass cost of %d, %d, %d tokens: 1, %.2f, %.2f", n_dec, s->cand[0].alpha, s->cand[0].cap,
+                  s->cand[0].k, n_dec, n_dec + 1, n_dec + 4, s->cost_curve[n_dec + 1] / s->cost_curve[n_dec],
+                  s->cost_curve[n_dec + 4] / s->cost_curve[n_dec]);
 }
 
 /* Plans the step into s->batch, with drafts when allow_spec. Returns the KV blocks it needs. */
@@ -800,6 +815,7 @@ static int64_t plan_step(struct scheduler *s, bool allow_spec)
     }
     /* speculation only in steps of decodes alone: a prompt chunk makes the pass compute-bound already */
     s->step_drafts = 0;
+    s->step_decode_only = !prompt_work;
     if (allow_spec && s->p.draft_max > 0 && n_dec > 0 && !prompt_work)
         plan_drafts(s, n_dec);
     /* decodes first: every sequence with exactly one token to feed, then its drafted tokens */
@@ -975,7 +991,7 @@ static bool step(struct scheduler *s)
     char err[ERR_MSG_MAX];
     int64_t t0 = clock_now_ns();
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
-    if (!rc)
+    if (!rc && s->step_decode_only) /* the cost curve is of passes whose every token has logits */
         spec_cost_record(&s->cost, s->batch.n, (double)(clock_now_ns() - t0));
     atomic_fetch_add(&s->st_steps, 1);
     obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);

@@ -14,7 +14,9 @@
 #define SPEC_DECAY 0.8f        /* weight of older verifies in the acceptance estimate, per verify */
 #define SPEC_PROBE_ALPHA 0.7f  /* acceptance rate a probing sequence is planned with */
 #define SPEC_MARGIN 0.02       /* speculate only for a gain of at least 2% over plain decoding */
-#define SPEC_COST_EMA 0.3      /* weight of a new measure in the cost curve */
+#define SPEC_COST_EMA 0.3      /* weight of a new measure in the cost curve ... */
+#define SPEC_COST_EMA_FAST 0.5 /* ... of one below the estimate (interference only ever adds time) */
+#define SPEC_COST_EMA_SLOW 0.05 /* ... of one above 1.5x the estimate (a pass slowed by other work) */
 #define SPEC_PLAN_MAX 256      /* candidates and drafted tokens spec_plan considers */
 
 int spec_draft_prediction(const int32_t *pred, int n_pred, const int32_t *gen, int n_gen, int *cursor, int32_t *out,
@@ -99,7 +101,21 @@ void spec_cost_record(struct spec_cost *c, int t, double ns)
 {
     if (t < 1 || t > c->n || !(ns > 0))
         return;
-    c->ns[t] = c->ns[t] > 0 ? c->ns[t] * (1 - SPEC_COST_EMA) + ns * SPEC_COST_EMA : ns;
+    double *e = &c->ns[t];
+    if (!(*e > 0)) {
+        /* a first measure: never above proportional to the nearest smaller size's (more tokens cannot cost
+         * more than proportionally more, but a pass that another process interrupted can) */
+        for (int lo = t - 1; lo >= 1; lo--)
+            if (c->ns[lo] > 0) {
+                if (ns > c->ns[lo] * t / lo)
+                    ns = c->ns[lo] * t / lo;
+                break;
+            }
+        *e = ns;
+        return;
+    }
+    double w = ns < *e ? SPEC_COST_EMA_FAST : ns > 1.5 * *e ? SPEC_COST_EMA_SLOW : SPEC_COST_EMA;
+    *e = *e * (1 - w) + ns * w;
 }
 
 bool spec_cost_curve(const struct spec_cost *c, int n, double *out)

@@ -18,7 +18,10 @@
  * so speculation stays off where the machine is compute-bound (a batch full of decodes, or a CPU whose
  * every extra token costs as much as the first) or acceptance is low, and grows where verifying is nearly
  * free. A sequence that is off probes now and then with a short draft, at an optimistic rate, and only when
- * the measured costs say a probe is cheap.
+ * the measured costs say a probe is cheap. The costs are of the scheduler's decode and verify passes (every
+ * token with logits); a size never measured is interpolated, or extrapolated a little past the largest
+ * measured one, so drafts grow as their costs become known (the scheduler times a pass one token longer
+ * than its decodes once, with a short draft, before it plans by the curve).
  */
 #ifndef WAFER_ENGINE_SPECULATE_H
 #define WAFER_ENGINE_SPECULATE_H
@@ -61,7 +64,10 @@ struct spec_cost {
 /* Room for passes of up to n tokens. 0 or ERR_NOMEM. */
 int spec_cost_init(struct spec_cost *c, int n);
 void spec_cost_deinit(struct spec_cost *c);
-/* Records that a pass of t tokens took ns nanoseconds (t beyond n is ignored). */
+/* Records that a pass of t tokens took ns nanoseconds (t beyond n is ignored), into a moving average that
+ * follows the lower edge of the measures: on a shared machine other work only ever adds time, so measures
+ * below the estimate weigh more and outliers far above it little; a size's first measure is capped at
+ * proportional to the nearest smaller measured size. */
 void spec_cost_record(struct spec_cost *c, int t, double ns);
 /* Fills out[1..n] with the estimated cost of a pass of t tokens: the measured one, else linear between the
  * nearest measured sizes, past the largest measured one along the slope of the last two (proportional to t

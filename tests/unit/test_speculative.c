@@ -278,9 +278,17 @@ static void test_cost_curve(void **state)
     assert_true(out[1] == 100 && out[3] == 100 && out[9] == 180);
     assert_true(out[5] == 100 && out[7] > 100 && out[7] < 180); /* linear between 3 and 9, never below 1's */
     assert_true(out[12] > 180 && !isinf(out[20]) && isinf(out[21])); /* past 9: along the slope, up to 20 */
-    spec_cost_record(&sc, 1, 200); /* an average, not the last measure */
+    spec_cost_record(&sc, 1, 120); /* an average, not the last measure */
     assert_true(spec_cost_curve(&sc, 40, out));
-    assert_true(out[1] > 100 && out[1] < 200);
+    assert_true(out[1] > 100 && out[1] < 120);
+    double before = sc.ns[1];
+    spec_cost_record(&sc, 1, 1000); /* an interrupted pass barely counts */
+    assert_true(sc.ns[1] > before && sc.ns[1] < before * 1.5);
+    before = sc.ns[1];
+    spec_cost_record(&sc, 1, 50); /* a faster one counts more */
+    assert_true(sc.ns[1] < (before + 50) / 2 + 1);
+    spec_cost_record(&sc, 30, 1e9); /* a first measure: at most proportional to the largest smaller size */
+    assert_true(sc.ns[30] <= sc.ns[9] * 30 / 9 + 1e-6);
     spec_cost_deinit(&sc);
 }
 
