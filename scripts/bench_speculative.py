@@ -9,13 +9,16 @@ plain run of its own round, and the report gives the median of those ratios):
   plain    no speculation
   exact    prediction = T (an edit that changes nothing: the ceiling)
   half     prediction = T with every other chunk of 6 words replaced
-  wrong    prediction = another text of the same length
+  wrong    prediction = T's words in reverse order (the prediction realigns on a word and drafts the wrong
+           continuation: drafts verified and rejected)
+  other    prediction = an unrelated text (another prompt's continuation: hardly anything to draft)
   ngram    n-gram drafts over the prompt and the text so far, no prediction
 
 Every answer must equal T (speculation never changes the output); the script fails otherwise. Decode speed
 is (completion tokens - 1) / (time of the last streamed chunk - time of the first), so the prompt's
-prefill is left out. Usage: bench_speculative.py MODEL [--tokens N] [--rounds R] [--threads T] [--url URL]
-[--draft-fixed] [--prompt TEXT] [--json]
+prefill is left out. With --concurrency C each measure sends C copies of the request at once and reports
+their mean decode speed (speculation under load). Usage: bench_speculative.py MODEL [--tokens N]
+[--rounds R] [--threads T] [--url URL] [--draft-fixed] [--prompt TEXT] [--concurrency C] [--json]
 """
 import argparse
 import json
@@ -26,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import httpx
@@ -85,6 +89,24 @@ def run(client, body):
     return text, tps, usage
 
 
+def run_many(client, body, c):
+    """c copies of body at once: (texts, mean decode tokens/s, usages)."""
+    if c == 1:
+        text, tps, usage = run(client, body)
+        return [text], tps, [usage]
+    out = [None] * c
+
+    def one(i):
+        out[i] = run(client, body)
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(c)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return [o[0] for o in out], statistics.mean(o[1] for o in out), [o[2] for o in out]
+
+
 def edit_half(text, chunk=6):
     words = text.split(" ")
     out = []
@@ -102,7 +124,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt", default="Here is the text to repeat:")
     ap.add_argument("--draft-fixed", action="store_true", help="serve --draft-fixed true (no adaptive lengths)")
-    ap.add_argument("--sources", default="plain,exact,half,wrong,ngram")
+    ap.add_argument("--sources", default="plain,exact,half,wrong,other,ngram")
+    ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     if not a.url and not a.model:
@@ -125,7 +148,8 @@ def main():
             "plain": req,
             "exact": dict(req, prediction={"type": "content", "content": ref}),
             "half": dict(req, prediction={"type": "content", "content": edit_half(ref)}),
-            "wrong": dict(req, prediction={"type": "content", "content": other}),
+            "wrong": dict(req, prediction={"type": "content", "content": " ".join(reversed(ref.split(" ")))}),
+            "other": dict(req, prediction={"type": "content", "content": other}),
             "ngram": dict(req, speculation="ngram"),
         }
         sources = a.sources.split(",")
@@ -136,13 +160,15 @@ def main():
             order = list(sources)
             rng.shuffle(order)
             for s in order:
-                text, t, usage = run(client, bodies[s])
-                if text != ref:
-                    sys.exit(f"source {s}: the answer differs from the plain one:\n{text!r}\n{ref!r}")
+                texts, t, usages = run_many(client, bodies[s], a.concurrency)
+                for text in texts:
+                    if text != ref:
+                        sys.exit(f"source {s}: the answer differs from the plain one:\n{text!r}\n{ref!r}")
                 tps[s].append(t)
-                d = usage["completion_tokens_details"]
-                acc[s][0] += d["draft_tokens"]
-                acc[s][1] += d["accepted_draft_tokens"]
+                for usage in usages:
+                    d = usage["completion_tokens_details"]
+                    acc[s][0] += d["draft_tokens"]
+                    acc[s][1] += d["accepted_draft_tokens"]
         rows = []
         for s in sources:
             ratios = [t / p for t, p in zip(tps[s], tps["plain"])] if "plain" in tps else []
@@ -155,7 +181,7 @@ def main():
                 "accepted_tokens": acc[s][1],
             })
         print(f"{a.tokens} tokens, {a.rounds} rounds, {'fixed' if a.draft_fixed else 'adaptive'} drafts, "
-              f"model {a.model or a.url}")
+              f"{a.concurrency} at once, model {a.model or a.url}")
         print("| source | decode tok/s (median) | vs plain (median of ratios) | ratios | drafted | accepted |")
         print("|---|---|---|---|---|---|")
         for r in rows:

@@ -929,29 +929,40 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     return 0;
 }
 
-/* After a sequence's verify: drops the KV of its rejected drafted tokens, and records the outcome (its
- * acceptance estimate, its prediction cursor, the request's counts, the observer's). */
-static void spec_finish_verify(struct scheduler *s, struct sched_req *r, struct sched_seq *q)
+/* Counts a verify's drafted tokens (drafted > 0, once per verify) or one more accepted one, in the request
+ * and for the observer. Called before the sampling that could finish the request, so whoever sees it
+ * finished sees its counts whole. */
+static void spec_count(struct scheduler *s, struct sched_req *r, const struct sched_seq *q, int drafted, int accepted)
 {
-    int d = q->step_draft, a = q->step_accepted;
+    if (drafted) {
+        obs_count(s, SCHED_CTR_SPEC_DRAFTS, 1);
+        obs_count(s, SCHED_CTR_SPEC_DRAFT_TOKENS, drafted);
+    }
+    if (accepted) {
+        obs_count(s, SCHED_CTR_SPEC_ACCEPTED_TOKENS, accepted);
+        if (q->step_accepted <= SCHED_SPEC_POS_MAX)
+            obs_count(s, (enum sched_counter)(SCHED_CTR_SPEC_ACCEPTED_POS + q->step_accepted - 1), 1);
+    }
+    pthread_mutex_lock(&r->st->mu);
+    r->st->draft_tokens += drafted;
+    r->st->accepted_tokens += accepted;
+    if (q->step_from_pred) {
+        r->st->pred_draft_tokens += drafted;
+        r->st->pred_accepted_tokens += accepted;
+    }
+    pthread_mutex_unlock(&r->st->mu);
+}
+
+/* After a sequence's verify: drops the KV of its rejected drafted tokens, updates its acceptance estimate
+ * and its prediction cursor. */
+static void spec_finish_verify(struct scheduler *s, struct sched_seq *q)
+{
+    int a = q->step_accepted;
     if (q->slot >= 0)
         engine_seq_truncate(s->e, q->slot, q->n_kv);
     spec_accept_update(&q->acc, a, q->step_rejected);
     if (q->step_from_pred)
         q->pred_cursor += a;
-    pthread_mutex_lock(&r->st->mu);
-    r->st->draft_tokens += d;
-    r->st->accepted_tokens += a;
-    if (q->step_from_pred) {
-        r->st->pred_draft_tokens += d;
-        r->st->pred_accepted_tokens += a;
-    }
-    pthread_mutex_unlock(&r->st->mu);
-    obs_count(s, SCHED_CTR_SPEC_DRAFTS, 1);
-    obs_count(s, SCHED_CTR_SPEC_DRAFT_TOKENS, d);
-    obs_count(s, SCHED_CTR_SPEC_ACCEPTED_TOKENS, a);
-    for (int i = 0; i < a && i < SCHED_SPEC_POS_MAX; i++)
-        obs_count(s, (enum sched_counter)(SCHED_CTR_SPEC_ACCEPTED_POS + i), 1);
     q->step_draft = 0;
 }
 
@@ -1044,6 +1055,8 @@ static bool step(struct scheduler *s)
         if (r->st->state != RS_RUNNING || q->done || q->step_rejected)
             continue;
         int j = q->step_row++; /* this row's index among the sequence's rows (drafts are sampled in order) */
+        if (q->step_draft && j == 0)
+            spec_count(s, r, q, q->step_draft, 0);
         int32_t t;
         int err2 = sample_seq(s, r, s->row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab, &t);
         if (err2) {
@@ -1055,6 +1068,7 @@ static bool step(struct scheduler *s)
             if (j < q->step_draft && t == s->draft[(size_t)q->slot * (size_t)s->p.draft_max + (size_t)j]) {
                 q->n_kv++; /* the drafted token at this position is the one sampled: its KV stands */
                 q->step_accepted++;
+                spec_count(s, r, q, 0, 1);
             } else if (j < q->step_draft) {
                 q->step_rejected = true;
             }
@@ -1064,7 +1078,7 @@ static bool step(struct scheduler *s)
         struct sched_req *r = s->row_req[k];
         struct sched_seq *q = &r->st->seqs[s->row_choice[k]];
         if (s->row_first[k] && q->step_draft)
-            spec_finish_verify(s, r, q);
+            spec_finish_verify(s, q);
     }
     for (int k = 0; k < n_rows; k++)
         sched_req_unref(s->row_req[k]);
