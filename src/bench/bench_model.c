@@ -7,6 +7,10 @@
  *   tgN  one sequence, N tokens decoded one per forward pass from an empty cache (the cache is cleared
  *        before each repetition), logits every step; tokens/s = N / time.
  *   tgN xB  B sequences decoded together, one token each per forward pass; aggregate tokens/s = B*N / time.
+ *   verify  (--verify K) the cost of a speculative decoding verify pass: one sequence with 32 tokens of
+ *        context evaluates 1 + k tokens in one pass (logits for each), k = 0..K, sizes interleaved within
+ *        each repetition; the cost relative to one token is the median over repetitions of the ratio, and
+ *        (1 + k) / cost is the ceiling of speculation with k drafted tokens all accepted.
  * Each test runs once untimed first (warm-up: pages the weights in, wakes the threads), then --repeat times;
  * the report gives mean and sample standard deviation.
  *
@@ -64,6 +68,8 @@ static void bench_model_usage(FILE *f)
             "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
             "      --membw           measure only the read bandwidth\n"
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
+            "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
+            "                        cost relative to one token; 0 = skip, the default)\n"
             "      --json            print one JSON object as the last line of stdout\n"
             "  -h, --help            this help\n\n"
             "example: wafer bench -m llama-1b-q4_0.gguf -p 512 -n 128 -t 2 -r 3 --batch 8\n");
@@ -71,7 +77,7 @@ static void bench_model_usage(FILE *f)
 
 struct bench_opts {
     const char *model_path;
-    long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch;
+    long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch, verify;
     bool json, no_membw, membw_only, use_mmap;
     struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
@@ -198,6 +204,56 @@ static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
     return clock_now_s() - t0;
 }
 
+#define BENCH_VERIFY_CTX 32
+
+static int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Verify passes of 1 + k tokens, k = 0..kmax, interleaved, repeat times after one untimed round: ratio[k]
+ * gets the median over repetitions of time(1 + k) / time(1). 0 or -1. */
+static int bench_verify(struct bench_ctx *c, int kmax, int repeat, double *ratio)
+{
+    double *t = malloc((size_t)(kmax + 1) * (size_t)repeat * sizeof *t);
+    double *col = malloc((size_t)repeat * sizeof *col);
+    int rc = -1;
+    if (!t || !col) {
+        err_set(c->err, ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    engine_seq_truncate(c->e, 0, 0);
+    batch_clear(&c->b);
+    for (int i = 0; i < BENCH_VERIFY_CTX; i++)
+        batch_add(&c->b, i == 0 && c->bos >= 0 ? c->bos : bench_token(c), i, 0, false);
+    if (engine_forward(c->e, &c->b, NULL, c->err))
+        goto out;
+    for (int r = -1; r < repeat; r++)
+        for (int k = 0; k <= kmax; k++) {
+            batch_clear(&c->b);
+            for (int j = 0; j <= k; j++)
+                batch_add(&c->b, bench_token(c), BENCH_VERIFY_CTX + j, 0, true);
+            double t0 = clock_now_s();
+            if (engine_forward(c->e, &c->b, c->logits, c->err))
+                goto out;
+            if (r >= 0)
+                t[(size_t)r * (size_t)(kmax + 1) + (size_t)k] = clock_now_s() - t0;
+            engine_seq_truncate(c->e, 0, BENCH_VERIFY_CTX);
+        }
+    for (int k = 0; k <= kmax; k++) {
+        for (int r = 0; r < repeat; r++)
+            col[r] = t[(size_t)r * (size_t)(kmax + 1) + (size_t)k] / t[(size_t)r * (size_t)(kmax + 1)];
+        qsort(col, (size_t)repeat, sizeof *col, bench_cmp_double);
+        ratio[k] = repeat % 2 ? col[repeat / 2] : (col[repeat / 2 - 1] + col[repeat / 2]) / 2;
+    }
+    rc = 0;
+out:
+    free(t);
+    free(col);
+    return rc;
+}
+
 static size_t bench_peak_rss(void)
 {
     struct rusage ru;
@@ -222,7 +278,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"no-membw", no_argument, 0, 3},        {"membw", no_argument, 0, 4},
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
         {"mmap", no_argument, 0, 7},            {"ubatch", required_argument, 0, 'u'},
-        {"backend", required_argument, 0, 8},
+        {"backend", required_argument, 0, 8},   {"verify", required_argument, 0, 9},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -263,6 +319,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
                 return 2;
             }
             break;
+        case 9: if (flags_parse_int("bench", "--verify", optarg, 0, 64, &o->verify)) return 2; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -281,7 +338,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         fprintf(stderr, "wafer bench: --membw and --no-membw contradict each other\n");
         return 2;
     }
-    if (!o->membw_only && o->n_prompt == 0 && o->n_gen == 0) {
+    if (!o->membw_only && o->n_prompt == 0 && o->n_gen == 0 && o->verify == 0) {
         fprintf(stderr, "wafer bench: -p 0 and -n 0 leave nothing to measure\n");
         return 2;
     }
@@ -339,8 +396,14 @@ int bench_model_main(int argc, char **argv)
     o.eo.max_batch_tokens = (int)(o.n_prompt > 0 && o.n_prompt < o.ubatch ? o.n_prompt : o.ubatch);
     if (o.batch > o.eo.max_batch_tokens)
         o.eo.max_batch_tokens = (int)o.batch;
+    if (o.verify + 1 > o.eo.max_batch_tokens)
+        o.eo.max_batch_tokens = (int)o.verify + 1;
+    if (BENCH_VERIFY_CTX > o.eo.max_batch_tokens && o.verify)
+        o.eo.max_batch_tokens = BENCH_VERIFY_CTX;
     /* a context just large enough for the longest test, as llama-bench sizes it */
     long ctx = o.n_prompt + o.n_gen;
+    if (o.verify && ctx < BENCH_VERIFY_CTX + o.verify + 1)
+        ctx = BENCH_VERIFY_CTX + o.verify + 1;
     if (ctx < 1)
         ctx = 1;
     if (ctx > hp->ctx_train) {
@@ -370,7 +433,7 @@ int bench_model_main(int argc, char **argv)
     size_t kv_bytes = desc.kv_bytes;
     if (tokenizer_add_bos(c.m->tok))
         c.bos = tokenizer_bos(c.m->tok);
-    c.logits = malloc((size_t)o.batch * hp->n_vocab * sizeof(float));
+    c.logits = malloc((size_t)(o.batch > o.verify + 1 ? o.batch : o.verify + 1) * hp->n_vocab * sizeof(float));
     tps = malloc((size_t)o.repeat * sizeof *tps);
     if (!c.logits || !tps || batch_init(&c.b, p->max_batch_tokens)) {
         fprintf(stderr, "wafer bench: out of memory\n");
@@ -428,6 +491,14 @@ int bench_model_main(int argc, char **argv)
                     bt.sd, bt.mean / tg.mean);
         }
     }
+    double verify[65];
+    if (o.verify) {
+        if (bench_verify(&c, (int)o.verify, (int)o.repeat, verify))
+            goto fail_run;
+        for (int k = 1; k <= o.verify; k++)
+            fprintf(stderr, "verify 1+%-2d  %5.2fx the time of one token   ceiling %5.2fx tokens/s (all %d drafts accepted)\n",
+                    k, verify[k], (1 + k) / verify[k], k);
+    }
     size_t rss = bench_peak_rss();
     fprintf(stderr, "peak RSS: %.1f MiB (file %.1f MiB + KV %.1f MiB + %.1f MiB other)\n", rss / 1048576.0,
             c.m->file_bytes / 1048576.0, kv_bytes / 1048576.0,
@@ -450,6 +521,9 @@ int bench_model_main(int argc, char **argv)
     if (bt.valid)
         printf("| %s | %s | %d | tg%ld x%ld | %.2f ± %.2f | %.2f | |\n", base, dtype_name(c.m->main_type), p->n_threads,
                o.n_gen, o.batch, bt.mean, bt.sd, bt.mean / o.batch * wgb);
+    for (int k = 1; k <= o.verify; k++)
+        printf("| %s | %s | %d | verify 1+%d | %.2fx one token | | |\n", base, dtype_name(c.m->main_type), p->n_threads,
+               k, verify[k]);
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(base));
@@ -471,6 +545,10 @@ int bench_model_main(int argc, char **argv)
         json_object_set_new(j, "batch", json_integer(o.batch));
         bench_json_stat(j, "batch_tps", "batch_tps_sd", bt);
         json_object_set_new(j, "batch_speedup", bt.valid && tg.mean > 0 ? json_real(bt.mean / tg.mean) : json_null());
+        json_t *vc = json_array();
+        for (int k = 0; k <= o.verify; k++)
+            json_array_append_new(vc, json_real(k ? verify[k] : 1.0));
+        json_object_set_new(j, "verify_cost", o.verify ? vc : (json_decref(vc), json_null()));
         json_object_set_new(j, "kv_bytes", json_integer((json_int_t)kv_bytes));
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
         json_object_set_new(j, "load_ms", json_real(load_s * 1e3));

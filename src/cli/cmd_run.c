@@ -107,6 +107,13 @@ static void run_usage(FILE *f)
             "      --ignore-eos           keep generating past end-of-sequence tokens\n"
             "      --json-schema FILE     constrain the output to JSON valid under the JSON Schema in FILE\n"
             "      --grammar FILE         constrain the output to the GBNF grammar in FILE\n"
+            "      --spec MODE            speculative decoding's drafts besides --prediction: off (default) or ngram\n"
+            "                             (lookup in the prompt and the text so far); the output is the same\n"
+            "      --prediction TEXT      the text expected (e.g. the file being edited), verified as drafts\n"
+            "      --draft-max N          most drafted tokens verified per step, 0..%d (default 16; 0: off)\n"
+            "      --draft-min N          shorter drafts are not verified (default 1)\n"
+            "      --draft-fixed          verify every draft whole, whatever it costs (to measure the ceiling;\n"
+            "                             default: lengths follow acceptance and the measured cost)\n"
             "  -t, --threads N            compute threads (default: all cores)\n"
             "  -c, --ctx-size N           context size (default: the model's, at most 4096)\n"
             "      --kv-type T            f16 (default), f32 or q8_0\n"
@@ -115,7 +122,7 @@ static void run_usage(FILE *f)
             "      --mmap                 map the model file instead of reading it into memory\n"
             "                             (faster start, shared page cache, ~15%% slower generation)\n"
             "  -h, --help                 this help\n",
-            RUN_MAX_STOP);
+            RUN_MAX_STOP, SCHED_DRAFT_MAX);
 }
 
 /* The scheduler's notify callback signals this; the main thread waits on it between reads. */
@@ -197,9 +204,12 @@ int cmd_run_main(int argc, char **argv)
         {"frequency-penalty", required_argument, 0, 12}, {"presence-penalty", required_argument, 0, 13},
         {"repeat-last-n", required_argument, 0, 14}, {"backend", required_argument, 0, 15},
         {"json-schema", required_argument, 0, 16}, {"grammar", required_argument, 0, 17},
+        {"spec", required_argument, 0, 18},         {"prediction", required_argument, 0, 19},
+        {"draft-max", required_argument, 0, 20},    {"draft-min", required_argument, 0, 21},
+        {"draft-fixed", no_argument, 0, 22},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
     };
-    const char *model_path = NULL, *prompt = NULL, *constraint_path = NULL;
+    const char *model_path = NULL, *prompt = NULL, *constraint_path = NULL, *prediction = NULL;
     enum grammar_kind constraint_kind = 0;
     char *stop[RUN_MAX_STOP];
     int n_stop = 0;
@@ -207,6 +217,8 @@ int cmd_run_main(int argc, char **argv)
     bool ignore_eos = false, seeded = false, use_mmap = false;
     struct engine_opts eo;
     engine_opts_default(&eo);
+    struct sched_params schp;
+    sched_params_default(&schp);
     struct sampler_params sp;
     sampler_params_default(&sp);
     sp.temperature = 0.8f;
@@ -266,6 +278,17 @@ int cmd_run_main(int argc, char **argv)
             constraint_path = optarg;
             constraint_kind = c == 16 ? GRAMMAR_KIND_SCHEMA : GRAMMAR_KIND_GBNF;
             break;
+        case 18:
+            if (!strcmp(optarg, "off") || !strcmp(optarg, "ngram")) {
+                schp.spec = strcmp(optarg, "off") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+                break;
+            }
+            fprintf(stderr, "wafer run: --spec: '%s' is not a draft source (off, ngram)\n", optarg);
+            return 2;
+        case 19: prediction = optarg; break;
+        case 20: if (flags_parse_int("run", "--draft-max", optarg, 0, SCHED_DRAFT_MAX, &l)) return 2; schp.draft_max = (int)l; break;
+        case 21: if (flags_parse_int("run", "--draft-min", optarg, 0, SCHED_DRAFT_MAX, &l)) return 2; schp.draft_min = (int)l; break;
+        case 22: schp.draft_adaptive = false; break;
         case 'h': run_usage(stdout); return 0;
         default: run_usage(stderr); return 2;
         }
@@ -295,7 +318,7 @@ int cmd_run_main(int argc, char **argv)
         return 2;
     struct scheduler *s = NULL;
     struct sched_req *r = NULL;
-    int32_t *toks = NULL;
+    int32_t *toks = NULL, *pred = NULL;
     struct run_reader rd = {0};
     struct run_wake wake = {.seq = 0};
     pthread_condattr_t ca;
@@ -347,9 +370,13 @@ int cmd_run_main(int argc, char **argv)
         goto out;
     }
 
+    int n_pred = 0;
+    if (prediction && (n_pred = tokenizer_encode_alloc(m->tok, prediction, strlen(prediction), false, false, &pred)) < 0) {
+        fprintf(stderr, "wafer run: cannot tokenize the prediction: %s\n", err_name(n_pred));
+        goto out;
+    }
+
     /* one slot, prompts in chunks of the engine's whole batch, no prefix cache (nothing to share) */
-    struct sched_params schp;
-    sched_params_default(&schp);
     schp.max_batch_size = 1;
     schp.max_queue = 1;
     schp.prefill_chunk = engine_params_get(e)->max_batch_tokens - 1;
@@ -364,7 +391,7 @@ int cmd_run_main(int argc, char **argv)
         goto out;
     }
     r = sched_req_create(toks, n_prompt, 1);
-    if (!r || sched_req_set_stop(r, stop, n_stop))
+    if (!r || sched_req_set_stop(r, stop, n_stop) || sched_req_set_prediction(r, pred, n_pred))
         goto oom;
     r->id = 1;
     r->max_tokens = (int)max_tokens;
@@ -437,9 +464,13 @@ int cmd_run_main(int argc, char **argv)
     int n_gen = rd.n_toks;
     int n_after = n_gen > 1 ? n_gen - 1 : 0;
     fprintf(stderr, "prompt: %d tokens in %.1f ms (%.1f tok/s) | generated: %d tokens, %d after the first in %.1f ms "
-                    "(%.1f tok/s) | finish: %s\n",
+                    "(%.1f tok/s) | finish: %s",
             n_prompt, t_prompt * 1e3, t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, n_after, t_gen * 1e3,
             t_gen > 0 ? n_after / t_gen : 0.0, run_finish_name(rd.finish));
+    if (st.draft_tokens)
+        fprintf(stderr, " | drafted: %d tokens, %d accepted (%.0f%%)", st.draft_tokens, st.accepted_tokens,
+                100.0 * st.accepted_tokens / st.draft_tokens);
+    fputc('\n', stderr);
     rc = 0;
     goto out;
 oom:
@@ -450,6 +481,7 @@ out:
     scheduler_destroy(s);
     free(rd.buf);
     free(toks);
+    free(pred);
     engine_destroy(e);
     model_destroy(m);
     free(model_file);

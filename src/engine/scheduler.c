@@ -21,6 +21,20 @@
  * n > 1: choice 0 (the leader) prefills the prompt but its last token; the other choices then share those
  * blocks (kv_seq_share) and all of them evaluate the last prompt token in the same step, each sampling
  * its own continuation.
+ *
+ * Speculation. In a step without prompt work, a decoding sequence may feed k drafted tokens after its
+ * pending one (plan_drafts: from the request's prediction, else n-gram lookup; k from speculate.h's plan),
+ * at the next positions, logits for each. Its rows are then sampled in order exactly as k + 1 decode steps
+ * would sample them (the same sampler calls, the same RNG draws, penalties updated token by token), and a
+ * drafted token is accepted while it equals what the sampler drew at its position: the row after it is
+ * then the logits a one-token step would have given (the engine's rows depend only on the sequence's
+ * tokens), so it is sampled too; the first mismatch ends the step, its token being the sampler's. Greedy
+ * and seeded sampling therefore give the same tokens as without speculation. This is the standard
+ * speculative sampling rule for a draft that is one token with certainty (accept with probability
+ * p(draft), else draw from p without it), done with the target's own draw. The rejected positions' KV is
+ * dropped by truncating the block table (engine_seq_truncate); n_kv only ever counts verified tokens, so
+ * the prefix cache never registers a drafted one. Drafts never force an eviction or a preemption: a step
+ * whose drafts do not fit in the free KV blocks is planned again without them.
  */
 #include "engine/scheduler.h"
 
@@ -29,6 +43,7 @@
 #include "core/log.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_cache.h"
+#include "engine/speculate.h"
 
 #include <math.h>
 
@@ -39,6 +54,10 @@
 
 enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
 #define SCHED_MAX_SLOTS 256
+#define SCHED_SPEC_ROWS_MAX 64 /* drafted tokens in one step, all sequences */
+#define SCHED_PROBE_EVERY 16   /* steps a sequence with drafts but no speculation waits before a probe */
+#define SCHED_NGRAM_MIN 2      /* n-gram lookup: shortest and longest suffix matched */
+#define SCHED_NGRAM_MAX 4
 
 struct sched_seq {
     int slot; /* engine sequence, -1 when not holding one */
@@ -57,6 +76,15 @@ struct sched_seq {
     bool step_logits;
     struct grammar_matcher *gm; /* structured output: the grammar's state after this choice's tokens */
     bool stop_hit;              /* ended by a stop string (its held-back text is dropped) */
+    /* speculation */
+    int step_draft;      /* drafted tokens fed after the pending one this step (in the scheduler's draft[slot]) */
+    int step_row;        /* rows of this step sampled so far */
+    int step_accepted;   /* drafted tokens accepted so far this step */
+    bool step_rejected;  /* a drafted token was rejected: the rows after it are not sampled */
+    bool step_from_pred; /* this step's draft came from the prediction */
+    int pred_cursor;     /* spec_draft_prediction's cursor into the request's prediction */
+    struct spec_accept acc;
+    int spec_idle;       /* steps with drafts at hand but none verified, since the last verify */
 };
 
 /* The scheduler's part of a request. */
@@ -72,6 +100,7 @@ struct sched_req_state {
     int cached_tokens;            /* prompt tokens reused from the prefix cache at first admission */
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
+    int draft_tokens, accepted_tokens, pred_draft_tokens, pred_accepted_tokens; /* sched_req_status */
 
     /* engine thread only */
     struct sched_seq *seqs; /* [n_choices] */
@@ -119,9 +148,22 @@ struct scheduler {
     bool dirty; /* something to ship since the last notify */
     struct prefix_cache *pc;
     struct batch batch;
-    float *logits;          /* [max_seqs][n_vocab] */
+    float *logits;          /* [max_rows][n_vocab]: one row per decode and per drafted token */
+    int max_rows;           /* max_seqs + spec_rows */
     struct sched_req **slot_req; /* [max_seqs]: who holds each engine slot */
     int *slot_choice;
+    struct sched_req **row_req; /* [max_rows]: the request of each logits row of a step (pinned) */
+    int *row_choice;        /* [max_rows] */
+    bool *row_first;        /* [max_rows]: the first row of its sequence in the step */
+    /* speculation */
+    int spec_rows;          /* most drafted tokens in one step */
+    int32_t *draft;         /* [max_seqs][draft_max]: each slot's drafted tokens of this step */
+    int step_drafts;        /* drafted tokens in the step planned */
+    bool step_decode_only;  /* the step planned has no prompt chunk */
+    struct spec_cost cost;  /* measured time of forward passes by size */
+    double *cost_curve;     /* [max_seqs + spec_rows + 1] */
+    struct spec_cand *cand; /* [max_seqs] */
+    struct sched_seq **cand_seq; /* [max_seqs] */
     struct sampler_logprob *top_buf;
     char *piece, *textbuf;
     int piece_cap, textbuf_cap;
@@ -174,6 +216,7 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
     r->n_choices = n_choices;
     r->max_tokens = 16;
     r->n_logprobs = -1;
+    r->spec = -1;
     sampler_params_default(&r->sp);
     atomic_init(&r->st->refs, 1);
     atomic_init(&r->st->cancel, 0);
@@ -193,6 +236,20 @@ int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop)
             return ERR_NOMEM;
         r->n_stop = i + 1;
     }
+    return 0;
+}
+
+int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n)
+{
+    if (n <= 0)
+        return 0;
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    if (!p)
+        return ERR_NOMEM;
+    memcpy(p, toks, (size_t)n * sizeof *p);
+    free(r->prediction);
+    r->prediction = p;
+    r->n_prediction = n;
     return 0;
 }
 
@@ -226,6 +283,7 @@ void sched_req_unref(struct sched_req *r)
     free(r->stop);
     free(r->prompt);
     grammar_entry_unref(r->constraint);
+    free(r->prediction);
     pthread_mutex_destroy(&r->st->mu);
     free(r); /* and its state: r heads their sched_req_box */
 }
@@ -242,6 +300,10 @@ void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
     out->n_generated = 0;
     for (int c = 0; c < r->n_choices; c++)
         out->n_generated += r->st->choices[c].n_toks;
+    out->draft_tokens = r->st->draft_tokens;
+    out->accepted_tokens = r->st->accepted_tokens;
+    out->prediction_draft_tokens = r->st->pred_draft_tokens;
+    out->prediction_accepted_tokens = r->st->pred_accepted_tokens;
     out->t_admitted = r->st->t_admitted;
     out->t_first_token = r->st->t_first_token;
     out->t_finished = r->st->t_finished;
@@ -772,25 +834,122 @@ static int join_followers(struct scheduler *s, struct sched_req *r)
     return 0;
 }
 
-/* Plans the step into s->batch. Returns the KV blocks it needs. */
-static int64_t plan_step(struct scheduler *s)
+/* Drafts for the n_dec decoding sequences of a step without prompt work: each one's draft (its prediction,
+ * else n-gram lookup when the request has it) goes to s->draft[slot], and spec_plan sets how many of those
+ * tokens each verifies (step_draft). */
+static void plan_drafts(struct scheduler *s, int n_dec)
+{
+    int dmax = s->p.draft_max;
+    if (s->p.draft_adaptive && !spec_cost_curve(&s->cost, n_dec + s->spec_rows, s->cost_curve))
+        return; /* nothing measured yet: the first pass is plain */
+    int n_cand = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        struct sched_req *r = s->running[i];
+        bool ngram = (r->spec < 0 ? (int)s->p.spec : r->spec) == SCHED_SPEC_NGRAM;
+        if ((!ngram && !r->n_prediction) || r->constraint)
+            continue; /* structured output is not speculated: a draft row's mask needs the grammar's state
+                         after the drafts before it */
+        for (int c = 0; c < r->n_choices; c++) {
+            struct sched_seq *q = &r->st->seqs[c];
+            if (q->done || q->slot < 0 || q->follower_waiting || q->n_toks - q->n_kv != 1)
+                continue;
+            /* room: the tokens max_tokens and the context still allow after the pending one's successor */
+            int room = dmax;
+            if (room > r->max_tokens - q->n_gen - 1)
+                room = r->max_tokens - q->n_gen - 1;
+            if (room > s->n_ctx - 1 - q->n_kv)
+                room = s->n_ctx - 1 - q->n_kv;
+            if (room <= 0)
+                continue;
+            int32_t *d = s->draft + (size_t)q->slot * (size_t)dmax;
+            int n = 0;
+            if (r->n_prediction)
+                n = spec_draft_prediction(r->prediction, r->n_prediction, q->toks + r->n_prompt,
+                                          q->n_toks - r->n_prompt, &q->pred_cursor, d, room);
+            q->step_from_pred = n > 0;
+            if (!n && ngram)
+                n = spec_draft_ngram(q->toks, q->n_toks, SCHED_NGRAM_MIN, SCHED_NGRAM_MAX, d, room);
+            if (!n)
+                continue;
+            s->cand[n_cand] = (struct spec_cand){
+                .alpha = spec_accept_rate(&q->acc), .cap = n, .probe = q->spec_idle >= SCHED_PROBE_EVERY};
+            s->cand_seq[n_cand++] = q;
+        }
+    }
+    if (!n_cand)
+        return;
+    if (s->p.draft_adaptive && !(s->cost.ns[n_dec + 1] > 0)) {
+        /* a pass of one token more than n_dec decodes was never timed: the likeliest candidate verifies a
+         * draft of draft_min (at least 1) tokens, once, so the plan has a measured cost to go by */
+        int best = 0, k = s->p.draft_min > 1 ? s->p.draft_min : 1;
+        for (int i = 1; i < n_cand; i++)
+            if (s->cand[i].alpha > s->cand[best].alpha)
+                best = i;
+        for (int i = 0; i < n_cand; i++)
+            s->cand[i].k = i == best && s->cand[i].cap >= k && k <= s->spec_rows ? k : 0;
+    } else if (s->p.draft_adaptive) {
+        spec_plan(s->cost_curve, n_dec, s->cand, n_cand, s->spec_rows, s->p.draft_min);
+    } else { /* every draft whole, in admission order while the step's room lasts */
+        int left = s->spec_rows;
+        for (int i = 0; i < n_cand; i++) {
+            int k = s->cand[i].cap < left ? s->cand[i].cap : left;
+            s->cand[i].k = k >= s->p.draft_min ? k : 0;
+            left -= s->cand[i].k;
+        }
+    }
+    for (int i = 0; i < n_cand; i++) {
+        struct sched_seq *q = s->cand_seq[i];
+        q->step_draft = s->cand[i].k;
+        q->spec_idle = q->step_draft ? 0 : q->spec_idle + 1;
+    }
+    if (log_level_get() >= LOG_DEBUG && s->p.draft_adaptive && s->cost.ns[n_dec + 1] > 0)
+        log_debug("speculation: %d decodes, first candidate: acceptance %.2f, %d drafted at hand, %d verified; "
+                  "pass cost of %d, %d, %d tokens: 1, %.2f, %.2f", n_dec, s->cand[0].alpha, s->cand[0].cap,
+                  s->cand[0].k, n_dec, n_dec + 1, n_dec + 4, s->cost_curve[n_dec + 1] / s->cost_curve[n_dec],
+                  s->cost_curve[n_dec + 4] / s->cost_curve[n_dec]);
+}
+
+/* Plans the step into s->batch, with drafts when allow_spec. Returns the KV blocks it needs. */
+static int64_t plan_step(struct scheduler *s, bool allow_spec)
 {
     batch_clear(&s->batch);
     int64_t need = 0;
     struct kv_pool *pool = engine_kv(s->e);
-    /* decodes first: every sequence with exactly one token to feed */
+    int n_dec = 0;
+    bool prompt_work = false;
     for (int i = 0; i < s->n_running; i++) {
         struct sched_req *r = s->running[i];
         for (int c = 0; c < r->n_choices; c++) {
             struct sched_seq *q = &r->st->seqs[c];
             q->step_take = 0;
             q->step_logits = false;
+            q->step_draft = 0;
+            if (q->done || q->slot < 0 || q->follower_waiting)
+                continue;
+            n_dec += q->n_toks - q->n_kv == 1;
+            prompt_work |= q->n_toks - q->n_kv > 1;
+        }
+    }
+    /* speculation only in steps of decodes alone: a prompt chunk makes the pass compute-bound already */
+    s->step_drafts = 0;
+    s->step_decode_only = !prompt_work;
+    if (allow_spec && s->p.draft_max > 0 && n_dec > 0 && !prompt_work)
+        plan_drafts(s, n_dec);
+    /* decodes first: every sequence with exactly one token to feed, then its drafted tokens */
+    for (int i = 0; i < s->n_running; i++) {
+        struct sched_req *r = s->running[i];
+        for (int c = 0; c < r->n_choices; c++) {
+            struct sched_seq *q = &r->st->seqs[c];
             if (q->done || q->slot < 0 || q->follower_waiting || q->n_toks - q->n_kv != 1)
                 continue;
             batch_add(&s->batch, q->toks[q->n_kv], q->n_kv, q->slot, true);
-            q->step_take = 1;
+            for (int j = 0; j < q->step_draft; j++)
+                batch_add(&s->batch, s->draft[(size_t)q->slot * (size_t)s->p.draft_max + (size_t)j], q->n_kv + 1 + j,
+                          q->slot, true);
+            q->step_take = 1 + q->step_draft;
             q->step_logits = true;
-            need += kv_seq_blocks_needed(pool, engine_seq(s->e, q->slot), q->n_kv + 1);
+            s->step_drafts += q->step_draft;
+            need += kv_seq_blocks_needed(pool, engine_seq(s->e, q->slot), q->n_kv + q->step_take);
         }
     }
     /* then prompt chunks in admission order */
@@ -847,7 +1006,9 @@ static int constraint_mask(struct scheduler *s, struct sched_seq *q, float *logi
     return any ? 0 : ERR_INTERNAL;
 }
 
-static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits)
+/* Samples choice c's next token from logits (*out gets it) and appends it: end of generation, stop strings
+ * and limits finish the choice. */
+static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits, int32_t *out)
 {
     struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
@@ -858,6 +1019,7 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
             return rc;
     }
     int32_t t = sampler_sample(q->smp, logits, r->n_logprobs >= 0 ? &lp : NULL, n_top ? s->top_buf : NULL, n_top);
+    *out = t;
     int64_t now = clock_now_ns();
     bool first_of_req;
     pthread_mutex_lock(&r->st->mu);
@@ -915,6 +1077,43 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     return 0;
 }
 
+/* Counts a verify's drafted tokens (drafted > 0, once per verify) or one more accepted one, in the request
+ * and for the observer. Called before the sampling that could finish the request, so whoever sees it
+ * finished sees its counts whole. */
+static void spec_count(struct scheduler *s, struct sched_req *r, const struct sched_seq *q, int drafted, int accepted)
+{
+    if (drafted) {
+        obs_count(s, SCHED_CTR_SPEC_DRAFTS, 1);
+        obs_count(s, SCHED_CTR_SPEC_DRAFT_TOKENS, drafted);
+    }
+    if (accepted) {
+        obs_count(s, SCHED_CTR_SPEC_ACCEPTED_TOKENS, accepted);
+        if (q->step_accepted <= SCHED_SPEC_POS_MAX)
+            obs_count(s, (enum sched_counter)(SCHED_CTR_SPEC_ACCEPTED_POS + q->step_accepted - 1), 1);
+    }
+    pthread_mutex_lock(&r->st->mu);
+    r->st->draft_tokens += drafted;
+    r->st->accepted_tokens += accepted;
+    if (q->step_from_pred) {
+        r->st->pred_draft_tokens += drafted;
+        r->st->pred_accepted_tokens += accepted;
+    }
+    pthread_mutex_unlock(&r->st->mu);
+}
+
+/* After a sequence's verify: drops the KV of its rejected drafted tokens, updates its acceptance estimate
+ * and its prediction cursor. */
+static void spec_finish_verify(struct scheduler *s, struct sched_seq *q)
+{
+    int a = q->step_accepted;
+    if (q->slot >= 0)
+        engine_seq_truncate(s->e, q->slot, q->n_kv);
+    spec_accept_update(&q->acc, a, q->step_rejected);
+    if (q->step_from_pred)
+        q->pred_cursor += a;
+    q->step_draft = 0;
+}
+
 /* Runs one step; returns true when work was done. */
 static bool step(struct scheduler *s)
 {
@@ -923,11 +1122,16 @@ static bool step(struct scheduler *s)
         if (join_followers(s, s->running[i]))
             req_finish(s, s->running[i--], ERR_NOMEM, "out of memory sharing the prompt");
     int64_t need;
+    bool allow_spec = true;
     for (;;) {
-        need = plan_step(s);
+        need = plan_step(s, allow_spec);
         int64_t free_b = kv_pool_free_blocks(pool);
         if (need <= free_b)
             break;
+        if (s->step_drafts > 0) { /* drafts never cost an eviction or a preemption */
+            allow_spec = false;
+            continue;
+        }
         if (s->pc && prefix_cache_evict(s->pc, need - free_b) >= need - free_b)
             continue;
         if (s->n_running > 1) {
@@ -944,7 +1148,10 @@ static bool step(struct scheduler *s)
     if (s->batch.n == 0)
         return false;
     char err[ERR_MSG_MAX];
+    int64_t t0 = clock_now_ns();
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
+    if (!rc && s->step_decode_only) /* the cost curve is of passes whose every token has logits */
+        spec_cost_record(&s->cost, s->batch.n, (double)(clock_now_ns() - t0));
     atomic_fetch_add(&s->st_steps, 1);
     obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);
     if (rc) {
@@ -960,18 +1167,20 @@ static bool step(struct scheduler *s)
         }
         return true;
     }
-    /* Account the step, then sample in batch order (rows follow the batch's logits tokens). The list of
-     * rows is taken before sampling, since finishing a request reshuffles s->running. */
+    /* Account the step (drafted tokens count once verified), then sample in batch order (rows follow the
+     * batch's logits tokens). The list of rows is taken before sampling, since finishing a request
+     * reshuffles s->running. */
     int n_rows = 0;
-    struct sched_req *row_req[SCHED_MAX_SLOTS];
-    int row_choice[SCHED_MAX_SLOTS];
     for (int i = 0; i < s->n_running; i++) {
         struct sched_req *r = s->running[i];
         for (int c = 0; c < r->n_choices; c++) {
             struct sched_seq *q = &r->st->seqs[c];
             if (!q->step_take)
                 continue;
-            q->n_kv += q->step_take;
+            q->n_kv += q->step_take - q->step_draft;
+            q->step_row = 0;
+            q->step_accepted = 0;
+            q->step_rejected = false;
             if (s->pc)
                 prefix_cache_insert(s->pc, q->toks, q->n_kv, engine_seq(s->e, q->slot), &q->pcur);
         }
@@ -982,23 +1191,47 @@ static bool step(struct scheduler *s)
         if (!s->batch.tok[b].logits)
             continue;
         int slot = s->batch.tok[b].seq;
-        row_req[n_rows] = s->slot_req[slot];
-        row_choice[n_rows] = s->slot_choice[slot];
-        sched_req_ref(row_req[n_rows]);
+        s->row_req[n_rows] = s->slot_req[slot];
+        s->row_choice[n_rows] = s->slot_choice[slot];
+        s->row_first[n_rows] = b == 0 || s->batch.tok[b - 1].seq != slot;
+        sched_req_ref(s->row_req[n_rows]);
         n_rows++;
     }
     for (int k = 0; k < n_rows; k++) {
-        struct sched_req *r = row_req[k];
-        if (r->st->state == RS_RUNNING && !r->st->seqs[row_choice[k]].done) {
-            int err2 = sample_seq(s, r, row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab);
+        struct sched_req *r = s->row_req[k];
+        struct sched_seq *q = &r->st->seqs[s->row_choice[k]];
+        if (r->st->state != RS_RUNNING || q->done || q->step_rejected)
+            continue;
+        int j = q->step_row++; /* this row's index among the sequence's rows (drafts are sampled in order) */
+        if (q->step_draft && j == 0)
+            spec_count(s, r, q, q->step_draft, 0);
+        int32_t t;
+        int err2 = sample_seq(s, r, s->row_choice[k], s->logits + (size_t)k * (size_t)s->n_vocab, &t);
+        if (err2) {
             if (err2 == ERR_INTERNAL && r->st->state != RS_DONE) /* only the grammar's checks say this */
                 req_finish(s, r, ERR_INTERNAL, "structured output: the grammar and the sampled token disagree");
-            else if (err2 && r->st->state != RS_DONE)
+            else if (r->st->state != RS_DONE)
                 req_finish(s, r, err2, "out of memory while sampling");
+            continue;
+        }
+        if (q->step_draft && !q->done) {
+            if (j < q->step_draft && t == s->draft[(size_t)q->slot * (size_t)s->p.draft_max + (size_t)j]) {
+                q->n_kv++; /* the drafted token at this position is the one sampled: its KV stands */
+                q->step_accepted++;
+                spec_count(s, r, q, 0, 1);
+            } else if (j < q->step_draft) {
+                q->step_rejected = true;
+            }
         }
     }
+    for (int k = 0; k < n_rows; k++) {
+        struct sched_req *r = s->row_req[k];
+        struct sched_seq *q = &r->st->seqs[s->row_choice[k]];
+        if (s->row_first[k] && q->step_draft)
+            spec_finish_verify(s, q);
+    }
     for (int k = 0; k < n_rows; k++)
-        sched_req_unref(row_req[k]);
+        sched_req_unref(s->row_req[k]);
     return true;
 }
 
@@ -1116,6 +1349,10 @@ void sched_params_default(struct sched_params *p)
     p->max_queue = 64;
     p->prefill_chunk = 256;
     p->prefix_cache = true;
+    p->spec = SCHED_SPEC_OFF;
+    p->draft_max = 16;
+    p->draft_min = 1;
+    p->draft_adaptive = true;
 }
 
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
@@ -1131,6 +1368,11 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     if (p->prefill_chunk < 1 || p->prefill_chunk + p->max_batch_size > ep->max_batch_tokens) {
         err_set(err, ERR_INVALID_ARG, "prefill_chunk %d + max_batch_size %d exceeds the engine's batch of %d tokens",
                 p->prefill_chunk, p->max_batch_size, ep->max_batch_tokens);
+        return NULL;
+    }
+    if (p->draft_max < 0 || p->draft_max > SCHED_DRAFT_MAX || p->draft_min < 0 || p->draft_min > SCHED_DRAFT_MAX) {
+        err_set(err, ERR_INVALID_ARG, "draft_max %d and draft_min %d must be in [0, %d]", p->draft_max, p->draft_min,
+                SCHED_DRAFT_MAX);
         return NULL;
     }
     struct scheduler *s = calloc(1, sizeof *s);
@@ -1162,7 +1404,25 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->free_slots = malloc((size_t)s->max_seqs * sizeof *s->free_slots);
     s->slot_req = calloc((size_t)s->max_seqs, sizeof *s->slot_req);
     s->slot_choice = calloc((size_t)s->max_seqs, sizeof *s->slot_choice);
-    s->logits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof *s->logits);
+    /* drafted tokens take the room of prompt chunks in the batch (speculation runs in steps without them) */
+    s->spec_rows = p->max_batch_size * p->draft_max;
+    if (s->spec_rows > p->prefill_chunk)
+        s->spec_rows = p->prefill_chunk;
+    if (s->spec_rows > SCHED_SPEC_ROWS_MAX)
+        s->spec_rows = SCHED_SPEC_ROWS_MAX;
+    s->max_rows = s->max_seqs + s->spec_rows;
+    s->logits = malloc((size_t)s->max_rows * (size_t)s->n_vocab * sizeof *s->logits);
+    s->row_req = malloc((size_t)s->max_rows * sizeof *s->row_req);
+    s->row_choice = malloc((size_t)s->max_rows * sizeof *s->row_choice);
+    s->row_first = malloc((size_t)s->max_rows * sizeof *s->row_first);
+    s->cost_curve = malloc(((size_t)s->max_rows + 1) * sizeof *s->cost_curve);
+    s->cand = malloc((size_t)s->max_seqs * sizeof *s->cand);
+    s->cand_seq = malloc((size_t)s->max_seqs * sizeof *s->cand_seq);
+    if (p->draft_max > 0 && !(s->draft = malloc((size_t)s->max_seqs * (size_t)p->draft_max * sizeof *s->draft)))
+        goto oom;
+    if (!s->row_req || !s->row_choice || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
+        spec_cost_init(&s->cost, ep->max_batch_tokens))
+        goto oom;
     s->top_buf = malloc(64 * sizeof *s->top_buf);
     s->piece_cap = 256;
     s->piece = malloc((size_t)s->piece_cap);
@@ -1220,6 +1480,14 @@ void scheduler_destroy(struct scheduler *s)
     free(s->textbuf);
     free(s->slot_req);
     free(s->slot_choice);
+    free(s->row_req);
+    free(s->row_choice);
+    free(s->row_first);
+    free(s->draft);
+    free(s->cost_curve);
+    free(s->cand);
+    free(s->cand_seq);
+    spec_cost_deinit(&s->cost);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);

@@ -12,6 +12,12 @@
  * out, the most recently admitted request is preempted (its blocks freed, its tokens recomputed when it
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
+ * Speculative decoding (docs/speculative.md): a decoding sequence may feed, after its pending token, tokens
+ * drafted from the request's prediction or by n-gram lookup, verified in the same forward pass; the output
+ * is the same token for token as without speculation (greedy and seeded sampling alike), only faster when
+ * drafts are accepted. Draft lengths follow each sequence's acceptance and the measured cost of the pass
+ * (speculate.h), so speculation stays off under load and when drafts fail.
+ *
  * Threads: scheduler_submit / scheduler_cancel / sched_req_* may be called from any thread; the engine thread
  * appends a request's output under the request's own lock, which only scheduler.c can take (readers go
  * through sched_req_status_get and sched_req_read). A request is reference-counted: the submitter holds one
@@ -64,6 +70,12 @@ struct grammar_entry;   /* engine/grammar/grammar_cache.h */
 #define SCHED_PRIORITY_LIVE 0
 #define SCHED_PRIORITY_BATCH 1 /* batch jobs: free slots and KV only */
 
+/* Where drafted tokens come from besides a request's prediction (which is always drafted from). */
+enum sched_spec {
+    SCHED_SPEC_OFF = 0, /* no n-gram lookup */
+    SCHED_SPEC_NGRAM,   /* n-gram lookup over the prompt and the text generated so far */
+};
+
 /* A generation request. The submitter fills the input, submits, and from then on reaches the request only
  * through functions: sched_req_status_get and sched_req_read to read its output, scheduler_cancel to stop it,
  * sched_req_ref/unref to keep it. Its output, progress, reference count and engine-thread state live in
@@ -86,6 +98,10 @@ struct sched_req {
      * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
      * invalid output. ignore_eos does not apply. */
     struct grammar_entry *constraint;
+    int32_t *prediction; /* [n_prediction], owned (sched_req_set_prediction): the output the client expects
+                            (OpenAI's predicted outputs), used as drafts; NULL: none */
+    int n_prediction;
+    int spec;            /* n-gram drafts: -1 as the scheduler's params say (default), else enum sched_spec */
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
@@ -100,6 +116,8 @@ struct sched_req {
  * fields (stop strings are copied with sched_req_set_stop), then submits. */
 struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_choices);
 int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop);
+/* Copies the prediction's tokens (n > 0) into r. 0 or ERR_NOMEM. */
+int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n);
 void sched_req_ref(struct sched_req *r);
 /* Drops a reference; the last one frees the request. */
 void sched_req_unref(struct sched_req *r);
@@ -111,6 +129,10 @@ struct sched_req_status {
     char errmsg[256];
     int cached_tokens;  /* prompt tokens reused from the prefix cache at first admission */
     int n_generated;    /* tokens generated over all choices */
+    int draft_tokens;   /* drafted tokens verified, all choices and sources (speculative decoding) */
+    int accepted_tokens;           /* ... of them accepted */
+    int prediction_draft_tokens;   /* drafted tokens taken from the prediction */
+    int prediction_accepted_tokens; /* ... of them accepted */
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;   /* changes at every append: readers skip unchanged requests */
 };
@@ -130,7 +152,17 @@ struct sched_params {
     int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
     int prefill_chunk;  /* prompt tokens per step */
     bool prefix_cache;  /* reuse KV blocks across requests (default true) */
+    enum sched_spec spec; /* n-gram drafts for requests that do not choose (default off) */
+    int draft_max;      /* most drafted tokens a sequence verifies per step, 0..SCHED_DRAFT_MAX (default 16;
+                           0: no speculation, predictions ignored) */
+    int draft_min;      /* drafts shorter than this are not verified (default 1) */
+    bool draft_adaptive; /* default true: draft lengths follow acceptance and the measured cost of a pass
+                            (speculate.h); false: every draft is verified at its full length up to draft_max
+                            (tests; measuring the ceiling) */
 };
+
+#define SCHED_DRAFT_MAX 64
+#define SCHED_SPEC_POS_MAX 16 /* draft positions counted one by one (SCHED_CTR_SPEC_ACCEPTED_POS) */
 
 void sched_params_default(struct sched_params *p);
 
@@ -148,7 +180,12 @@ enum sched_counter {
     SCHED_CTR_TIMEOUTS,            /* requests finished with ERR_TIMEOUT (deadline passed) */
     SCHED_CTR_REJECTED_QUEUE_FULL, /* submissions refused with ERR_QUEUE_FULL */
     SCHED_CTR_ENGINE_STEPS,        /* forward passes */
-    SCHED_CTR_COUNT_
+    SCHED_CTR_SPEC_DRAFTS,         /* verifies: a sequence's pass with drafted tokens */
+    SCHED_CTR_SPEC_DRAFT_TOKENS,   /* drafted tokens verified */
+    SCHED_CTR_SPEC_ACCEPTED_TOKENS, /* ... accepted */
+    SCHED_CTR_SPEC_ACCEPTED_POS,   /* accepted tokens at draft position i (0-based, i < SCHED_SPEC_POS_MAX) are
+                                      counted in SCHED_CTR_SPEC_ACCEPTED_POS + i */
+    SCHED_CTR_COUNT_ = SCHED_CTR_SPEC_ACCEPTED_POS + SCHED_SPEC_POS_MAX
 };
 
 /* Durations the scheduler measures, in seconds, from the request's t_arrival. */
@@ -184,7 +221,7 @@ struct sched_stats {
 struct scheduler;
 
 /* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
- * max_batch_size) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
+ * max_batch_size; drafted tokens take the room of prompt chunks) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
  * measures; its ctx must outlive the scheduler. notify(ctx) is called from the engine thread whenever
  * requests have new output or finished. NULL and a message on failure. */
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,

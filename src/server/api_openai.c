@@ -91,7 +91,7 @@ static void logprobs_add(struct server *srv, struct api_call *call, const struct
 
 static json_t *usage_json(struct api_call *call)
 {
-    int prompt = 0, gen = 0, cached = 0;
+    int prompt = 0, gen = 0, cached = 0, drafted = 0, accepted = 0, pred_drafted = 0, pred_accepted = 0;
     for (int i = 0; i < call->n_reqs; i++) {
         struct sched_req *r = call->reqs[i];
         if (!r)
@@ -101,6 +101,10 @@ static json_t *usage_json(struct api_call *call)
         prompt += r->n_prompt;
         cached += st.cached_tokens;
         gen += st.n_generated;
+        drafted += st.draft_tokens;
+        accepted += st.accepted_tokens;
+        pred_drafted += st.prediction_draft_tokens;
+        pred_accepted += st.prediction_accepted_tokens;
     }
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt));
@@ -109,6 +113,16 @@ static json_t *usage_json(struct api_call *call)
     json_t *d = json_object();
     json_object_set_new(d, "cached_tokens", json_integer(cached));
     json_object_set_new(u, "prompt_tokens_details", d);
+    /* OpenAI's predicted-output counts: tokens of the prediction fed as drafts and accepted, and fed and not
+     * accepted (counted at each verify that fed them; a part of the prediction never fed, e.g. past the end
+     * of the answer, counts in neither); draft_tokens / accepted_draft_tokens (wafer's) count every draft,
+     * n-gram ones included */
+    json_t *cd = json_object();
+    json_object_set_new(cd, "accepted_prediction_tokens", json_integer(pred_accepted));
+    json_object_set_new(cd, "rejected_prediction_tokens", json_integer(pred_drafted - pred_accepted));
+    json_object_set_new(cd, "draft_tokens", json_integer(drafted));
+    json_object_set_new(cd, "accepted_draft_tokens", json_integer(accepted));
+    json_object_set_new(u, "completion_tokens_details", cd);
     return u;
 }
 

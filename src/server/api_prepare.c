@@ -2,7 +2,7 @@
  * api_prepare: from a validated generation request to scheduler requests, shared by every generating
  * handler: the model name check, tokenizing the prompt, fitting it and max_tokens in the context, and filling
  * a sched_req (sampling, stop strings, seed, deadline, the compiled output constraint from the server's grammar
- * cache).
+ * cache, the prediction's tokens and n-gram drafts).
  */
 #include "core/clock.h"
 #include "core/err.h"
@@ -124,6 +124,21 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
     }
     r->n_logprobs = g->logprobs;
     r->ignore_eos = g->ignore_eos;
+    if (g->spec >= 0)
+        r->spec = g->spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+    if (g->prediction && *g->prediction) {
+        /* plain text (no BOS, special-token text kept as text): drafts for the tokens the model writes */
+        int32_t *pt;
+        int np = tokenizer_encode_alloc(srv->model->tok, g->prediction, strlen(g->prediction), false, false, &pt);
+        int rc = np < 0 ? np : sched_req_set_prediction(r, pt, np);
+        if (np >= 0)
+            free(pt);
+        if (rc) {
+            sched_req_unref(r);
+            api_error_set(e, rc, "prediction", NULL, "cannot tokenize 'prediction': %s", err_name(rc));
+            return NULL;
+        }
+    }
     r->t_arrival = clock_now_ns();
     /* the request's own timeout may shorten the server's, never lengthen it */
     double timeout = srv->cfg->request_timeout;

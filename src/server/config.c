@@ -11,6 +11,7 @@
 #include "core/alert.h"
 #include "core/err.h"
 #include "engine/engine.h"
+#include "engine/scheduler.h"
 
 #include <errno.h>
 #include <libfyaml.h>
@@ -71,6 +72,15 @@ static const struct cfg_item cfg_items[] = {
      "seconds to receive request headers (default 10)"},
     {"server", "body_timeout", "--body-timeout", CK_SECONDS, OFF(body_timeout), 0, 0.001, 1e6,
      "seconds to receive a request body (default 30)"},
+    {"server", "spec", "--spec", CK_STR, OFF(spec), 0, 0, 0,
+     "speculative decoding's drafts besides a request's prediction: off (default) or ngram (prompt lookup)"},
+    {"server", "draft_max", "--draft-max", CK_INT, OFF(draft_max), 0, 0, SCHED_DRAFT_MAX,
+     "most drafted tokens a sequence verifies per step (default 16; 0: no speculation, predictions ignored)"},
+    {"server", "draft_min", "--draft-min", CK_INT, OFF(draft_min), 0, 0, SCHED_DRAFT_MAX,
+     "shorter drafts are not verified (default 1)"},
+    {"server", "draft_fixed", "--draft-fixed", CK_BOOL, OFF(draft_fixed), 0, 0, 0,
+     "verify every draft whole, whatever it costs (to measure the ceiling; default false: draft lengths follow "
+     "acceptance and the measured cost of a pass)"},
     {"server", "log_requests", "--log-requests", CK_BOOL, OFF(log_requests), 0, 0, 0,
      "one log line per request (default true)"},
     {"generation", "max_new_tokens", "--max-new-tokens", CK_INT, OFF(max_new_tokens), 0, 1, 1 << 20,
@@ -145,6 +155,8 @@ void server_config_init(struct server_config *c)
     c->jobs_max_inflight = -1;
     c->slo_window_s = 10;
     c->energy_rapl = true;
+    c->draft_max = 16;
+    c->draft_min = 1;
 }
 
 static void cfg_list_clear(char **list, int *n)
@@ -165,6 +177,7 @@ void server_config_deinit(struct server_config *c)
     free(c->jobs_data_dir);
     free(c->jobs_queue);
     free(c->backend);
+    free(c->spec);
     free(c->host);
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
@@ -649,6 +662,8 @@ int server_config_check(const struct server_config *c, char *err)
     if (c->slo_min_batch && c->slo_max_batch && c->slo_min_batch > c->slo_max_batch)
         return err_set(err, ERR_INVALID_ARG, "slo.min_batch_size (%d) is above slo.max_batch_size (%d)",
                        c->slo_min_batch, c->slo_max_batch);
+    if (c->spec && strcmp(c->spec, "off") && strcmp(c->spec, "ngram"))
+        return err_set(err, ERR_INVALID_ARG, "server.spec: '%s' is not a draft source (off, ngram)", c->spec);
     if (c->max_body < 1024)
         return err_set(err, ERR_INVALID_ARG, "server.max_body must be at least 1KiB (got %lld bytes)",
                        (long long)c->max_body);

@@ -6,7 +6,8 @@
  * YAML layout (docs/config.md has the full example):
  *   model:      {name, path, aliases: [..], chat_template}
  *   server:     {host, port, threads, backend, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
- *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout}
+ *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout,
+ *                spec, draft_max, draft_min, draft_fixed}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
  *   cors:       {origins: [..]}
@@ -52,6 +53,10 @@ struct server_config {
     int max_connections;
     double header_timeout; /* seconds */
     double body_timeout;   /* seconds */
+    char *spec;            /* speculative decoding's n-gram drafts: "off" (NULL too) or "ngram" */
+    int draft_max;         /* most drafted tokens per sequence and step (0: no speculation) */
+    int draft_min;         /* shorter drafts are not verified */
+    bool draft_fixed;      /* verify drafts whole (sched_params.draft_adaptive off) */
 
     /* generation defaults (requests override) */
     int max_new_tokens;

@@ -51,6 +51,7 @@ struct metrics {
     struct metrics_histogram hist[MH_COUNT_];
     struct metrics_route routes[METRICS_N_ROUTES];
     _Atomic int64_t counters[MC_COUNT_];
+    _Atomic int64_t spec_pos[SCHED_SPEC_POS_MAX]; /* accepted drafted tokens by draft position */
 };
 
 static const double metrics_latency_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
@@ -80,6 +81,12 @@ static const struct {
     [MC_REJECTED_QUEUE_FULL] = {"wafer_requests_rejected_total", "Requests refused with 429 (queue full).",
                                 "counter"},
     [MC_ENGINE_STEPS] = {"wafer_engine_steps_total", "Forward passes run by the scheduler.", "counter"},
+    [MC_SPEC_DRAFTS] = {"wafer_spec_decode_num_drafts_total",
+                        "Speculative decoding: verifies (a sequence's pass with drafted tokens).", "counter"},
+    [MC_SPEC_DRAFT_TOKENS] = {"wafer_spec_decode_num_draft_tokens_total",
+                              "Speculative decoding: drafted tokens verified.", "counter"},
+    [MC_SPEC_ACCEPTED_TOKENS] = {"wafer_spec_decode_num_accepted_tokens_total",
+                                 "Speculative decoding: drafted tokens accepted.", "counter"},
 };
 
 struct metrics *metrics_create(void)
@@ -244,6 +251,9 @@ static int metrics_counter_of(enum sched_counter c)
     case SCHED_CTR_TIMEOUTS: return MC_TIMEOUTS;
     case SCHED_CTR_REJECTED_QUEUE_FULL: return MC_REJECTED_QUEUE_FULL;
     case SCHED_CTR_ENGINE_STEPS: return MC_ENGINE_STEPS;
+    case SCHED_CTR_SPEC_DRAFTS: return MC_SPEC_DRAFTS;
+    case SCHED_CTR_SPEC_DRAFT_TOKENS: return MC_SPEC_DRAFT_TOKENS;
+    case SCHED_CTR_SPEC_ACCEPTED_TOKENS: return MC_SPEC_ACCEPTED_TOKENS;
     default: return -1;
     }
 }
@@ -261,9 +271,12 @@ static int metrics_hist_of(enum sched_timing t)
 
 static void metrics_on_count(void *ctx, enum sched_counter c, int64_t v)
 {
+    struct metrics *m = ctx;
     int mc = metrics_counter_of(c);
     if (mc >= 0)
-        metrics_add(ctx, (enum metrics_counter)mc, v);
+        metrics_add(m, (enum metrics_counter)mc, v);
+    else if (c >= SCHED_CTR_SPEC_ACCEPTED_POS && c < SCHED_CTR_SPEC_ACCEPTED_POS + SCHED_SPEC_POS_MAX)
+        atomic_fetch_add(&m->spec_pos[c - SCHED_CTR_SPEC_ACCEPTED_POS], v);
 }
 
 static void metrics_on_observe(void *ctx, enum sched_timing t, double seconds)
@@ -388,6 +401,12 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
         mb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", metrics_counter_info[c].name,
                   metrics_counter_info[c].help, metrics_counter_info[c].name, metrics_counter_info[c].type,
                   metrics_counter_info[c].name, (long long)metrics_get(m, (enum metrics_counter)c));
+    mb_printf(&b, "# HELP wafer_spec_decode_num_accepted_tokens_per_pos_total Speculative decoding: drafted tokens "
+                  "accepted, by position in the draft (0: the first).\n"
+                  "# TYPE wafer_spec_decode_num_accepted_tokens_per_pos_total counter\n");
+    for (int i = 0; i < SCHED_SPEC_POS_MAX; i++)
+        mb_printf(&b, "wafer_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %lld\n", i,
+                  (long long)atomic_load(&m->spec_pos[i]));
 
     pthread_mutex_lock(&m->mu);
     for (int h = 0; h < MH_COUNT_; h++) {

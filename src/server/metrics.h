@@ -33,6 +33,9 @@ enum metrics_counter {
     MC_TIMEOUTS,            /* wafer_requests_timed_out_total: deadline passed */
     MC_REJECTED_QUEUE_FULL, /* wafer_requests_rejected_total (429) */
     MC_ENGINE_STEPS,        /* wafer_engine_steps_total */
+    MC_SPEC_DRAFTS,         /* wafer_spec_decode_num_drafts_total: verifies of drafted tokens */
+    MC_SPEC_DRAFT_TOKENS,   /* wafer_spec_decode_num_draft_tokens_total */
+    MC_SPEC_ACCEPTED_TOKENS, /* wafer_spec_decode_num_accepted_tokens_total */
     MC_COUNT_
 };
 
@@ -90,7 +93,9 @@ int64_t metrics_get(const struct metrics *m, enum metrics_counter c);
 void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds);
 
 /* Fills obs so that the scheduler's measures land in m's counters and histograms (its enums map onto
- * MC_* and MH_*; measures without a metric are dropped). m must outlive the scheduler given obs. */
+ * MC_* and MH_*, and the accepted drafted tokens by position onto
+ * wafer_spec_decode_num_accepted_tokens_per_pos_total{position}; measures without a metric are dropped).
+ * m must outlive the scheduler given obs. */
 void metrics_sched_observer(struct metrics *m, struct sched_observer *obs);
 
 struct alert_sample;

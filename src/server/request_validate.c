@@ -247,6 +247,75 @@ static int jprompt(json_t *o, const char *key, bool allow_multi, struct gen_requ
     return 0;
 }
 
+/* An array of text parts [{"type": "text", "text": ...}] (param names it in errors): their texts
+ * concatenated into *out (malloc'd; NULL on OOM); other part types are refused. */
+static int jtext_parts(json_t *c, const char *param, char **out, struct api_error *e)
+{
+    size_t total = 1;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        json_t *part = json_array_get(c, k);
+        json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+        json_t *t = json_is_object(part) ? json_object_get(part, "text") : NULL;
+        if (!type || !json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(t))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                                 "'%s[%zu]' must be a text part {\"type\": \"text\", \"text\": ...}; "
+                                 "images and audio are not supported", param, k);
+        total += json_string_length(t);
+    }
+    char *text = malloc(total);
+    if (text) {
+        size_t off = 0;
+        for (size_t k = 0; k < json_array_size(c); k++) {
+            json_t *t = json_object_get(json_array_get(c, k), "text");
+            memcpy(text + off, json_string_value(t), json_string_length(t));
+            off += json_string_length(t);
+        }
+        text[off] = 0;
+    }
+    *out = text;
+    return 0;
+}
+
+/* prediction (OpenAI's predicted outputs): {"type": "content", "content": text or text parts}, the output
+ * the client expects; and wafer's "speculation": "off" or "ngram", the request's n-gram drafts. */
+static int jprediction(json_t *o, struct gen_request *r, struct api_error *e)
+{
+    json_t *p = jget(o, "prediction");
+    if (p) {
+        if (!json_is_object(p))
+            return api_error_set(e, ERR_INVALID_ARG, "prediction", NULL,
+                                 "'prediction' must be an object {\"type\": \"content\", \"content\": ...}, got %s",
+                                 json_type_name(p));
+        json_t *t = json_object_get(p, "type");
+        if (!json_is_string(t) || strcmp(json_string_value(t), "content"))
+            return api_error_set(e, ERR_INVALID_ARG, "prediction.type", NULL,
+                                 "'prediction.type' must be \"content\" (the only type of predicted output)");
+        json_t *c = json_object_get(p, "content");
+        char *text = NULL;
+        if (json_is_string(c))
+            text = strdup(json_string_value(c));
+        else if (json_is_array(c)) {
+            int rc = jtext_parts(c, "prediction.content", &text, e);
+            if (rc)
+                return rc;
+        } else
+            return api_error_set(e, ERR_INVALID_ARG, "prediction.content", NULL,
+                                 "'prediction.content' must be a string or an array of text parts");
+        if (!text)
+            return api_error_set(e, ERR_NOMEM, "prediction", NULL, "out of memory");
+        free(r->prediction);
+        r->prediction = text;
+    }
+    json_t *sv = jget(o, "speculation");
+    if (sv) {
+        if (!json_is_string(sv) || (strcmp(json_string_value(sv), "off") && strcmp(json_string_value(sv), "ngram")))
+            return api_error_set(e, ERR_INVALID_ARG, "speculation", NULL,
+                                 "'speculation' must be \"off\" or \"ngram\" (n-gram drafts; the output is the same)");
+        r->spec = strcmp(json_string_value(sv), "off") ? 1 : 0;
+    }
+    return 0;
+}
+
 /* messages: [{role, content}] where content is a string, null (assistant), or text parts. */
 static int jmessages(json_t *o, struct gen_request *r, struct api_error *e)
 {
@@ -289,28 +358,9 @@ static int jmessages(json_t *o, struct gen_request *r, struct api_error *e)
         } else if ((!c || json_is_null(c)) && !strcmp(rs, "assistant")) {
             text = strdup("");
         } else if (c && json_is_array(c)) {
-            /* Text parts are concatenated; other part types are refused. */
-            size_t total = 1;
-            for (size_t k = 0; k < json_array_size(c); k++) {
-                json_t *part = json_array_get(c, k);
-                json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
-                json_t *t = json_is_object(part) ? json_object_get(part, "text") : NULL;
-                if (!type || !json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(t))
-                    return api_error_set(e, ERR_INVALID_ARG, param, NULL,
-                                         "'%s[%zu]' must be a text part {\"type\": \"text\", \"text\": ...}; "
-                                         "images and audio are not supported", param, k);
-                total += json_string_length(t);
-            }
-            text = malloc(total);
-            if (text) {
-                size_t off = 0;
-                for (size_t k = 0; k < json_array_size(c); k++) {
-                    json_t *t = json_object_get(json_array_get(c, k), "text");
-                    memcpy(text + off, json_string_value(t), json_string_length(t));
-                    off += json_string_length(t);
-                }
-                text[off] = 0;
-            }
+            int rc = jtext_parts(c, param, &text, e);
+            if (rc)
+                return rc;
         } else {
             return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be a string or an array of text parts",
                                  param);
@@ -335,6 +385,7 @@ static void gen_request_init(struct gen_request *r, enum api_kind kind, const st
     r->max_tokens = -1;
     r->n = 1;
     r->logprobs = -1;
+    r->spec = -1;
     r->add_special = true;
     r->sp.temperature = d->temperature;
     r->sp.top_k = d->top_k;
@@ -367,6 +418,7 @@ void gen_request_deinit(struct gen_request *r)
     free(r->stop);
     free(r->tokens);
     free(r->constraint_text);
+    free(r->prediction);
     memset(r, 0, sizeof *r);
 }
 
@@ -534,6 +586,10 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
         return rc;
     if (present && x != r->n)
         return api_error_set(e, ERR_UNSUPPORTED, "best_of", NULL, "'best_of' other than n is not supported");
+    if ((rc = jprediction(o, r, e)))
+        return rc;
+    if (r->prediction && r->n > 1)
+        return api_error_set(e, ERR_INVALID_ARG, "prediction", NULL, "'prediction' cannot be combined with n > 1");
     if ((rc = jbool(o, "stream", &r->stream, e)) || (rc = jbool(o, "return_token_ids", &r->return_token_ids, e)))
         return rc;
     json_t *so = jget(o, "stream_options");

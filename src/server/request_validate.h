@@ -84,6 +84,8 @@ struct gen_request {
     bool with_pieces;   /* tokenize: return {id, piece} objects */
     int32_t *tokens;    /* detokenize input, owned */
     int n_tokens;
+    char *prediction;   /* completions, chat: OpenAI's prediction.content (owned), or NULL */
+    int spec;           /* "speculation": -1 not given, 0 off, 1 ngram (enum sched_spec) */
 };
 
 void gen_defaults_init(struct gen_defaults *d);

@@ -330,6 +330,10 @@ static int server_load(struct server *srv)
     sp.max_batch_size = cfg->max_batch_size;
     sp.max_queue = cfg->max_queue;
     sp.prefill_chunk = cfg->prefill_chunk;
+    sp.spec = cfg->spec && !strcmp(cfg->spec, "ngram") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+    sp.draft_max = cfg->draft_max;
+    sp.draft_min = cfg->draft_min;
+    sp.draft_adaptive = !cfg->draft_fixed;
     struct sched_observer obs;
     metrics_sched_observer(srv->metrics, &obs);
     srv->sched = scheduler_create(srv->engine, srv->model->tok, &sp, &obs, notify_io, srv, err);

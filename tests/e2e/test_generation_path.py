@@ -82,6 +82,28 @@ def test_run_equals_completions(server, name, req):
         assert not any(s in r.stdout for s in req["stop"])
 
 
+@pytest.mark.parametrize("name", ["greedy-0", "stop-she", "penalties", "seeded"])
+def test_run_speculation_prints_the_same(name):
+    """`wafer run` with n-gram drafts or a prediction prints what it prints without (drafts verified whole, so
+    the verify path really runs)."""
+    need(STORIES)
+    req = dict(cases())[name]
+    plain = wafer("run", "--model", STORIES, *run_args(req))
+    assert plain.returncode == 0, plain.stderr
+    text = plain.stdout[:-1]
+    edited = text.replace(" a ", " the ")
+    for extra in (["--spec", "ngram", "--draft-fixed"], ["--prediction", text, "--draft-fixed"],
+                  ["--prediction", edited, "--draft-max", "4", "--draft-min", "2", "--draft-fixed"],
+                  ["--prediction", text]):
+        r = wafer("run", "--model", STORIES, *run_args(req), *extra)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == plain.stdout, (extra, r.stdout, plain.stdout)
+        if extra[0] == "--prediction" and extra[-1] == "--draft-fixed" and len(text) > 8:
+            assert "drafted:" in r.stderr, r.stderr
+    r = wafer("run", "--model", STORIES, "--prompt", "x", "--spec", "draft")
+    assert r.returncode == 2 and "--spec: 'draft' is not a draft source (off, ngram)" in r.stderr, r.stderr
+
+
 def test_stop_string_is_the_servers(server):
     """The cut falls where the server cuts, not at a token boundary of run's own making: the text before the
     stop string is printed whole, the stop string and what follows are not."""

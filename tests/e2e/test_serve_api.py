@@ -7,7 +7,9 @@ import pytest
 from conftest import STORIES, LLAMA19M
 
 COMPLETION_KEYS = {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
-USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details"}
+USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+              "completion_tokens_details"}
+DETAIL_KEYS = {"accepted_prediction_tokens", "rejected_prediction_tokens", "draft_tokens", "accepted_draft_tokens"}
 
 
 def sse_events(resp):
@@ -24,8 +26,9 @@ def sse_events(resp):
     return events
 
 
-def check_usage(u, prompt_tokens=None, completion_tokens=None):
-    assert set(u) == USAGE_KEYS
+def check_usage(u, prompt_tokens=None, completion_tokens=None, openai=True):
+    """openai: the OpenAI endpoints' usage (with completion_tokens_details), else the simple API's."""
+    assert set(u) == (USAGE_KEYS if openai else USAGE_KEYS - {"completion_tokens_details"})
     assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
     assert set(u["prompt_tokens_details"]) == {"cached_tokens"}
     assert 0 <= u["prompt_tokens_details"]["cached_tokens"] < u["prompt_tokens"]
@@ -33,6 +36,12 @@ def check_usage(u, prompt_tokens=None, completion_tokens=None):
         assert u["prompt_tokens"] == prompt_tokens
     if completion_tokens is not None:
         assert u["completion_tokens"] == completion_tokens
+    if not openai:
+        return
+    d = u["completion_tokens_details"]
+    assert set(d) == DETAIL_KEYS
+    assert 0 <= d["accepted_prediction_tokens"] <= d["accepted_draft_tokens"] <= d["draft_tokens"]
+    assert 0 <= d["rejected_prediction_tokens"] <= d["draft_tokens"] - d["accepted_draft_tokens"]
 
 
 def test_health_ready_models(stories_server):
@@ -188,7 +197,7 @@ def test_simple_api(stories_server):
     assert set(g) == {"text", "tokens", "finish_reason", "usage"}
     assert len(g["tokens"]) == 10 and all(isinstance(t, int) for t in g["tokens"])
     assert g["finish_reason"] == "length"
-    check_usage(g["usage"], completion_tokens=10)
+    check_usage(g["usage"], completion_tokens=10, openai=False)
     oa = c.post("/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 10, "temperature": 0}).json()
     assert g["text"] == oa["choices"][0]["text"]
     # tokens detokenize to the text
@@ -339,3 +348,87 @@ def test_bad_model_file(tmp_path):
                        timeout=30)
     assert p.returncode == 1
     assert "--model: cannot load model" in p.stderr and str(bad) in p.stderr
+
+
+def test_prediction_same_text(make_server):
+    """Predicted outputs and n-gram drafts change the speed, never the answer: the same text as without, for a
+    right, a partly right and a wrong prediction, greedy and seeded, streamed and not, chat too; the usage
+    reports what was accepted and rejected; /metrics counts the drafts."""
+    s = make_server(STORIES, "--chat-template", "chatml", "--draft-fixed", "true")
+    c = s.client
+    req = {"prompt": "Once upon a time", "max_tokens": 48, "temperature": 0}
+    plain = c.post("/v1/completions", json=req).json()
+    text = plain["choices"][0]["text"]
+    d0 = plain["usage"]["completion_tokens_details"]
+    assert d0["draft_tokens"] == 0 and d0["accepted_prediction_tokens"] == 0
+    words = text.split(" ")
+    edited = " ".join(w if i % 5 != 3 else "zebra" for i, w in enumerate(words))
+    for pred, kind in [(text, "exact"), (edited, "partly"), ("the the the the", "wrong"), ("", "empty")]:
+        r = c.post("/v1/completions", json=dict(req, prediction={"type": "content", "content": pred}))
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body["choices"][0]["text"] == text, kind
+        check_usage(body["usage"], completion_tokens=48)
+        d = body["usage"]["completion_tokens_details"]
+        if kind in ("exact", "partly"):
+            assert d["accepted_prediction_tokens"] > 0, (kind, d)
+        if kind == "exact":
+            assert d["accepted_prediction_tokens"] >= 24, d
+        if kind == "partly":
+            assert d["rejected_prediction_tokens"] > 0, d
+        if kind == "empty":
+            assert d["draft_tokens"] == 0, d
+    # text parts, streaming with usage
+    r = c.post("/v1/completions", json=dict(req, stream=True, stream_options={"include_usage": True},
+                                            prediction={"type": "content", "content": [{"type": "text", "text": text}]}))
+    ev = sse_events(r)
+    assert "".join(e["choices"][0]["text"] for e in ev[:-2]) == text
+    assert ev[-2]["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0
+    # n-gram drafts asked by the request (the server's default is off)
+    r = c.post("/v1/completions", json=dict(req, speculation="ngram")).json()
+    assert r["choices"][0]["text"] == text
+    assert r["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] == 0
+    # seeded sampling with logprobs: the same tokens and logprobs
+    sreq = dict(req, temperature=0.9, top_k=40, seed=77, logprobs=2)
+    a = c.post("/v1/completions", json=sreq).json()["choices"][0]
+    b = c.post("/v1/completions", json=dict(sreq, prediction={"type": "content", "content": a["text"]})).json()
+    assert b["choices"][0]["text"] == a["text"] and b["choices"][0]["logprobs"] == a["logprobs"]
+    assert b["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0
+    # chat
+    msgs = [{"role": "user", "content": "Tell me about Lily."}]
+    ca = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 30, "temperature": 0}).json()
+    content = ca["choices"][0]["message"]["content"]
+    cb = c.post("/v1/chat/completions", json={"messages": msgs, "max_tokens": 30, "temperature": 0,
+                                              "prediction": {"type": "content", "content": content}}).json()
+    assert cb["choices"][0]["message"]["content"] == content
+    m = s.metrics()
+    assert m["wafer_spec_decode_num_drafts_total"] > 0
+    assert 0 < m["wafer_spec_decode_num_accepted_tokens_total"] <= m["wafer_spec_decode_num_draft_tokens_total"]
+    assert m['wafer_spec_decode_num_accepted_tokens_per_pos_total{position="0"}'] > 0
+    assert m['wafer_spec_decode_num_accepted_tokens_per_pos_total{position="0"}'] >= \
+        m['wafer_spec_decode_num_accepted_tokens_per_pos_total{position="1"}']
+
+
+def test_prediction_default_server(stories_server):
+    """On a server with the default (adaptive) speculation the answer is the same too."""
+    c = stories_server.client
+    req = {"prompt": "Lily went to the park and", "max_tokens": 40, "temperature": 0}
+    text = c.post("/v1/completions", json=req).json()["choices"][0]["text"]
+    r = c.post("/v1/completions", json=dict(req, prediction={"type": "content", "content": text}))
+    assert r.json()["choices"][0]["text"] == text
+    check_usage(r.json()["usage"], completion_tokens=40)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prediction": {"type": "text", "content": "a"}}, "prediction.type"),
+    ({"prediction": {"content": "a"}}, "prediction.type"),
+    ({"prediction": "a"}, "prediction"),
+    ({"prediction": {"type": "content", "content": 5}}, "prediction.content"),
+    ({"prediction": {"type": "content", "content": [{"type": "image_url"}]}}, "prediction.content"),
+    ({"prediction": {"type": "content", "content": "a"}, "n": 2}, "prediction"),
+    ({"speculation": "draft"}, "speculation"),
+])
+def test_prediction_refused(stories_server, body, param):
+    r = stories_server.client.post("/v1/completions", json=dict({"prompt": "Once", "max_tokens": 4}, **body))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text

@@ -223,7 +223,18 @@ static void test_sched_observer(void **state)
         [SCHED_CTR_TIMEOUTS] = "wafer_requests_timed_out_total",
         [SCHED_CTR_REJECTED_QUEUE_FULL] = "wafer_requests_rejected_total",
         [SCHED_CTR_ENGINE_STEPS] = "wafer_engine_steps_total",
+        [SCHED_CTR_SPEC_DRAFTS] = "wafer_spec_decode_num_drafts_total",
+        [SCHED_CTR_SPEC_DRAFT_TOKENS] = "wafer_spec_decode_num_draft_tokens_total",
+        [SCHED_CTR_SPEC_ACCEPTED_TOKENS] = "wafer_spec_decode_num_accepted_tokens_total",
     };
+    static char pos_names[SCHED_SPEC_POS_MAX][96];
+    const char *all[SCHED_CTR_COUNT_];
+    for (int c = 0; c < SCHED_CTR_COUNT_; c++)
+        all[c] = names[c];
+    for (int i = 0; i < SCHED_SPEC_POS_MAX; i++) {
+        snprintf(pos_names[i], sizeof pos_names[i], "wafer_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"}", i);
+        all[SCHED_CTR_SPEC_ACCEPTED_POS + i] = pos_names[i];
+    }
     for (int c = 0; c < SCHED_CTR_COUNT_; c++)
         obs.count(obs.ctx, (enum sched_counter)c, 100 + c);
     static const char *const hists[SCHED_TIM_COUNT_] = {
@@ -239,9 +250,9 @@ static void test_sched_observer(void **state)
     char *text = metrics_render(m, &g, NULL);
     assert_non_null(text);
     for (int c = 0; c < SCHED_CTR_COUNT_; c++) {
-        assert_non_null(names[c]); /* a new counter needs its line here and in metrics.c */
-        char line[128];
-        snprintf(line, sizeof line, "%s %d", names[c], 100 + c);
+        assert_non_null(all[c]); /* a new counter needs its line here and in metrics.c */
+        char line[160];
+        snprintf(line, sizeof line, "%s %d", all[c], 100 + c);
         assert_line(text, line);
     }
     for (int t = 0; t < SCHED_TIM_COUNT_; t++) {

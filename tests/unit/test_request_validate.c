@@ -41,6 +41,15 @@ static void test_completions_ok(void **state)
     assert_true(r.stream);
     assert_true(r.include_usage);
     assert_int_equal(r.logprobs, 3);
+    assert_null(r.prediction);
+    assert_int_equal(r.spec, -1);
+    gen_request_deinit(&r);
+
+    const char *bp = "{\"prompt\":\"x\",\"speculation\":\"ngram\",\"prediction\":{\"type\":\"content\","
+                     "\"content\":[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\",\"text\":\"c\"}]}}";
+    assert_int_equal(request_parse(API_COMPLETIONS, bp, strlen(bp), &d, &r, &e), 0);
+    assert_string_equal(r.prediction, "abc");
+    assert_int_equal(r.spec, 1);
     gen_request_deinit(&r);
 
     const char *b2 = "{\"prompt\":[[1,2,3],\"hi\"]}";
@@ -171,6 +180,12 @@ static void test_bad_table(void **state)
         {API_COMPLETIONS, "{\"prompt\":\"x\",\"logit_bias\":{\"1\":5}}", ERR_UNSUPPORTED, "logit_bias", "not supported"},
         {API_COMPLETIONS, "{\"prompt\":\"x\",\"model\":7}", ERR_INVALID_ARG, "model", "must be a string"},
         {API_COMPLETIONS, "{\"prompt\":\"x\",\"frequency_penalty\":-3}", ERR_INVALID_ARG, "frequency_penalty", ">= -2"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"text\",\"content\":\"a\"}}", ERR_INVALID_ARG, "prediction.type", "must be \"content\""},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"prediction\":[\"a\"]}", ERR_INVALID_ARG, "prediction", "must be an object"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\"}}", ERR_INVALID_ARG, "prediction.content", "string or an array"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"prediction\":{\"type\":\"content\",\"content\":[{\"type\":\"image_url\"}]}}", ERR_INVALID_ARG, "prediction.content", "not supported"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"n\":2,\"prediction\":{\"type\":\"content\",\"content\":\"a\"}}", ERR_INVALID_ARG, "prediction", "n > 1"},
+        {API_COMPLETIONS, "{\"prompt\":\"x\",\"speculation\":true}", ERR_INVALID_ARG, "speculation", "\"ngram\""},
         {API_CHAT, "{\"messages\":[]}", ERR_INVALID_ARG, "messages", "at least one"},
         {API_CHAT, "{\"messages\":\"hi\"}", ERR_INVALID_ARG, "messages", "must be an array"},
         {API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", ERR_INVALID_ARG, "messages[0].role", "must be one of"},

@@ -448,8 +448,10 @@ static void test_priority_preempts_batch(void **state)
     for (int i = 0; i < 2; i++) {
         wait_finished(b[i]);
         assert_int_equal(req_status(b[i]).error, 0);
-        /* the live request did not wait for a batch request to finish */
-        assert_true(req_status(live).t_finished < req_status(b[i]).t_finished);
+        /* the live request did not wait for a batch request to finish: it was admitted (taking a batch
+         * request's slot) before either ended. (Its own end may come after the other batch request's, which
+         * keeps its slot and may be a few tokens from done on this tiny model.) */
+        assert_true(req_status(live).t_admitted < req_status(b[i]).t_finished);
         int n = req_tokens(b[i], 0, got, 128);
         assert_int_equal(n, nref[i]);
         assert_memory_equal(got, ref[i], (size_t)n * sizeof *got);
