@@ -294,64 +294,67 @@ static void openai_pump(struct api_call *call)
     if (error)
         api_call_respond_error(call, error, msg);
     else
-        respond_full(call);
+        api_call_defer(call, respond_full); /* the whole answer, with its logprobs, is built on a worker */
 }
 
-void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat)
+/* After submission (I/O thread): a stream's headers, and for chat the first chunk of every choice (its role). */
+static void openai_start(struct api_call *call)
 {
-    enum api_route route = chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
+    if (!call->stream)
+        return;
+    api_call_stream_begin(call);
+    if (call->route == ROUTE_CHAT)
+        for (int k = 0; k < call->n_reqs * call->n; k++)
+            send_chunk(call, k, NULL, 0, true, NULL, NULL);
+}
+
+void api_completions(struct api_call *call)
+{
+    struct server *srv = call->srv;
+    bool chat = call->route == ROUTE_CHAT;
     struct gen_request g;
     struct api_error e;
-    if (request_parse(chat ? API_CHAT : API_COMPLETIONS, req->body, req->body_len, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, route, &e);
+    if (request_parse(chat ? API_CHAT : API_COMPLETIONS, call->req->body, call->req->body_len, &srv->defaults, &g,
+                      &e)) {
+        api_call_fail(call, &e);
         return;
     }
     if (!api_model_ok(srv, g.model, &e)) {
-        api_respond_api_error(srv, c, route, &e);
+        api_call_fail(call, &e);
         gen_request_deinit(&g);
         return;
     }
     if (chat && srv->chat == CHAT_NONE) {
         api_error_set(&e, ERR_UNSUPPORTED, "messages", "chat_template_unavailable", "%s", srv->chat_err);
-        api_respond_api_error(srv, c, route, &e);
+        api_call_fail(call, &e);
         gen_request_deinit(&g);
         return;
     }
     int n_prompts = chat ? 1 : g.n_prompts;
-    struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts, openai_pump);
-    if (!call) {
-        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+    if (!api_call_set_reqs(call, n_prompts)) {
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
         gen_request_deinit(&g);
         return;
     }
+    call->kind = chat ? API_CHAT : API_COMPLETIONS;
+    call->pump = openai_pump;
+    call->start = openai_start;
     call->stream = g.stream;
     call->include_usage = g.include_usage;
     call->echo = g.echo;
     call->logprobs = g.logprobs;
     call->n = g.n;
     for (int i = 0; i < n_prompts; i++) {
-        struct gen_prompt chat_prompt = {0};
         const struct gen_prompt *p = chat ? NULL : &g.prompts[i];
-        char err[ERR_MSG_MAX];
-        if (chat) {
-            chat_prompt.text = chat_template_apply(srv->chat, g.messages, g.n_messages, true, srv->bos_text,
-                                                   srv->eos_text, err);
-            if (!chat_prompt.text) {
-                api_error_set(&e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
-                api_call_fail(call, &e);
-                gen_request_deinit(&g);
-                return;
-            }
-            p = &chat_prompt;
-        }
         char param[32];
         snprintf(param, sizeof param, n_prompts > 1 ? "prompt[%d]" : chat ? "messages" : "prompt", i);
         int n_toks = 0, max_tokens = 0;
-        int32_t *toks = api_tokenize_prompt(srv, p, param, &n_toks, &e);
+        int32_t *toks = chat ? api_tokenize_chat(srv, g.messages, g.n_messages, true, &n_toks, &e)
+                             : api_tokenize_prompt(srv, p, g.parse_special, param, &n_toks, &e);
         struct sched_req *r = NULL;
         if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
             r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
-        if (r && g.echo) {
+        if (r && g.echo && p) {
             if (p->text) {
                 call->echo_text[i] = strdup(p->text);
             } else { /* token prompt: detokenize it for the echo */
@@ -368,7 +371,6 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
             }
         }
         free(toks);
-        free(chat_prompt.text);
         if (!r) {
             api_call_fail(call, &e);
             gen_request_deinit(&g);
@@ -377,14 +379,8 @@ void api_completions(struct server *srv, struct http_conn *c, const struct http_
         call->reqs[i] = r;
     }
     gen_request_deinit(&g);
-    if (!api_call_submit(call))
-        return;
-    if (call->stream) {
-        api_call_stream_begin(call);
-        if (chat)
-            for (int k = 0; k < call->n_reqs * call->n; k++)
-                send_chunk(call, k, NULL, 0, true, NULL, NULL);
-    }
+    if (!api_reserve_generation(call, &e))
+        api_call_fail(call, &e);
 }
 
 void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len)

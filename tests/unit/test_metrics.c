@@ -32,6 +32,10 @@ static void test_render(void **state)
     metrics_observe(m, MH_TTFT, 0.003);  /* first bucket (le 0.005) */
     metrics_observe(m, MH_TTFT, 0.2);    /* le 0.25 */
     metrics_observe(m, MH_TTFT, 1000);   /* only +Inf */
+    metrics_http_error(m, 400);
+    metrics_http_error(m, 400);
+    metrics_http_error(m, 431);
+    metrics_http_error(m, 418);          /* not one the layer answers: "other" */
     struct metrics_gauges g = {.running = 2, .waiting = 5, .kv_blocks_used = 10, .kv_blocks_total = 64,
                                .prefix_cache_blocks = 1, .connections = 3, .ready = 1};
     size_t len;
@@ -41,6 +45,11 @@ static void test_render(void **state)
     assert_line(t, "wafer_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2");
     assert_line(t, "wafer_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1");
     assert_line(t, "wafer_requests_total{endpoint=\"other\",status=\"404\"} 1");
+    assert_line(t, "# TYPE wafer_http_errors_total counter");
+    assert_line(t, "wafer_http_errors_total{status=\"400\"} 2");
+    assert_line(t, "wafer_http_errors_total{status=\"431\"} 1");
+    assert_line(t, "wafer_http_errors_total{status=\"408\"} 0");
+    assert_line(t, "wafer_http_errors_total{status=\"other\"} 1");
     assert_line(t, "wafer_requests_running 2");
     assert_line(t, "wafer_requests_waiting 5");
     assert_line(t, "wafer_kv_blocks_used 10");
