@@ -1102,8 +1102,7 @@ static void server_accept(struct http_server *s)
             s->conns->prev = c;
         s->conns = c;
         if (reject) {
-            s->n_rejecting++;
-            log_warn("http: %s refused: %d connections open (max_connections)", c->peer, s->p.max_connections);
+            s->n_rejecting++; /* conn_error reports it (on_error: counted and logged) */
             conn_error(c, 503, ERR_UNAVAILABLE, "too many open connections (limit %d); retry later",
                        s->p.max_connections);
         } else {

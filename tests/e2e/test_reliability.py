@@ -127,9 +127,13 @@ def test_heavy_requests_do_not_stall_health(make_server):
     print(f"/health during the heavy requests: {len(lat)} answers, p50 {lat[len(lat) // 2] * 1e3:.1f} ms, "
           f"p99 {lat[int(len(lat) * 0.99)] * 1e3:.1f} ms, max {lat[-1] * 1e3:.1f} ms")
     assert max(hp.lat) < 1.0, f"a /health answer took {max(hp.lat):.3f} s"
-    # the answers went back to the system (generous: the real figure is in docs/reliability.md)
+    # the answers went back to the system (generous: the real figure is in docs/reliability.md); not under
+    # AddressSanitizer, whose allocator keeps freed memory in quarantine
     time.sleep(0.5)
-    assert rss_mb() < rss0 + 64, f"RSS {rss0:.0f} MB before, {rss_mb():.0f} MB after"
+    with open(f"/proc/{pid}/maps") as f:
+        sanitized = "libasan" in f.read()
+    if not sanitized:
+        assert rss_mb() < rss0 + 64, f"RSS {rss0:.0f} MB before, {rss_mb():.0f} MB after"
 
 
 # ---------------------------------------------------------------------------------------------- bounds
@@ -296,7 +300,7 @@ def test_cancelled_request_keeps_its_peer(make_server):
     payload = json.dumps({"content": STORY * 60000, "with_pieces": True}).encode()
     c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
               + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-    time.sleep(0.1)
+    time.sleep(0.3)  # the body is in; tokenizing 5.8 MB takes a worker a second or more
     c.close()
     deadline = time.time() + 30
     while time.time() < deadline and "finish=cancelled" not in s.log():
