@@ -8,6 +8,7 @@
 #   make bench      speed benchmarks (see docs/performance.md)
 #   make examples   the C client library's example programs (build/examples/)
 #   make install    PREFIX=/usr/local DESTDIR=: binary, client library and header, man pages, systemd unit
+#   make soak       wafer serve under a mixed and hostile load (SOAK_SECONDS, default 1800; docs/reliability.md)
 
 CC ?= gcc
 BUILD ?= build
@@ -48,7 +49,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -164,6 +165,15 @@ bench: $(BUILD)/wafer
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench: set BENCH_MODELS="model.gguf ..." (see docs/performance.md)'; exit 2; }
 	$(BUILD)/wafer bench --membw
 	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer $(foreach l,$(LLAMA_BENCH),--llama $(l)) $(BENCH_ARGS) $(BENCH_MODELS)
+
+# make soak [SOAK_SECONDS=1800] [SOAK_MODEL=path.gguf] [SOAK_ARGS="--sighup 20 -- --threads 2"]: a mixed load with
+# hostile requests, disconnects, slow readers and SIGHUPs against a real wafer serve; fails on a lost request,
+# a /health p99 above 50 ms or RSS growing by more than 10% after the warm-up (scripts/soak.py).
+SOAK_SECONDS ?= 1800
+SOAK_MODEL ?= $(SHARED)/models/stories260K/stories260K.gguf
+SOAK_ARGS ?=
+soak: $(BUILD)/wafer
+	$(PYTHON) scripts/soak.py --wafer $(BUILD)/wafer --model $(SOAK_MODEL) --seconds $(SOAK_SECONDS) $(SOAK_ARGS)
 
 clean:
 	rm -rf build build-asan

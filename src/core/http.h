@@ -4,10 +4,13 @@
  * request is being processed, and the handler's on_close hook cancels the work). It lives in core, below every
  * layer that speaks HTTP, and knows nothing of models or routes.
  *
- * Features: keep-alive, Content-Length request bodies (413 past max_body), `Expect: 100-continue`, chunked
+ * Features: keep-alive, Content-Length request bodies (413 past max_body; 503 with Retry-After when the
+ * bodies in flight over all connections would pass a shared budget), `Expect: 100-continue`, chunked
  * responses and server-sent events, header and body read timeouts, a connection limit, write backpressure
- * (a slow reader's output is buffered up to a bound while other connections keep being served).
- * Requests with Transfer-Encoding: chunked bodies get 411/501 (not supported), with a JSON error.
+ * (a slow reader's output is buffered up to a bound while other connections keep being served), answers
+ * handed over without a copy (http_respond_take). HTTP/1.1 requests without exactly one Host header get
+ * 400 (RFC 9112, section 3.2). Requests with Transfer-Encoding: chunked bodies get 501 (not supported), with
+ * a JSON error. Every error the layer answers itself is reported to on_error (for metrics and logs).
  *
  * Threading: every function here runs on the I/O thread, except http_server_wake() and
  * http_server_stop() (any thread). Work done elsewhere (the engine thread) hands results back by queueing
@@ -19,6 +22,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct budget;
 
 #define HTTP_MAX_HEADERS 64
 
@@ -74,6 +79,10 @@ struct http_server_params {
     int idle_timeout_ms;          /* keep-alive idle (default 60000) */
     size_t max_output_buffer;     /* per connection bytes queued before the handler is told to wait
                                    * (default 1 MiB); on_writable fires once below half of it */
+    struct budget *body_budget;   /* request bodies in flight over all connections, counted from the header
+                                   * block until the response ends: a body that does not fit gets 503 with
+                                   * Retry-After before it is read. NULL: no shared bound. Must outlive the
+                                   * server. */
     /* Called on the I/O thread for each complete request. The handler answers now (http_respond) or later
      * (keeps the conn, answers from on_wake); it may stream (http_stream_*). req and everything it points
      * to stay valid until the response ends; req->body is never NULL (empty string when there is none). */
@@ -95,6 +104,9 @@ struct http_server_params {
      * on_watch is NULL. */
     int watch_fd;
     void (*on_watch)(void *ctx);
+    /* Called on the I/O thread for every error the layer answers itself (400 malformed or no Host, 408,
+     * 413, 431, 501, 503), with the peer ("ip:port") and the message sent; may be NULL. */
+    void (*on_error)(void *ctx, const char *peer, int status, const char *message);
     void *ctx;
 };
 
@@ -122,11 +134,21 @@ void http_conn_set_data(struct http_conn *c, void *data);
 void *http_conn_data(const struct http_conn *c);
 /* Peer address "ip:port" for logs. */
 const char *http_conn_peer(const struct http_conn *c);
+/* Keeps c's memory, and so the request it is handling (headers, body), valid after the connection closes,
+ * until the matching http_conn_release: for a handler that reads the request on another thread. on_close
+ * still comes when the client leaves (the conn must then not be answered), but the request stays readable.
+ * Holds nest. I/O thread only; a conn still held when the server is destroyed is freed with it. */
+void http_conn_hold(struct http_conn *c);
+void http_conn_release(struct http_conn *c);
 
 /* A complete response. headers is "Name: value\r\n" lines (or NULL); Content-Length and Connection are
  * added. After this the conn belongs to the server again. Returns 0 or a negative error. */
 int http_respond(struct http_conn *c, int status, const char *content_type, const char *headers,
                  const char *body, size_t body_len);
+/* http_respond for a body built elsewhere: takes body (malloc'd; the server frees it once written or when
+ * the connection closes, and on failure), and sends it without copying it. */
+int http_respond_take(struct http_conn *c, int status, const char *content_type, const char *headers, char *body,
+                      size_t body_len);
 /* Streaming: chunked transfer encoding (SSE when content_type is "text/event-stream": adds
  * "Cache-Control: no-cache"). To an HTTP/1.0 client the body is sent raw and ends with a close. Writes are
  * always queued (never refused for size): the handler keeps http_conn_pending() under max_output_buffer and

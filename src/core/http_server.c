@@ -47,9 +47,17 @@
  *     close (shutdown the write side, discard input for up to HTTP_LINGER_MS) so that a client still sending
  *     a body it was refused reads our answer instead of a connection reset.
  *   - SIGPIPE never fires: every socket write is send(..., MSG_NOSIGNAL).
+ *   - Memory: a request body is counted against the shared body_budget from its header block until its
+ *     response ends (503 with Retry-After when it does not fit, before a byte of it is buffered). A handler
+ *     that reads the request on another thread holds the conn (http_conn_hold): a held conn that closes is
+ *     unlinked and its fd closed at once, but its memory waits on s->held until released. A large answer
+ *     built elsewhere is handed over whole (http_respond_take) and written from that buffer, not copied.
+ *   - Host: HTTP/1.1 requests without exactly one Host header, and any request with two, are refused with
+ *     400 (RFC 9112, section 3.2); the parser stays a pure syntax check, the policy is applied here.
  */
 #include "core/http.h"
 
+#include "core/budget.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -117,6 +125,10 @@ struct http_conn {
 
     char *wbuf;         /* output not yet written: [woff, wlen) */
     size_t woff, wlen, wcap;
+    char *obody;        /* a taken response body (http_respond_take), sent after wbuf: [ooff, olen) */
+    size_t ooff, olen;
+    int64_t body_taken; /* bytes of s->p.body_budget this request holds */
+    int holds;          /* http_conn_hold count: a closed conn is freed only once it drops to 0 */
 
     int64_t t_phase;      /* when the current timed phase started (accept, first byte, body, linger) */
     int64_t t_last_write; /* last write progress (or when output became pending) */
@@ -128,7 +140,7 @@ struct http_conn {
 
     struct http_conn *prev, *next;             /* s->conns */
     struct http_conn *dirty_prev, *dirty_next; /* s->dirty_head */
-    struct http_conn *grave_next;              /* s->graveyard */
+    struct http_conn *grave_next;              /* s->graveyard, then s->held while holds > 0 */
 };
 
 struct http_server {
@@ -141,6 +153,7 @@ struct http_server {
     int n_rejecting;
     struct http_conn *dirty_head, *dirty_tail;
     struct http_conn *graveyard;
+    struct http_conn *held; /* closed but still held (http_conn_hold): freed once released */
     atomic_int stop_requested;
     atomic_int stop_drain_ms;
     atomic_int wake_pending;
@@ -155,7 +168,7 @@ struct http_server {
 
 static int64_t http_now_ms(void) { return clock_now_ns() / 1000000; }
 
-static size_t conn_pending(const struct http_conn *c) { return c->wlen - c->woff; }
+static size_t conn_pending(const struct http_conn *c) { return c->wlen - c->woff + c->olen - c->ooff; }
 
 /* The Date header value (RFC 9110 IMF-fixdate), formatted once per second, without the locale. */
 static const char *server_date(struct http_server *s)
@@ -260,9 +273,11 @@ static int conn_out(struct http_conn *c, const void *data, size_t len)
 {
     if (len == 0)
         return 0;
-    if (c->woff == c->wlen) {
+    if (conn_pending(c) == 0) {
         c->woff = c->wlen = 0;
         c->t_last_write = http_now_ms(); /* the write-stall clock starts when output becomes pending */
+    } else if (c->woff == c->wlen) {
+        c->woff = c->wlen = 0;
     } else if (c->woff > 0 && c->wlen + len > c->wcap) {
         memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
         c->wlen -= c->woff;
@@ -400,14 +415,45 @@ static void conn_abort(struct http_conn *c, const char *why)
     conn_close(c);
 }
 
+/* The request's body is no longer needed (response done, or the conn is freed): its budget goes back. */
+static void conn_give_body(struct http_conn *c)
+{
+    if (c->body_taken && c->s->p.body_budget)
+        budget_give(c->s->p.body_budget, c->body_taken);
+    c->body_taken = 0;
+}
+
+static void conn_free(struct http_conn *c)
+{
+    conn_give_body(c);
+    free(c->rbuf);
+    free(c->wbuf);
+    free(c->obody);
+    free(c);
+}
+
+/* Frees the connections closed this turn, except those still held (they wait on s->held), and the held ones
+ * released since. */
 static void server_free_graveyard(struct http_server *s)
 {
+    for (struct http_conn **pp = &s->held; *pp;) {
+        struct http_conn *c = *pp;
+        if (c->holds > 0) {
+            pp = &c->grave_next;
+            continue;
+        }
+        *pp = c->grave_next;
+        conn_free(c);
+    }
     while (s->graveyard) {
         struct http_conn *c = s->graveyard;
         s->graveyard = c->grave_next;
-        free(c->rbuf);
-        free(c->wbuf);
-        free(c);
+        if (c->holds > 0) {
+            c->grave_next = s->held;
+            s->held = c;
+            continue;
+        }
+        conn_free(c);
     }
 }
 
@@ -458,6 +504,8 @@ static void conn_error(struct http_conn *c, int status, int code, const char *fm
     va_end(ap);
     http_json_escape(msg, esc, sizeof esc);
     log_debug("http: %s: %d %s", c->peer, status, msg);
+    if (c->s->p.on_error)
+        c->s->p.on_error(c->s->p.ctx, c->peer, status, msg);
     char body[ERR_MSG_MAX + 256];
     int n = snprintf(body, sizeof body,
                      "{\"error\":{\"message\":\"%s\",\"type\":\"%s\",\"param\":null,\"code\":\"%s\"}}", esc,
@@ -468,8 +516,9 @@ static void conn_error(struct http_conn *c, int status, int code, const char *fm
     c->state = CONN_FLUSH;
     if (conn_outf(c,
                   "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                  "Connection: close\r\n\r\n",
-                  status, http_status_text(status), server_date(c->s), n) < 0 ||
+                  "%sConnection: close\r\n\r\n",
+                  status, http_status_text(status), server_date(c->s), n,
+                  status == 503 ? "Retry-After: 1\r\n" : "") < 0 ||
         conn_out(c, body, (size_t)n) < 0) {
         conn_close(c);
         return;
@@ -525,6 +574,33 @@ int http_respond(struct http_conn *c, int status, const char *content_type, cons
     if (rc == 0 && !no_body && !c->head_only)
         rc = conn_out(c, body, body_len);
     /* Whatever happened, the connection is the server's again; a failed response closes it. */
+    if (rc < 0)
+        c->close_after = true, c->woff = c->wlen = 0;
+    c->state = CONN_FLUSH;
+    conn_mark_dirty(c);
+    return rc;
+}
+
+int http_respond_take(struct http_conn *c, int status, const char *content_type, const char *headers, char *body,
+                      size_t body_len)
+{
+    int rc = conn_check_owned(c, false, "http_respond_take");
+    if (rc < 0) {
+        free(body);
+        return rc;
+    }
+    if (!body)
+        body_len = 0;
+    rc = conn_out_head(c, status, content_type, headers);
+    if (rc == 0)
+        rc = conn_outf(c, "Content-Length: %zu\r\n\r\n", body_len);
+    if (rc == 0 && body_len && !c->head_only) {
+        c->obody = body; /* sent after the head, by conn_flush, and freed there */
+        c->ooff = 0;
+        c->olen = body_len;
+        body = NULL;
+    }
+    free(body);
     if (rc < 0)
         c->close_after = true, c->woff = c->wlen = 0;
     c->state = CONN_FLUSH;
@@ -594,6 +670,14 @@ int http_stream_abort(struct http_conn *c)
 }
 
 size_t http_conn_pending(const struct http_conn *c) { return conn_pending(c); }
+
+void http_conn_hold(struct http_conn *c) { c->holds++; }
+
+void http_conn_release(struct http_conn *c)
+{
+    ASSERT(c->holds > 0);
+    c->holds--; /* a closed conn waiting on s->held is freed at the end of the turn */
+}
 void http_conn_set_data(struct http_conn *c, void *data) { c->data = data; }
 void *http_conn_data(const struct http_conn *c) { return c->data; }
 const char *http_conn_peer(const struct http_conn *c) { return c->peer; }
@@ -662,6 +746,14 @@ static void conn_process_input(struct http_conn *c)
         }
         if (r == 0)
             return;
+        int n_host = 0;
+        for (int i = 0; i < c->req.n_headers; i++)
+            n_host += c->req.headers[i].name_len == 4 && !strncasecmp(c->req.headers[i].name, "host", 4);
+        if (n_host > 1 || (n_host == 0 && c->req.minor_version >= 1)) {
+            conn_error(c, 400, ERR_FORMAT, "%s (RFC 9112, section 3.2)",
+                       n_host ? "more than one Host header" : "an HTTP/1.1 request needs a Host header");
+            return;
+        }
         if (cl == HTTP_BODY_TRANSFER_ENCODED) {
             conn_error(c, 501, ERR_UNSUPPORTED,
                        "request bodies with Transfer-Encoding are not supported; send Content-Length");
@@ -674,6 +766,16 @@ static void conn_process_input(struct http_conn *c)
             conn_error(c, 413, ERR_TOO_LARGE, "request body of %lld bytes exceeds the limit of %zu bytes",
                        (long long)cl, body_max);
             return;
+        }
+        if (cl > 0 && p->body_budget) {
+            if (!budget_take(p->body_budget, cl)) {
+                conn_error(c, 503, ERR_UNAVAILABLE,
+                           "the server holds too many request bodies right now (%lld bytes in flight, limit %lld); "
+                           "retry later",
+                           (long long)budget_used(p->body_budget), (long long)p->body_budget->limit);
+                return;
+            }
+            c->body_taken = cl;
         }
         c->head_len = (size_t)r;
         c->body_len = cl > 0 ? (size_t)cl : 0;
@@ -701,6 +803,7 @@ static void conn_response_done(struct http_conn *c)
 {
     struct http_server *s = c->s;
     c->served++;
+    conn_give_body(c);
     if (c->close_after || c->peer_eof || s->stopping) {
         conn_start_linger(c);
         return;
@@ -727,10 +830,16 @@ static int conn_flush(struct http_conn *c)
     struct http_server *s = c->s;
     size_t budget = HTTP_IO_BUDGET;
     while (conn_pending(c) > 0 && budget > 0) {
-        size_t n = conn_pending(c) < budget ? conn_pending(c) : budget;
-        ssize_t w = send(c->fd, c->wbuf + c->woff, n, MSG_NOSIGNAL);
+        bool head = c->woff < c->wlen; /* the buffered output first, then a taken body */
+        const char *src = head ? c->wbuf + c->woff : c->obody + c->ooff;
+        size_t avail = head ? c->wlen - c->woff : c->olen - c->ooff;
+        size_t n = avail < budget ? avail : budget;
+        ssize_t w = send(c->fd, src, n, MSG_NOSIGNAL);
         if (w > 0) {
-            c->woff += (size_t)w;
+            if (head)
+                c->woff += (size_t)w;
+            else
+                c->ooff += (size_t)w;
             budget -= (size_t)w;
             c->t_last_write = http_now_ms();
             if ((size_t)w < n)
@@ -743,6 +852,11 @@ static int conn_flush(struct http_conn *c)
             break;
         conn_abort(c, w < 0 ? strerror(errno) : "send returned 0");
         return -1;
+    }
+    if (c->obody && c->ooff == c->olen) {
+        free(c->obody);
+        c->obody = NULL;
+        c->ooff = c->olen = 0;
     }
     if (conn_pending(c) == 0) {
         c->woff = c->wlen = 0;
@@ -991,8 +1105,7 @@ static void server_accept(struct http_server *s)
             s->conns->prev = c;
         s->conns = c;
         if (reject) {
-            s->n_rejecting++;
-            log_warn("http: %s refused: %d connections open (max_connections)", c->peer, s->p.max_connections);
+            s->n_rejecting++; /* conn_error reports it (on_error: counted and logged) */
             conn_error(c, 503, ERR_UNAVAILABLE, "too many open connections (limit %d); retry later",
                        s->p.max_connections);
         } else {
@@ -1253,6 +1366,8 @@ void http_server_destroy(struct http_server *s)
         return;
     while (s->conns)
         conn_abort(s->conns, "the server is being destroyed");
+    for (struct http_conn *c = s->held; c; c = c->grave_next)
+        c->holds = 0; /* whoever held them is gone by now */
     server_free_graveyard(s);
     if (s->listen_fd >= 0)
         close(s->listen_fd);

@@ -4,36 +4,48 @@
  */
 #include "core/log.h"
 
+#include "core/err.h"
+
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static int log_level_cur = -1;
+static _Atomic int log_level_cur = -1;
+
+int log_level_from_name(const char *name, enum log_level *out)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; name && i < 4; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (enum log_level)i;
+            return 0;
+        }
+    return ERR_INVALID_ARG;
+}
 
 static enum log_level log_level_from_env(void)
 {
+    enum log_level l = LOG_INFO;
     const char *s = getenv("WAFER_LOG");
-    if (!s)
-        return LOG_INFO;
-    if (!strcmp(s, "error"))
-        return LOG_ERROR;
-    if (!strcmp(s, "warn"))
-        return LOG_WARN;
-    if (!strcmp(s, "debug"))
-        return LOG_DEBUG;
-    return LOG_INFO;
+    if (s)
+        log_level_from_name(s, &l); /* an unknown name keeps info */
+    return l;
 }
 
-void log_level_set(enum log_level level) { log_level_cur = (int)level; }
+void log_level_set(enum log_level level) { atomic_store(&log_level_cur, (int)level); }
 
 enum log_level log_level_get(void)
 {
-    if (log_level_cur < 0)
-        log_level_cur = (int)log_level_from_env();
-    return (enum log_level)log_level_cur;
+    int l = atomic_load(&log_level_cur);
+    if (l < 0) {
+        l = (int)log_level_from_env();
+        atomic_store(&log_level_cur, l);
+    }
+    return (enum log_level)l;
 }
 
 void log_write(enum log_level level, const char *fmt, ...)

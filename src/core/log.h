@@ -7,8 +7,11 @@
 
 enum log_level { LOG_ERROR = 0, LOG_WARN = 1, LOG_INFO = 2, LOG_DEBUG = 3 };
 
+/* Any thread (the level is an atomic: SIGHUP changes it while other threads log). */
 void log_level_set(enum log_level level);
 enum log_level log_level_get(void);
+/* "error", "warn", "info" or "debug" -> *out; 0, or ERR_INVALID_ARG for any other name. */
+int log_level_from_name(const char *name, enum log_level *out);
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)

@@ -6,21 +6,33 @@
  * the handlers build on api_prepare.c (from a request to scheduler requests) and api_call.c (answers, calls);
  * api_call.c calls back into a handler only through the pump the handler gave its call.
  *
- * One HTTP request that generates is an api_call: it owns one scheduler request per prompt (several for a
- * multi-prompt completion or a batch_generate), lives in the server's list of active calls, and is pumped
- * from on_wake: new tokens become SSE chunks, or, once every request finished, one JSON response. A call
- * whose client went away is cancelled and freed at once; the engine keeps its own reference to each
- * scheduler request until it has dropped it.
+ * Every request that parses a body is an api_call (the generation endpoints, /tokenize, /detokenize). Its
+ * life, in api_call.c:
+ *   1. begin (I/O thread): the router creates the call, holds the connection (its body stays readable even
+ *      if the client leaves) and hands the handler to the work pool;
+ *   2. prepare (a worker thread): the handler parses, validates, templates and tokenizes, and either decides
+ *      the answer (an error, or /tokenize's whole result) or leaves scheduler requests in the call;
+ *   3. admit (I/O thread): the answer is sent, or the requests are submitted and the handler's start hook
+ *      sends the stream headers;
+ *   4. pump (I/O thread, from on_wake): new tokens become SSE chunks; once every request finished, a
+ *      non-streaming answer is built on a worker again (api_call_defer) and sent from its buffer.
+ * So the I/O thread only ever does bounded work: routing, submitting, streaming what is new (bounded by the
+ * backpressure limit per wake), copying nothing larger than a chunk. A call whose client went away is
+ * cancelled and freed at once, or, while a worker has it, as soon as the worker is done; the engine keeps its
+ * own reference to each scheduler request until it has dropped it. A batch line (api_jobs.c) is a call
+ * without a connection, begun with api_call_begin_line: the same preparation on a worker, its answer handed
+ * to srv->line_answer instead of a client.
  */
 #ifndef WAFER_SERVER_API_H
 #define WAFER_SERVER_API_H
 
+#include "core/budget.h"
 #include "core/http.h"
+#include "core/workpool.h"
 #include "engine/grammar/grammar_cache.h"
 #include "engine/scheduler.h"
 #include "server/chat_template.h"
 #include "server/config.h"
-#include "core/http.h"
 #include "server/metrics.h"
 #include "server/observe.h"
 #include "server/request_validate.h"
@@ -64,6 +76,9 @@ struct server {
     struct metrics *metrics;
     struct observe *obs; /* alerts, the dashboard's measures, the batch controller, cost and energy */
     struct http_server *http;
+    struct workpool *pool;       /* preparation and large answers, off the I/O thread */
+    struct budget inflight;      /* bytes of request bodies and buffered answers held now (server.max_inflight) */
+    int64_t max_response;        /* bytes one buffered answer may reach (server.max_response, resolved) */
     struct model *model;         /* NULL while loading */
     struct engine *engine;
     struct scheduler *sched;
@@ -76,12 +91,14 @@ struct server {
     int n_ctx;
     struct gen_defaults defaults;
     struct api_call *calls; /* active calls (I/O thread) */
-    uint64_t next_id;
+    _Atomic uint64_t next_id; /* call and scheduler request ids (I/O and worker threads) */
     int64_t created; /* unix time the model was loaded, for /v1/models */
     struct api_jobs *jobs; /* the Batch API (api_jobs.c); NULL: not started */
     /* Where the answer of a batch line goes instead of a connection (api_jobs.c sets it): status, the JSON
      * body the live endpoint would send, and the request id (NULL when none was made). I/O thread. */
     void (*line_answer)(struct server *srv, uint64_t ticket, int status, const char *body, const char *request_id);
+    _Atomic(struct server_config *) reload; /* SIGHUP: a configuration read again, applied by the I/O thread */
+    atomic_bool trim_queued;     /* a malloc_trim job waits in the pool (api_call.c) */
 };
 
 struct api_call {
@@ -89,7 +106,9 @@ struct api_call {
     struct http_conn *conn; /* NULL once the client went away */
     enum api_route route;
     enum api_kind kind;
-    void (*pump)(struct api_call *call); /* the handler's: streams what is new, or answers once all finished */
+    void (*pump)(struct api_call *call);  /* the handler's: streams what is new, or answers once all finished */
+    void (*start)(struct api_call *call); /* the handler's, or NULL: after submission (stream headers) */
+    char peer[64];                        /* the client's address, for the log line even after it left */
     char id[48];
     int64_t t_start; /* ns, monotonic */
     int64_t created; /* unix seconds */
@@ -110,9 +129,27 @@ struct api_call {
     char cors[384];  /* CORS header lines for the deferred response */
     bool answered; /* a response was sent (and counted) */
     bool logged;   /* its log line was written */
+    bool submitted; /* its requests went to the scheduler */
     int status;
-    bool batch;      /* a batch line's: answered through srv->line_answer, never streamed */
-    uint64_t ticket; /* the batch line's runner ticket */
+    int64_t reserved; /* bytes of srv->inflight held for its answer, given back at the finish */
+    bool batch;       /* a batch line's: no connection, answered through srv->line_answer, never streamed */
+    uint64_t ticket;  /* the batch line's runner ticket */
+    char *line;       /* the batch line's body (owned, NUL-terminated), read by prepare instead of req->body */
+    size_t line_len;
+
+    /* work on a worker thread (api_call_defer): while busy the worker owns the fields below and the ones it
+     * fills; the I/O thread's pumps skip the call, and a finish waits until the work is done */
+    bool busy;
+    struct workpool_job job;
+    void (*work)(struct api_call *call);
+    struct http_conn *held;         /* the conn held while a worker reads its request (NULL otherwise) */
+    const struct http_request *req; /* that request: valid while held */
+
+    /* the answer decided by the work (or by a pump), sent by the I/O thread from this buffer */
+    bool has_answer;
+    int ans_status;
+    char *ans_body; /* malloc'd JSON */
+    size_t ans_len;
     struct api_call *prev, *next;
 };
 
@@ -131,9 +168,6 @@ void api_respond_error(struct server *srv, struct http_conn *c, enum api_route r
 void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_route route, const struct api_error *e);
 /* The HTTP status of e (404 for ERR_NOT_FOUND, else from the err table). */
 int api_error_status(const struct api_error *e);
-/* Answers e to a connection, or, when ticket is not NULL, to the batch line *ticket (srv->line_answer). */
-void api_answer_error(struct server *srv, struct http_conn *c, const uint64_t *ticket, enum api_route route,
-                      const struct api_error *e);
 /* Serializes j (stolen) and sends it with status; counts it. */
 void api_respond_json(struct server *srv, struct http_conn *c, enum api_route route, int status, json_t *j);
 /* The OpenAI error object {"error": {...}} (new reference): type from code, "code" is oa_code or code's name. */
@@ -146,10 +180,24 @@ json_t *api_json_text(const char *s, size_t len);
 const char *api_finish_name(enum sched_finish f);
 
 /* ---- api_call.c: calls ---- */
-/* Creates a call for a request that will be answered later, linked into srv->calls; pump is the handler's
- * (api_call_pump calls it). NULL on OOM. */
-struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum api_route route, enum api_kind kind,
-                                 int n_reqs, void (*pump)(struct api_call *call));
+/* Starts the life of a request that parses its body (I/O thread): creates its call, linked into srv->calls,
+ * holds c and runs prepare(call) on a worker, with call->req the request. prepare fills the call (kind,
+ * pump, start, reqs via api_call_set_reqs) or decides its answer (api_call_respond_*, api_call_fail); the
+ * I/O thread then sends that answer, or submits the requests, calls start and pumps. Answers 503 itself
+ * when out of memory. */
+void api_call_begin(struct server *srv, struct http_conn *c, const struct http_request *req, enum api_route route,
+                    void (*prepare)(struct api_call *call));
+/* The same for a batch line (I/O thread): a call with no connection, batch and ticket set, that takes body
+ * (malloc'd, NUL-terminated, body_len bytes; freed with the call, or here on failure) for prepare to read as
+ * call->line. Its answer, whatever it is, goes to srv->line_answer (status 0 when it stopped before
+ * answering); batch lines are not counted in the request metrics. */
+void api_call_begin_line(struct server *srv, uint64_t ticket, char *body, size_t body_len, enum api_route route,
+                         void (*prepare)(struct api_call *call));
+/* Runs work(call) on a worker (I/O thread): for a pump whose answer is large to build. work must end with an
+ * answer (api_call_respond_*); it is sent when the work is done. */
+void api_call_defer(struct api_call *call, void (*work)(struct api_call *call));
+/* Allocates the call's n request slots (reqs, echo_text); false on OOM. Once, while preparing. */
+bool api_call_set_reqs(struct api_call *call, int n);
 /* Submits every prepared request (reqs[i] != NULL). On failure cancels those already submitted and answers
  * the error itself (429 with Retry-After, 503): returns false, the call is finished. */
 bool api_call_submit(struct api_call *call);
@@ -160,20 +208,38 @@ void api_call_pump(struct api_call *call);
 void api_call_stream_begin(struct api_call *call);
 /* Ends a stream with "data: [DONE]", counts it with status, and finishes the call. */
 void api_call_stream_end(struct api_call *call, int status);
-/* Answers 200 with o (stolen) and finishes the call. */
+/* The answers of a call. On the I/O thread each one is sent at once and finishes the call; on a worker it is
+ * kept and sent, finishing the call, when the work is done. Either way the call must not be used after. */
+/* 200 with o (stolen), serialized here. */
 void api_call_respond_json(struct api_call *call, json_t *o);
-/* Answers with an error (status from code) and finishes the call; its log line follows at the finish. */
+/* status with a JSON body already serialized (taken: malloc'd, freed by the server). */
+void api_call_respond_body(struct api_call *call, int status, char *body, size_t len);
+/* An error: status from code. */
 void api_call_respond_error(struct api_call *call, int code, const char *message);
-/* Answers e before anything was submitted (logged at once) and finishes the call. */
+/* The error e (param and OpenAI code kept; 404 for ERR_NOT_FOUND). */
 void api_call_fail(struct api_call *call, const struct api_error *e);
 /* Ends the call: unlinks, cancels and drops its scheduler requests, logs its one line, frees. */
 void api_call_finish(struct api_call *call);
 
-/* ---- api_prepare.c ---- */
-/* Tokenizes a prompt (text with BOS as the model says and special tokens parsed, or token ids checked
- * against the vocabulary). Returns a malloc'd array and its length, or NULL with e filled. */
-int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, const char *param, int *n_out,
-                             struct api_error *e);
+/* ---- api_prepare.c (worker threads: these read only what is fixed while the server runs) ---- */
+/* Tokenizes a prompt: text with BOS as the model says, special-token text parsed only when parse_special
+ * (else it is plain text), or token ids checked against the vocabulary. Returns a malloc'd array and its
+ * length, or NULL with e filled. */
+int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, bool parse_special, const char *param,
+                             int *n_out, struct api_error *e);
+/* Renders messages with the server's chat template and tokenizes the result (BOS as the model says): the
+ * template's markup becomes special tokens, the message contents never do (special-token text a user writes
+ * stays text). A malloc'd array and its length, or NULL with e filled (param "messages"). */
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
+                           int *n_out, struct api_error *e);
+/* Checks an answer of `bytes` against server.max_response (400 naming what makes it that large: what, e.g.
+ * "64 prompts x 16 choices x 120 max_tokens x 21 logprob entries") and reserves it in the server's in-flight
+ * budget (503, retry later, when full). true when reserved (given back when the call finishes). */
+bool api_reserve_answer(struct api_call *call, int64_t bytes, const char *what, struct api_error *e);
+/* api_reserve_answer for the non-streaming answer of the call's prepared requests (stream, n, logprobs and
+ * reqs set): its size is estimated from choices x max_tokens x the bytes of a token with its logprobs, on the
+ * high side. Streaming calls hold no answer: always true. */
+bool api_reserve_generation(struct api_call *call, struct api_error *e);
 /* Decides max_tokens (request, default, context room) and refuses prompts that do not fit the context with
  * context_length_exceeded naming both counts. 0 or the error. */
 int api_check_context(struct server *srv, int n_prompt, int max_tokens_req, int *max_tokens, struct api_error *e);
@@ -183,22 +249,20 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
 /* Whether model names a served model (NULL or empty: yes); fills e with 404 model_not_found otherwise. */
 bool api_model_ok(struct server *srv, const char *model, struct api_error *e);
 
-/* ---- the handlers, called by the router in server.c ---- */
+/* ---- the handlers, called by the router in server.c ----
+ * Those taking a call are prepare functions for api_call_begin: they run on a worker with call->req. */
 /* api_openai.c */
-void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat);
-/* The same from a body; ticket not NULL: a batch line (c NULL, never streamed, answered via line_answer). */
-void api_completions_start(struct server *srv, struct http_conn *c, const uint64_t *ticket, const char *body,
-                           size_t body_len, bool chat);
+void api_completions(struct api_call *call); /* completions and chat, by call->route */
 void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len);
 
 /* api_simple.c */
-void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
-void api_generate_stream(struct server *srv, struct http_conn *c, const struct http_request *req);
-void api_batch_generate(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_generate(struct api_call *call);
+void api_generate_stream(struct api_call *call);
+void api_batch_generate(struct api_call *call);
 
 /* api_misc.c */
-void api_tokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
-void api_detokenize(struct server *srv, struct http_conn *c, const struct http_request *req);
+void api_tokenize(struct api_call *call);
+void api_detokenize(struct api_call *call);
 void api_health(struct server *srv, struct http_conn *c);
 void api_ready(struct server *srv, struct http_conn *c);
 void api_metrics(struct server *srv, struct http_conn *c);

@@ -3,27 +3,47 @@
  *
  *   - answering: JSON bodies, OpenAI-shaped errors, server-sent events, and the CORS lines of the request
  *     being handled; every answer is counted in the metrics and gets one log line;
- *   - calls (requests that generate): created by a handler with the scheduler requests it prepared and its
- *     own pump; submitted; pumped from on_wake and on_writable (the pump streams what is new or answers once
- *     every request finished); cancelled when the client goes away; finished exactly once, with the one log
- *     line of the request (prompt and generated tokens, time to first token, finish reason, peer).
+ *   - calls (requests that parse a body: generation, /tokenize, /detokenize): begun by the router, which
+ *     holds the connection and hands the handler's prepare function to the work pool; admitted when the
+ *     work comes back (the decided answer is sent, or the prepared scheduler requests are submitted and the
+ *     handler's start hook runs); pumped from on_wake and on_writable (the pump streams what is new, or, once
+ *     every request finished, has the answer built on a worker with api_call_defer); cancelled when the
+ *     client goes away (at once, or when a worker that has the call is done with it); finished exactly once,
+ *     with the one log line of the request (prompt and generated tokens, time to first token, finish reason,
+ *     the peer, kept even after the client left);
+ *   - batch lines (api_jobs.c, api_call_begin_line): the same calls without a connection; their answer,
+ *     whatever decided it, goes to srv->line_answer in api_call_deliver (status 0 when the call ended
+ *     unanswered, so the line runs again), and they are not counted in the request metrics.
+ *
+ * Answers decided on a worker are kept in the call and sent by the I/O thread from that buffer
+ * (http_respond_take): the I/O thread never builds or copies an answer whose size depends on the request.
+ * The memory an answer may take was reserved by the handler (api_reserve_answer) and is given back at the
+ * finish.
  *
  * The handlers (api_*.c) build on this file and the router (server.c) calls them; nothing here calls a
- * handler by name: a call carries its handler's pump, so the files form no circle. A call reaches its
- * scheduler requests only through sched_req_status_get and sched_req_read. Everything runs on the I/O thread.
+ * handler by name: a call carries its handler's prepare, pump and start, so the files form no circle. A call
+ * reaches its scheduler requests only through sched_req_status_get and sched_req_read. Everything runs on
+ * the I/O thread except the work functions (a worker owns the call while busy is set).
  */
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "server/api.h"
 
+#include <malloc.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+
+/* Work that touched this many bytes (body parsed, answer built) returns its free memory to the system. */
+#define API_TRIM_BYTES (1 << 20)
+/* Bytes of engine output per generated token and logprob entry, to tell a large output without reading it. */
+#define API_TRIM_TOKEN_BYTES 16
 
 static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_HEALTH] = "/health",
@@ -211,28 +231,6 @@ void api_respond_api_error(struct server *srv, struct http_conn *c, enum api_rou
     api_respond_error_v(srv, c, route, api_error_status(e), e->code, e->param, e->oa_code, NULL, e->message);
 }
 
-/* Hands a batch line's answer j (stolen) to srv->line_answer. */
-static void line_answer_json(struct server *srv, uint64_t ticket, int status, json_t *j, const char *request_id)
-{
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    srv->line_answer(srv, ticket, body ? status : 500,
-                     body ? body : "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}",
-                     request_id);
-    free(body);
-}
-
-void api_answer_error(struct server *srv, struct http_conn *c, const uint64_t *ticket, enum api_route route,
-                      const struct api_error *e)
-{
-    if (!ticket) {
-        api_respond_api_error(srv, c, route, e);
-        return;
-    }
-    line_answer_json(srv, *ticket, api_error_status(e), api_error_json(e->code, e->param, e->oa_code, e->message),
-                     NULL);
-}
-
 int api_sse_send(struct http_conn *c, json_t *o)
 {
     char *s = json_dumps(o, JSON_COMPACT);
@@ -258,37 +256,27 @@ int api_sse_send(struct http_conn *c, json_t *o)
 
 /* ---------------------------------------------------------------- calls */
 
-struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum api_route route, enum api_kind kind,
-                                 int n_reqs, void (*pump)(struct api_call *call))
+static struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum api_route route)
 {
     struct api_call *call = calloc(1, sizeof *call);
     if (!call)
         return NULL;
-    call->reqs = calloc((size_t)n_reqs, sizeof *call->reqs);
-    call->echo_text = calloc((size_t)n_reqs, sizeof *call->echo_text);
-    if (!call->reqs || !call->echo_text) {
-        free(call->reqs);
-        free(call->echo_text);
-        free(call);
-        return NULL;
-    }
     call->srv = srv;
     call->conn = c;
     call->route = route;
-    call->kind = kind;
-    call->pump = pump;
-    call->n_reqs = n_reqs;
+    call->kind = route == ROUTE_CHAT ? API_CHAT : route == ROUTE_COMPLETIONS ? API_COMPLETIONS : API_GENERATE;
     call->n = 1;
     call->logprobs = -1;
     call->t_start = clock_now_ns();
     call->created = (int64_t)time(NULL);
     snprintf(call->cors, sizeof call->cors, "%s", cur_cors);
+    snprintf(call->peer, sizeof call->peer, "%s", c ? http_conn_peer(c) : "-");
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd)
         rnd = (uint64_t)call->t_start;
     const char *prefix = route == ROUTE_CHAT ? "chatcmpl-" : route == ROUTE_COMPLETIONS ? "cmpl-" : "gen-";
     snprintf(call->id, sizeof call->id, "%s%016llx%06llx", prefix, (unsigned long long)rnd,
-             (unsigned long long)(++srv->next_id & 0xffffff));
+             (unsigned long long)((atomic_fetch_add(&srv->next_id, 1) + 1) & 0xffffff));
     call->next = srv->calls;
     if (srv->calls)
         srv->calls->prev = call;
@@ -299,6 +287,21 @@ struct api_call *api_call_create(struct server *srv, struct http_conn *c, enum a
     return call;
 }
 
+bool api_call_set_reqs(struct api_call *call, int n)
+{
+    call->reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *call->reqs);
+    call->echo_text = calloc((size_t)(n > 0 ? n : 1), sizeof *call->echo_text);
+    if (!call->reqs || !call->echo_text) {
+        free(call->reqs);
+        free(call->echo_text);
+        call->reqs = NULL;
+        call->echo_text = NULL;
+        return false;
+    }
+    call->n_reqs = n;
+    return true;
+}
+
 /* Allocates the per-choice progress arrays once n is known. */
 static bool api_call_alloc_progress(struct api_call *call)
 {
@@ -306,7 +309,7 @@ static bool api_call_alloc_progress(struct api_call *call)
     call->sent = calloc(k ? k : 1, sizeof *call->sent);
     call->sent_text = calloc(k ? k : 1, sizeof *call->sent_text);
     call->fin_sent = calloc(k ? k : 1, sizeof *call->fin_sent);
-    call->seen = calloc((size_t)call->n_reqs, sizeof *call->seen);
+    call->seen = calloc((size_t)(call->n_reqs ? call->n_reqs : 1), sizeof *call->seen);
     call->ids_sent = malloc((k ? k : 1) * sizeof *call->ids_sent);
     for (size_t i = 0; call->ids_sent && i < k; i++)
         call->ids_sent[i] = -1;
@@ -321,9 +324,43 @@ static bool first_finish(void *ctx, int c, const struct sched_choice *ch)
     return *finish == NULL;
 }
 
+/* A trim of the heaps, on a worker (malloc_trim walks every arena: not for the I/O thread). */
+struct api_trim {
+    struct workpool_job job; /* first: the callbacks cast back */
+    struct server *srv;
+};
+
+static void api_trim_run(struct workpool_job *j)
+{
+    struct api_trim *t = (struct api_trim *)j;
+    atomic_store(&t->srv->trim_queued, false); /* frees after this point get a trim of their own */
+    malloc_trim(0);
+}
+
+static void api_trim_done(struct workpool_job *j) { free(j); }
+
+/* After a call whose output was large: the engine's per-token records and logprobs were many small blocks in
+ * its thread's heap, freed just now; give them back to the system. At most one trim waits at a time. */
+static void api_call_trim_later(struct server *srv)
+{
+    if (atomic_exchange(&srv->trim_queued, true))
+        return;
+    struct api_trim *t = calloc(1, sizeof *t);
+    if (!t) {
+        atomic_store(&srv->trim_queued, false);
+        return;
+    }
+    t->srv = srv;
+    t->job.run = api_trim_run;
+    t->job.done = api_trim_done;
+    workpool_submit(srv->pool, &t->job);
+}
+
 void api_call_finish(struct api_call *call)
 {
     struct server *srv = call->srv;
+    if (call->busy)
+        return; /* a worker still has it: the end of that work finishes it (the conn is gone by then) */
     if (call->prev)
         call->prev->next = call->next;
     else
@@ -355,20 +392,24 @@ void api_call_finish(struct api_call *call)
         srv->line_answer(srv, call->ticket, 0, NULL, NULL);
     if (!call->logged)
         api_log_line(srv, call->id, call->route, call->status ? call->status : 499, prompt, gen, ttft,
-                     ms_since(call->t_start), finish,
-                     call->batch ? "batch" : call->conn ? http_conn_peer(call->conn) : NULL);
+                     ms_since(call->t_start), finish, call->peer);
     if (!call->answered && !call->batch)
         metrics_request(srv->metrics, api_route_name(call->route), call->status ? call->status : 499);
     for (int i = 0; i < call->n_reqs; i++) {
         if (call->reqs[i]) {
-            if (srv->sched)
+            if (srv->sched && call->submitted)
                 scheduler_cancel(srv->sched, call->reqs[i], ERR_CANCELLED); /* no-op when it finished */
             sched_req_unref(call->reqs[i]);
         }
         free(call->echo_text[i]);
     }
+    if (call->held)
+        http_conn_release(call->held);
     if (call->conn)
         http_conn_set_data(call->conn, NULL);
+    budget_give(&srv->inflight, call->reserved);
+    free(call->line);
+    free(call->ans_body);
     free(call->reqs);
     free(call->echo_text);
     free(call->item_errs);
@@ -377,57 +418,105 @@ void api_call_finish(struct api_call *call)
     free(call->fin_sent);
     free(call->seen);
     free(call->ids_sent);
+    bool large = call->reserved >= API_TRIM_BYTES ||
+                 (int64_t)gen * (call->logprobs + 2) * API_TRIM_TOKEN_BYTES >= API_TRIM_BYTES;
     free(call);
+    if (large && srv->pool)
+        api_call_trim_later(srv);
     atomic_fetch_sub(&srv->n_inflight, 1);
+}
+
+/* Sends the call's answer and finishes it (I/O thread). */
+static void api_call_deliver(struct api_call *call)
+{
+    struct server *srv = call->srv;
+    int status = call->ans_status;
+    char headers[sizeof call->cors + 64];
+    snprintf(headers, sizeof headers, "%s%s", call->cors,
+             status == 503 || status == 429 ? "Retry-After: 1\r\n" : "");
+    if (call->batch) { /* the line's result: the body the endpoint would send, with its id once it ran */
+        srv->line_answer(srv, call->ticket, status, call->ans_body, call->submitted ? call->id : NULL);
+        free(call->ans_body);
+    } else if (call->conn) {
+        http_respond_take(call->conn, status, "application/json", headers, call->ans_body, call->ans_len);
+    } else {
+        free(call->ans_body);
+    }
+    call->ans_body = NULL;
+    call->has_answer = false;
+    call->status = status;
+    call->answered = true;
+    if (!call->batch)
+        metrics_request(srv->metrics, api_route_name(call->route), status);
+    api_call_finish(call);
+}
+
+void api_call_respond_body(struct api_call *call, int status, char *body, size_t len)
+{
+    static const char oom[] =
+        "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+    if (!body) {
+        status = 500;
+        body = strdup(oom);
+        len = body ? sizeof oom - 1 : 0;
+    }
+    free(call->ans_body);
+    call->ans_body = body;
+    call->ans_len = len;
+    call->ans_status = status;
+    call->has_answer = true;
+    if (!call->busy)
+        api_call_deliver(call); /* on the I/O thread: now; a worker's answer goes when its work is done */
+}
+
+static void api_call_respond_json_status(struct api_call *call, int status, json_t *o)
+{
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    api_call_respond_body(call, status, body, body ? strlen(body) : 0);
+}
+
+void api_call_respond_json(struct api_call *call, json_t *o) { api_call_respond_json_status(call, 200, o); }
+
+void api_call_respond_error(struct api_call *call, int code, const char *message)
+{
+    api_call_respond_json_status(call, err_http_status(code), api_error_json(code, NULL, NULL, message));
 }
 
 void api_call_fail(struct api_call *call, const struct api_error *e)
 {
-    api_answer_error(call->srv, call->conn, call->batch ? &call->ticket : NULL, call->route, e);
-    call->answered = true;
-    call->logged = true;
-    api_call_finish(call);
+    api_call_respond_json_status(call, api_error_status(e), api_error_json(e->code, e->param, e->oa_code, e->message));
 }
 
 bool api_call_submit(struct api_call *call)
 {
     struct server *srv = call->srv;
     if (!api_call_alloc_progress(call)) {
-        if (call->batch)
-            line_answer_json(srv, call->ticket, 503, api_error_json(ERR_NOMEM, NULL, NULL, "out of memory"), NULL);
-        else
-            api_respond_error(srv, call->conn, call->route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
-        call->answered = true;
-        call->logged = true;
-        api_call_finish(call);
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
         return false;
     }
+    call->submitted = true;
     for (int i = 0; i < call->n_reqs; i++) {
         if (!call->reqs[i])
             continue;
         int rc = scheduler_submit(srv->sched, call->reqs[i]);
         if (rc) {
-            /* the ones already queued are cancelled by api_call_finish */
-            if (call->batch)
-                line_answer_json(srv, call->ticket, rc == ERR_QUEUE_FULL ? 429 : 503,
-                                 api_error_json(rc, NULL, NULL, "the server cannot take the request now"), NULL);
-            else if (rc == ERR_QUEUE_FULL)
-                api_respond_error(srv, call->conn, call->route, 429, ERR_QUEUE_FULL, NULL, "queue_full",
-                                  "Retry-After: 1\r\n",
-                                  "the server is busy: %d requests are already waiting (max_queue); retry later",
-                                  srv->cfg->max_queue);
-            else
-                api_respond_error(srv, call->conn, call->route, 503, rc, NULL, NULL, NULL,
-                                  "the server is not accepting requests (%s)", err_name(rc));
-            call->answered = true;
-            call->logged = true;
-            call->status = rc == ERR_QUEUE_FULL ? 429 : 503;
-            /* requests never submitted must not be cancelled through the scheduler: drop them here */
+            /* requests never submitted must not be cancelled through the scheduler: drop them here; the ones
+             * already queued are cancelled by api_call_finish */
             for (int k = i; k < call->n_reqs; k++) {
                 sched_req_unref(call->reqs[k]);
                 call->reqs[k] = NULL;
             }
-            api_call_finish(call);
+            char msg[256];
+            if (rc == ERR_QUEUE_FULL) {
+                snprintf(msg, sizeof msg,
+                         "the server is busy: %d requests are already waiting (max_queue); retry later",
+                         srv->cfg->max_queue);
+                api_call_respond_json_status(call, 429, api_error_json(ERR_QUEUE_FULL, NULL, "queue_full", msg));
+            } else {
+                snprintf(msg, sizeof msg, "the server is not accepting requests (%s)", err_name(rc));
+                api_call_respond_json_status(call, 503, api_error_json(rc, NULL, NULL, msg));
+            }
             return false;
         }
     }
@@ -451,35 +540,103 @@ void api_call_stream_end(struct api_call *call, int status)
     api_call_finish(call);
 }
 
-void api_call_respond_json(struct api_call *call, json_t *o)
-{
-    call->status = 200;
-    call->answered = true;
-    if (call->batch)
-        line_answer_json(call->srv, call->ticket, 200, o, call->id);
-    else
-        api_respond_json(call->srv, call->conn, call->route, 200, o);
-    api_call_finish(call);
-}
-
-void api_call_respond_error(struct api_call *call, int code, const char *message)
-{
-    int status = err_http_status(code);
-    call->status = status;
-    call->answered = true;
-    if (call->batch)
-        line_answer_json(call->srv, call->ticket, status, api_error_json(code, NULL, NULL, message), call->id);
-    else
-        api_respond_json(call->srv, call->conn, call->route, status, api_error_json(code, NULL, NULL, message));
-    api_call_finish(call);
-}
-
 void api_call_pump(struct api_call *call)
 {
-    if (!call->conn && !call->batch)
+    if ((!call->conn && !call->batch) || call->busy)
         return;
     if (call->began && http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
         return; /* on_writable resumes */
     memcpy(cur_cors, call->cors, sizeof cur_cors); /* deferred responses carry the request's CORS lines */
     call->pump(call);
+}
+
+/* ---------------------------------------------------------------- work off the I/O thread */
+
+static void api_call_job_run(struct workpool_job *j)
+{
+    struct api_call *call = (struct api_call *)((char *)j - offsetof(struct api_call, job));
+    call->work(call);
+    /* A large body parsed (a JSON tree of many small objects) or a large answer built leaves free memory in
+     * this thread's heap; hand it back to the system now, here rather than on the I/O thread. */
+    size_t touched = (call->req ? call->req->body_len : 0) + call->line_len + call->ans_len;
+    if (touched >= API_TRIM_BYTES)
+        malloc_trim(0);
+}
+
+/* The work is done (I/O thread): answer, or admit what the preparation left, or finish a call whose client
+ * left meanwhile. */
+static void api_call_job_done(struct workpool_job *j)
+{
+    struct api_call *call = (struct api_call *)((char *)j - offsetof(struct api_call, job));
+    struct server *srv = call->srv;
+    call->busy = false;
+    if (call->held) {
+        http_conn_release(call->held);
+        call->held = NULL;
+        call->req = NULL;
+    }
+    free(call->line); /* a batch line's body: read by the preparation, not needed after */
+    call->line = NULL;
+    if ((!call->conn && !call->batch) || !srv->sched) {
+        api_call_finish(call); /* the client left (or the server is stopping): nothing to send */
+        return;
+    }
+    if (call->has_answer) {
+        api_call_deliver(call);
+        return;
+    }
+    if (call->submitted) { /* a deferred answer that decided nothing: a bug, but the client gets an answer */
+        api_call_respond_error(call, ERR_INTERNAL, "the answer could not be built");
+        return;
+    }
+    if (!call->pump) {
+        api_call_respond_error(call, ERR_INTERNAL, "the request was not prepared");
+        return;
+    }
+    if (!api_call_submit(call))
+        return;
+    if (call->start)
+        call->start(call);
+    api_call_pump(call); /* every item of a batch may have failed already */
+}
+
+void api_call_defer(struct api_call *call, void (*work)(struct api_call *call))
+{
+    call->busy = true;
+    call->work = work;
+    call->job.run = api_call_job_run;
+    call->job.done = api_call_job_done;
+    workpool_submit(call->srv->pool, &call->job);
+}
+
+void api_call_begin(struct server *srv, struct http_conn *c, const struct http_request *req, enum api_route route,
+                    void (*prepare)(struct api_call *call))
+{
+    struct api_call *call = api_call_create(srv, c, route);
+    if (!call) {
+        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, "Retry-After: 1\r\n", "out of memory");
+        return;
+    }
+    http_conn_hold(c);
+    call->held = c;
+    call->req = req;
+    api_call_defer(call, prepare);
+}
+
+void api_call_begin_line(struct server *srv, uint64_t ticket, char *body, size_t body_len, enum api_route route,
+                         void (*prepare)(struct api_call *call))
+{
+    struct api_call *call = api_call_create(srv, NULL, route);
+    if (!call) {
+        free(body);
+        srv->line_answer(srv, ticket, 0, NULL, NULL); /* out of memory: the line runs again later */
+        return;
+    }
+    call->batch = true;
+    call->ticket = ticket;
+    call->line = body;
+    call->line_len = body_len;
+    call->cors[0] = 0; /* nothing is sent to a client */
+    snprintf(call->peer, sizeof call->peer, "batch");
+    api_call_defer(call, prepare);
 }

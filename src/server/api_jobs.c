@@ -3,13 +3,14 @@
  * from the job store (src/jobs), and the bridge that runs batch lines in the engine next to live traffic.
  *
  * Bridge: the runner's thread calls exec for each claimed line; exec copies the line into a queue under a
- * mutex and wakes the I/O thread, which (api_jobs_pump, from on_wake) builds the same request the live
- * endpoint would from the line's body (api_completions_start with the line's ticket) and submits it at batch
- * priority (SCHED_PRIORITY_BATCH: admitted after live requests, preempted for them). The answer (the JSON body
- * the live endpoint would send, or its error) comes back through srv->line_answer and is reported with
- * runner_line_done. The runner's cancel (shutdown, lease lost) puts the ticket in a set and wakes the I/O
- * thread, which cancels the line's scheduler requests; a cancelled line, or one the server stopped before it
- * answered, is reported RUNNER_PREEMPTED: nothing is recorded and the line runs again later.
+ * mutex and wakes the I/O thread, which (api_jobs_pump, from on_wake) begins a call for it
+ * (api_call_begin_line): a worker prepares the same request the live endpoint would from the line's body
+ * (api_completions), and the I/O thread submits it at batch priority (SCHED_PRIORITY_BATCH: admitted after
+ * live requests, preempted for them). The answer (the JSON body the live endpoint would send, or its error)
+ * comes back through srv->line_answer and is reported with runner_line_done. The runner's cancel (shutdown,
+ * lease lost) puts the ticket in a set and wakes the I/O thread, which cancels the line's scheduler requests
+ * (once its preparation is done); a cancelled line, or one the server stopped before it answered, is
+ * reported RUNNER_PREEMPTED: nothing is recorded and the line runs again later.
  */
 #include "core/err.h"
 #include "core/log.h"
@@ -139,7 +140,10 @@ void api_jobs_pump(struct server *srv)
             struct runner_result res = {.outcome = RUNNER_PREEMPTED};
             runner_line_done(j->runner, p->ticket, &res);
         } else {
-            api_completions_start(srv, NULL, &p->ticket, p->body, p->body_len, p->chat);
+            /* prepared on a worker like a live request; the call takes the body */
+            api_call_begin_line(srv, p->ticket, p->body, p->body_len, p->chat ? ROUTE_CHAT : ROUTE_COMPLETIONS,
+                                api_completions);
+            p->body = NULL;
         }
         free(p->body);
         free(p);
@@ -148,8 +152,8 @@ void api_jobs_pump(struct server *srv)
     if (!any_cancel)
         return;
     for (struct api_call *call = srv->calls; call; call = call->next) {
-        if (!call->batch)
-            continue;
+        if (!call->batch || call->busy)
+            continue; /* a worker preparing the line owns its requests: the cancel waits for the next wake */
         pthread_mutex_lock(&j->mu);
         bool hit = false;
         for (int i = 0; i < j->n_cancels && !hit; i++)

@@ -3,16 +3,27 @@
  *   GET  /health      liveness: {"status":"ok"} whenever the process answers
  *   GET  /ready       readiness: 200 {"status":"ready"}, or 503 {"status":"loading"|"draining"}
  *   GET  /metrics     Prometheus text (metrics.h)
- *   POST /tokenize    {content, add_special, with_pieces} -> {tokens: [ids] | [{id, piece}]}
+ *   POST /tokenize    {content, add_special, parse_special, with_pieces} or {messages, add_generation_prompt,
+ *                     with_pieces} -> {tokens: [ids] | [{id, piece}]}
  *   POST /detokenize  {tokens: [ids]} -> {content}
+ * /tokenize and /detokenize run on a worker (api_call_begin): their answers are as large as the body allows,
+ * so they are bounded by server.max_response before they are built, and written with the streaming JSON
+ * writer (no tree of millions of small objects to build and free).
  */
 #include "core/err.h"
+#include "core/json_writer.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Bytes of a /tokenize answer per token: an id with its comma, and for with_pieces the object around the
+ * piece (the piece's own bytes are added; escapes are rare in pieces). */
+#define API_TOKENIZE_ID_BYTES 8
+#define API_TOKENIZE_PIECE_BYTES 20
 
 void api_health(struct server *srv, struct http_conn *c)
 {
@@ -70,75 +81,138 @@ void api_metrics(struct server *srv, struct http_conn *c)
     free(text);
 }
 
-void api_tokenize(struct server *srv, struct http_conn *c, const struct http_request *req)
+/* Hands the writer's JSON to the call as its 200 answer (or 500 when it failed). */
+static void respond_writer(struct api_call *call, struct json_writer *w)
 {
+    size_t len = 0;
+    char *body = json_writer_finish(w) == 0 ? json_writer_take(w, &len) : NULL;
+    json_writer_deinit(w);
+    api_call_respond_body(call, 200, body, len);
+}
+
+void api_tokenize(struct api_call *call)
+{
+    struct server *srv = call->srv;
     struct gen_request g;
     struct api_error e;
-    if (request_parse(API_TOKENIZE, req->body, req->body_len, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, ROUTE_TOKENIZE, &e);
+    if (request_parse(API_TOKENIZE, call->req->body, call->req->body_len, &srv->defaults, &g, &e)) {
+        api_call_fail(call, &e);
         return;
     }
     if (!api_model_ok(srv, g.model, &e)) {
         gen_request_deinit(&g);
-        api_respond_api_error(srv, c, ROUTE_TOKENIZE, &e);
+        api_call_fail(call, &e);
         return;
     }
     const struct tokenizer *tok = srv->model->tok;
-    const char *text = g.prompts[0].text;
-    int32_t *ids;
-    int n = tokenizer_encode_alloc(tok, text, strlen(text), g.add_special, true, &ids);
+    int32_t *ids = NULL;
+    int n;
+    if (g.n_messages) {
+        if (srv->chat == CHAT_NONE) {
+            api_error_set(&e, ERR_UNSUPPORTED, "messages", "chat_template_unavailable", "%s", srv->chat_err);
+            gen_request_deinit(&g);
+            api_call_fail(call, &e);
+            return;
+        }
+        ids = api_tokenize_chat(srv, g.messages, g.n_messages, g.add_generation_prompt, &n, &e);
+        n = ids ? n : e.code;
+    } else {
+        const char *text = g.prompts[0].text;
+        n = tokenizer_encode_alloc(tok, text, strlen(text), g.add_special, g.parse_special, &ids);
+        if (n < 0)
+            api_error_set(&e, n, "content", NULL, "cannot tokenize: %s", err_name(n));
+    }
     if (n < 0) {
         gen_request_deinit(&g);
-        api_respond_error(srv, c, ROUTE_TOKENIZE, 0, n, "content", NULL, NULL, "cannot tokenize: %s", err_name(n));
+        api_call_fail(call, &e);
         return;
     }
-    json_t *arr = json_array();
+    /* the answer's size is known before it is built: ids, and each piece as text */
+    int64_t bytes = 32;
+    for (int i = 0; i < n; i++) {
+        bytes += API_TOKENIZE_ID_BYTES;
+        if (g.with_pieces) {
+            char piece[256];
+            int m = tokenizer_token_to_piece(tok, ids[i], true, piece, sizeof piece);
+            bytes += API_TOKENIZE_PIECE_BYTES + (m > 0 ? m : 0);
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%d tokens%s", n, g.with_pieces ? " with their pieces" : "");
+    if (!api_reserve_answer(call, bytes, what, &e)) {
+        snprintf(e.param, sizeof e.param, "%s", g.n_messages ? "messages" : "content");
+        free(ids);
+        gen_request_deinit(&g);
+        api_call_fail(call, &e);
+        return;
+    }
+    struct json_writer w;
+    json_writer_init_buffer(&w, 0);
+    json_writer_object_begin(&w);
+    json_writer_key(&w, "tokens");
+    json_writer_array_begin(&w);
     for (int i = 0; i < n; i++) {
         if (g.with_pieces) {
             char piece[256];
             int m = tokenizer_token_to_piece(tok, ids[i], true, piece, sizeof piece);
-            json_t *o = json_object();
-            json_object_set_new(o, "id", json_integer(ids[i]));
-            json_object_set_new(o, "piece", api_json_text(piece, m > 0 && m <= (int)sizeof piece ? (size_t)m : 0));
-            json_array_append_new(arr, o);
+            json_writer_object_begin(&w);
+            json_writer_key_int(&w, "id", ids[i]);
+            json_writer_key(&w, "piece");
+            json_writer_string_n(&w, piece, m > 0 && m <= (int)sizeof piece ? (size_t)m : 0);
+            json_writer_object_end(&w);
         } else {
-            json_array_append_new(arr, json_integer(ids[i]));
+            json_writer_int(&w, ids[i]);
         }
     }
+    json_writer_array_end(&w);
+    json_writer_object_end(&w);
     free(ids);
     gen_request_deinit(&g);
-    json_t *o = json_object();
-    json_object_set_new(o, "tokens", arr);
-    api_respond_json(srv, c, ROUTE_TOKENIZE, 200, o);
+    respond_writer(call, &w);
 }
 
-void api_detokenize(struct server *srv, struct http_conn *c, const struct http_request *req)
+void api_detokenize(struct api_call *call)
 {
+    struct server *srv = call->srv;
     struct gen_request g;
     struct api_error e;
-    if (request_parse(API_DETOKENIZE, req->body, req->body_len, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, ROUTE_DETOKENIZE, &e);
+    if (request_parse(API_DETOKENIZE, call->req->body, call->req->body_len, &srv->defaults, &g, &e)) {
+        api_call_fail(call, &e);
         return;
     }
     if (!api_model_ok(srv, g.model, &e)) {
         gen_request_deinit(&g);
-        api_respond_api_error(srv, c, ROUTE_DETOKENIZE, &e);
+        api_call_fail(call, &e);
         return;
     }
     const struct tokenizer *tok = srv->model->tok;
     int n_vocab = tokenizer_n_vocab(tok);
+    /* the text's size first (a piece per id), so the answer is refused before it is built */
+    int64_t bytes = 32;
+    for (int i = 0; i < g.n_tokens; i++) {
+        if (g.tokens[i] >= n_vocab) {
+            api_error_set(&e, ERR_INVALID_ARG, "tokens", NULL, "'tokens[%d]' = %d is outside the vocabulary [0, %d)",
+                          i, g.tokens[i], n_vocab);
+            gen_request_deinit(&g);
+            api_call_fail(call, &e);
+            return;
+        }
+        char piece[256];
+        int m = tokenizer_token_to_piece(tok, g.tokens[i], false, piece, sizeof piece);
+        bytes += m > 0 ? m : 0;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "the text of %d tokens", g.n_tokens);
+    if (!api_reserve_answer(call, bytes + bytes / 8, what, &e)) {
+        snprintf(e.param, sizeof e.param, "tokens");
+        gen_request_deinit(&g);
+        api_call_fail(call, &e);
+        return;
+    }
     size_t cap = 256, len = 0;
     char *out = malloc(cap);
     struct detok_stream ds = {0};
     for (int i = 0; out && i < g.n_tokens; i++) {
-        if (g.tokens[i] >= n_vocab) {
-            free(out);
-            int id = g.tokens[i];
-            gen_request_deinit(&g);
-            api_respond_error(srv, c, ROUTE_DETOKENIZE, 400, ERR_INVALID_ARG, "tokens", NULL, NULL,
-                              "'tokens[%d]' = %d is outside the vocabulary [0, %d)", i, id, n_vocab);
-            return;
-        }
         for (;;) {
             int m = tokenizer_stream_push(tok, &ds, g.tokens[i], false, out + len, (int)(cap - len));
             if (m >= 0 && (size_t)m <= cap - len) {
@@ -169,11 +243,15 @@ void api_detokenize(struct server *srv, struct http_conn *c, const struct http_r
         len += (size_t)tokenizer_stream_flush(&ds, out + len, (int)(cap - len));
     gen_request_deinit(&g);
     if (!out) {
-        api_respond_error(srv, c, ROUTE_DETOKENIZE, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
         return;
     }
-    json_t *o = json_object();
-    json_object_set_new(o, "content", api_json_text(out, len));
+    struct json_writer w;
+    json_writer_init_buffer(&w, 0);
+    json_writer_object_begin(&w);
+    json_writer_key(&w, "content");
+    json_writer_string_n(&w, out, len);
+    json_writer_object_end(&w);
     free(out);
-    api_respond_json(srv, c, ROUTE_DETOKENIZE, 200, o);
+    respond_writer(call, &w);
 }

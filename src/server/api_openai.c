@@ -334,49 +334,54 @@ static void openai_pump(struct api_call *call)
     if (error)
         api_call_respond_error(call, error, msg);
     else
-        respond_full(call);
+        api_call_defer(call, respond_full); /* the whole answer, with its logprobs, is built on a worker */
 }
 
-void api_completions(struct server *srv, struct http_conn *c, const struct http_request *req, bool chat)
+/* After submission (I/O thread): a stream's headers, and for chat the first chunk of every choice (its role). */
+static void openai_start(struct api_call *call)
 {
-    api_completions_start(srv, c, NULL, req->body, req->body_len, chat);
+    if (!call->stream)
+        return;
+    api_call_stream_begin(call);
+    if (call->route == ROUTE_CHAT)
+        for (int k = 0; k < call->n_reqs * call->n; k++)
+            send_chunk(call, k, NULL, 0, true, NULL, NULL, NULL, 0);
 }
 
-void api_completions_start(struct server *srv, struct http_conn *c, const uint64_t *ticket, const char *body,
-                           size_t body_len, bool chat)
+void api_completions(struct api_call *call)
 {
-    enum api_route route = chat ? ROUTE_CHAT : ROUTE_COMPLETIONS;
+    struct server *srv = call->srv;
+    bool chat = call->route == ROUTE_CHAT;
     struct gen_request g;
     struct api_error e;
+    const char *body = call->batch ? call->line : call->req->body;
+    size_t body_len = call->batch ? call->line_len : call->req->body_len;
     if (request_parse(chat ? API_CHAT : API_COMPLETIONS, body, body_len, &srv->defaults, &g, &e)) {
-        api_answer_error(srv, c, ticket, route, &e);
+        api_call_fail(call, &e);
         return;
     }
     if (!api_model_ok(srv, g.model, &e)) {
-        api_answer_error(srv, c, ticket, route, &e);
+        api_call_fail(call, &e);
         gen_request_deinit(&g);
         return;
     }
     if (chat && srv->chat == CHAT_NONE) {
         api_error_set(&e, ERR_UNSUPPORTED, "messages", "chat_template_unavailable", "%s", srv->chat_err);
-        api_answer_error(srv, c, ticket, route, &e);
+        api_call_fail(call, &e);
         gen_request_deinit(&g);
         return;
     }
-    if (ticket)
+    if (call->batch)
         g.stream = false; /* a batch line's result is the whole response */
     int n_prompts = chat ? 1 : g.n_prompts;
-    struct api_call *call = api_call_create(srv, c, route, chat ? API_CHAT : API_COMPLETIONS, n_prompts, openai_pump);
-    if (!call) {
-        api_error_set(&e, ERR_NOMEM, "", NULL, "out of memory");
-        api_answer_error(srv, c, ticket, route, &e);
+    if (!api_call_set_reqs(call, n_prompts)) {
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
         gen_request_deinit(&g);
         return;
     }
-    if (ticket) {
-        call->batch = true;
-        call->ticket = *ticket;
-    }
+    call->kind = chat ? API_CHAT : API_COMPLETIONS;
+    call->pump = openai_pump;
+    call->start = openai_start;
     call->stream = g.stream;
     call->include_usage = g.include_usage;
     call->return_token_ids = g.stream && g.return_token_ids;
@@ -384,30 +389,18 @@ void api_completions_start(struct server *srv, struct http_conn *c, const uint64
     call->logprobs = g.logprobs;
     call->n = g.n;
     for (int i = 0; i < n_prompts; i++) {
-        struct gen_prompt chat_prompt = {0};
         const struct gen_prompt *p = chat ? NULL : &g.prompts[i];
-        char err[ERR_MSG_MAX];
-        if (chat) {
-            chat_prompt.text = chat_template_apply(srv->chat, g.messages, g.n_messages, true, srv->bos_text,
-                                                   srv->eos_text, err);
-            if (!chat_prompt.text) {
-                api_error_set(&e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
-                api_call_fail(call, &e);
-                gen_request_deinit(&g);
-                return;
-            }
-            p = &chat_prompt;
-        }
         char param[32];
         snprintf(param, sizeof param, n_prompts > 1 ? "prompt[%d]" : chat ? "messages" : "prompt", i);
         int n_toks = 0, max_tokens = 0;
-        int32_t *toks = api_tokenize_prompt(srv, p, param, &n_toks, &e);
+        int32_t *toks = chat ? api_tokenize_chat(srv, g.messages, g.n_messages, true, &n_toks, &e)
+                             : api_tokenize_prompt(srv, p, g.parse_special, param, &n_toks, &e);
         struct sched_req *r = NULL;
         if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
             r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
-        if (r && ticket)
+        if (r && call->batch)
             r->priority = SCHED_PRIORITY_BATCH;
-        if (r && g.echo) {
+        if (r && g.echo && p) {
             if (p->text) {
                 call->echo_text[i] = strdup(p->text);
             } else { /* token prompt: detokenize it for the echo */
@@ -424,7 +417,6 @@ void api_completions_start(struct server *srv, struct http_conn *c, const uint64
             }
         }
         free(toks);
-        free(chat_prompt.text);
         if (!r) {
             api_call_fail(call, &e);
             gen_request_deinit(&g);
@@ -433,14 +425,8 @@ void api_completions_start(struct server *srv, struct http_conn *c, const uint64
         call->reqs[i] = r;
     }
     gen_request_deinit(&g);
-    if (!api_call_submit(call))
-        return;
-    if (call->stream) {
-        api_call_stream_begin(call);
-        if (chat)
-            for (int k = 0; k < call->n_reqs * call->n; k++)
-                send_chunk(call, k, NULL, 0, true, NULL, NULL, NULL, 0);
-    }
+    if (!api_reserve_generation(call, &e))
+        api_call_fail(call, &e);
 }
 
 void api_models(struct server *srv, struct http_conn *c, const char *one, size_t one_len)

@@ -1,8 +1,20 @@
 /*
  * api_prepare: from a validated generation request to scheduler requests, shared by every generating
- * handler: the model name check, tokenizing the prompt, fitting it and max_tokens in the context, and filling
- * a sched_req (sampling, stop strings, seed, deadline, the compiled output constraint from the server's grammar
- * cache, the prediction's tokens and n-gram drafts).
+ * handler: the model name check, tokenizing the prompt (special tokens only where the chat template or an
+ * opted-in prompt puts them), fitting it and max_tokens in the context, filling a sched_req (sampling, stop
+ * strings, seed, deadline, the compiled output constraint from the server's grammar cache, the prediction's
+ * tokens and n-gram drafts), and bounding the answer before any work starts.
+ *
+ * Everything here runs on the work pool's threads (api_call_begin, api_call_begin_line), so it touches only
+ * what stays fixed while the server runs (the model, its tokenizer, the config's generation settings), the
+ * grammar cache (thread-safe: one mutex around its list, compiling outside it) and the call it prepares; ids
+ * come from an atomic counter.
+ *
+ * Answer sizes: a non-streaming answer is built whole in memory before it is sent, so its size is estimated
+ * from what was asked (choices x max_tokens, and per token its text, its id for the simple API, and one
+ * entry per logprob alternative) and refused with 400 past server.max_response; the estimate is also held
+ * in the server's in-flight budget (server.max_inflight, shared with request bodies) until the answer went
+ * out, 503 with Retry-After when it is full. A streaming answer is never held (backpressure bounds it).
  */
 #include "core/clock.h"
 #include "core/err.h"
@@ -29,8 +41,14 @@ bool api_model_ok(struct server *srv, const char *model, struct api_error *e)
     return false;
 }
 
-int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, const char *param, int *n_out,
-                             struct api_error *e)
+/* Bytes per generated token in an answer (an upper estimate: JSON punctuation, escaped text, floats). */
+#define API_TOKEN_TEXT_BYTES 16
+#define API_TOKEN_ID_BYTES 12
+#define API_LOGPROB_ENTRY_BYTES 96
+#define API_ANSWER_OVERHEAD 1024
+
+int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, bool parse_special, const char *param,
+                             int *n_out, struct api_error *e)
 {
     const struct tokenizer *tok = srv->model->tok;
     int n_vocab = tokenizer_n_vocab(tok);
@@ -51,13 +69,86 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, con
         return t;
     }
     int32_t *t;
-    int n = tokenizer_encode_alloc(tok, p->text, strlen(p->text), true, true, &t);
+    int n = tokenizer_encode_alloc(tok, p->text, strlen(p->text), true, parse_special, &t);
     if (n < 0) {
         api_error_set(e, n, param, NULL, "cannot tokenize '%s': %s", param, err_name(n));
         return NULL;
     }
     *n_out = n;
     return t;
+}
+
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
+                           int *n_out, struct api_error *e)
+{
+    char err[ERR_MSG_MAX];
+    struct tok_span *content = NULL;
+    size_t n_content = 0;
+    char *text = chat_template_render(srv->chat, msgs, n_msgs, add_generation_prompt, srv->bos_text, srv->eos_text,
+                                      &content, &n_content, err);
+    if (!text) {
+        api_error_set(e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
+        return NULL;
+    }
+    int32_t *t = NULL;
+    int n = tokenizer_encode_spans(srv->model->tok, text, strlen(text), true, content, n_content, &t);
+    free(text);
+    free(content);
+    if (n < 0) {
+        api_error_set(e, n, "messages", NULL, "cannot tokenize the chat prompt: %s", err_name(n));
+        return NULL;
+    }
+    *n_out = n;
+    return t;
+}
+
+bool api_reserve_generation(struct api_call *call, struct api_error *e)
+{
+    if (call->stream)
+        return true; /* sent as produced, never held whole */
+    int64_t per_token = API_TOKEN_TEXT_BYTES + (call->kind == API_GENERATE ? API_TOKEN_ID_BYTES : 0);
+    if (call->logprobs >= 0)
+        per_token += (int64_t)API_LOGPROB_ENTRY_BYTES * (1 + call->logprobs);
+    int64_t total = API_ANSWER_OVERHEAD;
+    int prompts = 0, max_tokens = 0;
+    for (int i = 0; i < call->n_reqs; i++) {
+        const struct sched_req *r = call->reqs[i];
+        if (!r)
+            continue;
+        prompts++;
+        max_tokens = r->max_tokens > max_tokens ? r->max_tokens : max_tokens;
+        total += (int64_t)r->n_choices * r->max_tokens * per_token;
+        if (call->echo_text && call->echo_text[i])
+            total += (int64_t)r->n_choices * (int64_t)strlen(call->echo_text[i]) * 2;
+    }
+    char what[192];
+    int n = snprintf(what, sizeof what, "%d prompt%s x %d choice%s x %d max_tokens", prompts, prompts == 1 ? "" : "s",
+                     call->n, call->n == 1 ? "" : "s", max_tokens);
+    if (call->logprobs >= 0 && n > 0 && (size_t)n < sizeof what)
+        snprintf(what + n, sizeof what - (size_t)n, " x %d logprob entries per token", 1 + call->logprobs);
+    return api_reserve_answer(call, total, what, e);
+}
+
+bool api_reserve_answer(struct api_call *call, int64_t bytes, const char *what, struct api_error *e)
+{
+    struct server *srv = call->srv;
+    if (bytes > srv->max_response) {
+        api_error_set(e, ERR_INVALID_ARG, "max_tokens", "response_too_large",
+                      "This request's answer could reach about %lld bytes (%s), more than the server's limit of %lld "
+                      "bytes (server.max_response). Ask for less (fewer prompts, choices, tokens or logprobs) or "
+                      "stream the answer with \"stream\": true, which is sent as it is produced and never held whole.",
+                      (long long)bytes, what, (long long)srv->max_response);
+        return false;
+    }
+    if (!budget_take(&srv->inflight, bytes)) {
+        api_error_set(e, ERR_UNAVAILABLE, "", "server_busy",
+                      "The server holds too many large requests and answers right now (%lld of %lld bytes, "
+                      "server.max_inflight); retry shortly.",
+                      (long long)budget_used(&srv->inflight), (long long)srv->inflight.limit);
+        return false;
+    }
+    call->reserved += bytes;
+    return true;
 }
 
 int api_check_context(struct server *srv, int n_prompt, int max_tokens_req, int *max_tokens, struct api_error *e)
@@ -101,7 +192,7 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
         api_error_set(e, ERR_NOMEM, "", NULL, "out of memory");
         return NULL;
     }
-    r->id = ++srv->next_id;
+    r->id = atomic_fetch_add(&srv->next_id, 1) + 1;
     r->max_tokens = max_tokens;
     r->sp = g->sp;
     if (!g->seed_set) {

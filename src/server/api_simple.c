@@ -115,20 +115,9 @@ static void simple_stream_pump(struct api_call *call)
     api_call_stream_end(call, st.error ? err_http_status(st.error) : 200);
 }
 
-static void simple_pump(struct api_call *call)
+/* The answer of a finished non-streaming call, built on a worker (api_call_defer). */
+static void simple_answer(struct api_call *call)
 {
-    if (call->stream) {
-        simple_stream_pump(call);
-        return;
-    }
-    for (int i = 0; i < call->n_reqs; i++) {
-        if (!call->reqs[i])
-            continue;
-        struct sched_req_status st;
-        sched_req_status_get(call->reqs[i], &st);
-        if (!st.finished)
-            return;
-    }
     if (call->route == ROUTE_GENERATE) {
         struct sched_req_status st;
         sched_req_status_get(call->reqs[0], &st);
@@ -153,13 +142,30 @@ static void simple_pump(struct api_call *call)
     api_call_respond_json(call, o);
 }
 
+static void simple_pump(struct api_call *call)
+{
+    if (call->stream) {
+        simple_stream_pump(call);
+        return;
+    }
+    for (int i = 0; i < call->n_reqs; i++) {
+        if (!call->reqs[i])
+            continue;
+        struct sched_req_status st;
+        sched_req_status_get(call->reqs[i], &st);
+        if (!st.finished)
+            return;
+    }
+    api_call_defer(call, simple_answer);
+}
+
 /* Tokenizes, checks the context and builds the scheduler request of one simple-API item. */
 static struct sched_req *simple_prepare(struct server *srv, const struct gen_request *g, struct api_error *e)
 {
     if (!api_model_ok(srv, g->model, e))
         return NULL;
     int n_toks = 0, max_tokens = 0;
-    int32_t *toks = api_tokenize_prompt(srv, &g->prompts[0], "prompt", &n_toks, e);
+    int32_t *toks = api_tokenize_prompt(srv, &g->prompts[0], g->parse_special, "prompt", &n_toks, e);
     if (!toks)
         return NULL;
     struct sched_req *r = NULL;
@@ -173,66 +179,70 @@ static struct sched_req *simple_prepare(struct server *srv, const struct gen_req
     return r;
 }
 
-static void start_single(struct server *srv, struct http_conn *c, enum api_route route, struct gen_request *g)
+static void simple_start(struct api_call *call)
 {
-    struct api_error e;
-    struct sched_req *r = simple_prepare(srv, g, &e);
-    if (!r) {
-        api_respond_api_error(srv, c, route, &e);
-        return;
-    }
-    struct api_call *call = api_call_create(srv, c, route, API_GENERATE, 1, simple_pump);
-    if (!call) {
-        sched_req_unref(r);
-        api_respond_error(srv, c, route, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
-        return;
-    }
-    call->reqs[0] = r;
-    call->stream = g->stream;
-    if (!api_call_submit(call))
-        return;
     if (call->stream)
         api_call_stream_begin(call);
 }
 
-void api_generate(struct server *srv, struct http_conn *c, const struct http_request *req)
+/* Prepares the one request of /v1/generate or /v1/generate_stream. */
+static void prepare_single(struct api_call *call, struct gen_request *g)
+{
+    struct api_error e;
+    call->kind = API_GENERATE;
+    call->pump = simple_pump;
+    call->start = simple_start;
+    call->stream = g->stream;
+    if (!api_call_set_reqs(call, 1)) {
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
+        return;
+    }
+    call->reqs[0] = simple_prepare(call->srv, g, &e);
+    if (!call->reqs[0] || !api_reserve_generation(call, &e))
+        api_call_fail(call, &e);
+}
+
+void api_generate(struct api_call *call)
 {
     struct gen_request g;
     struct api_error e;
-    if (request_parse(API_GENERATE, req->body, req->body_len, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, ROUTE_GENERATE, &e);
+    if (request_parse(API_GENERATE, call->req->body, call->req->body_len, &call->srv->defaults, &g, &e)) {
+        api_call_fail(call, &e);
         return;
     }
-    start_single(srv, c, ROUTE_GENERATE, &g);
+    prepare_single(call, &g);
     gen_request_deinit(&g);
 }
 
-void api_generate_stream(struct server *srv, struct http_conn *c, const struct http_request *req)
+void api_generate_stream(struct api_call *call)
 {
     struct gen_request g;
     struct api_error e;
-    if (request_parse_query(req->query, req->query ? req->query_len : 0, &srv->defaults, &g, &e)) {
-        api_respond_api_error(srv, c, ROUTE_GENERATE_STREAM, &e);
+    const struct http_request *req = call->req;
+    if (request_parse_query(req->query, req->query ? req->query_len : 0, &call->srv->defaults, &g, &e)) {
+        api_call_fail(call, &e);
         return;
     }
     g.stream = true;
-    start_single(srv, c, ROUTE_GENERATE_STREAM, &g);
+    prepare_single(call, &g);
     gen_request_deinit(&g);
 }
 
-void api_batch_generate(struct server *srv, struct http_conn *c, const struct http_request *req)
+void api_batch_generate(struct api_call *call)
 {
+    struct server *srv = call->srv;
     struct gen_request *items;
     struct api_error *errs, e;
     int n;
-    if (request_parse_batch(req->body, req->body_len, &srv->defaults, &items, &errs, &n, &e)) {
-        api_respond_api_error(srv, c, ROUTE_BATCH, &e);
+    if (request_parse_batch(call->req->body, call->req->body_len, &srv->defaults, &items, &errs, &n, &e)) {
+        api_call_fail(call, &e);
         return;
     }
-    struct api_call *call = api_call_create(srv, c, ROUTE_BATCH, API_GENERATE, n, simple_pump);
-    if (!call) {
+    call->kind = API_GENERATE;
+    call->pump = simple_pump;
+    if (!api_call_set_reqs(call, n)) {
         gen_request_batch_free(items, errs, n);
-        api_respond_error(srv, c, ROUTE_BATCH, 503, ERR_NOMEM, NULL, NULL, NULL, "out of memory");
+        api_call_respond_error(call, ERR_NOMEM, "out of memory");
         return;
     }
     call->item_errs = errs; /* the call owns the per-item errors now */
@@ -253,7 +263,6 @@ void api_batch_generate(struct server *srv, struct http_conn *c, const struct ht
         }
     }
     gen_request_batch_free(items, NULL, n);
-    if (!api_call_submit(call))
-        return;
-    api_call_pump(call); /* every item may have failed already */
+    if (!api_reserve_generation(call, &e))
+        api_call_fail(call, &e);
 }

@@ -13,10 +13,17 @@
  * trim contents. Families whose templates reject a system message get it merged the way llama.cpp does:
  * Gemma prepends it to the next user turn ("\n\n"), the legacy [INST] format prepends it with "\n".
  * Several system messages are joined with "\n\n" where they are merged.
+ *
+ * Every byte of the output is either template markup or message content, and the renderer records which:
+ * content goes in through buf_put_text and is remembered as a span, wherever it is later copied (a system
+ * prompt merged into a user turn, a turn trimmed as a whole). The server tokenizes the prompt with special
+ * tokens parsed only outside those spans, so "</s>" or "<|im_end|>" typed by a user stays text and cannot
+ * close their turn, while the template's own markers are the real special tokens.
  */
 #include "server/chat_template.h"
 
 #include "core/err.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <ctype.h>
 #include <stdint.h>
@@ -114,9 +121,40 @@ enum chat_family chat_family_detect(const char *t)
 struct chat_buf {
     char *p;
     size_t len, cap;
+    struct tok_span *sp; /* content spans in p, in order, disjoint, adjacent ones merged */
+    size_t n_sp, cap_sp;
     bool oom;
 };
 
+static void buf_free(struct chat_buf *b)
+{
+    free(b->p);
+    free(b->sp);
+}
+
+/* Records [off, off + n) as content. */
+static void buf_mark(struct chat_buf *b, size_t off, size_t n)
+{
+    if (b->oom || n == 0)
+        return;
+    if (b->n_sp && b->sp[b->n_sp - 1].off + b->sp[b->n_sp - 1].len == off) {
+        b->sp[b->n_sp - 1].len += n;
+        return;
+    }
+    if (b->n_sp == b->cap_sp) {
+        size_t cap = b->cap_sp ? b->cap_sp * 2 : 16;
+        struct tok_span *sp = realloc(b->sp, cap * sizeof *sp);
+        if (!sp) {
+            b->oom = true;
+            return;
+        }
+        b->sp = sp;
+        b->cap_sp = cap;
+    }
+    b->sp[b->n_sp++] = (struct tok_span){off, n};
+}
+
+/* Appends markup. */
 static void buf_put(struct chat_buf *b, const char *s, size_t n)
 {
     if (b->oom || n == 0)
@@ -143,15 +181,51 @@ static void buf_puts(struct chat_buf *b, const char *s)
     buf_put(b, s, strlen(s));
 }
 
-/* Appends s without leading and trailing ASCII whitespace (Python's str.strip() on ASCII text). */
-static void buf_put_trimmed(struct chat_buf *b, const char *s)
+/* Appends message content (text, never markup). */
+static void buf_put_text(struct chat_buf *b, const char *s)
 {
-    size_t n = strlen(s), lo = 0;
-    while (lo < n && isspace((unsigned char)s[lo]))
-        lo++;
-    while (n > lo && isspace((unsigned char)s[n - 1]))
+    size_t off = b->len, n = strlen(s);
+    buf_put(b, s, n);
+    buf_mark(b, off, n);
+}
+
+/* Appends bytes [lo, hi) of src, keeping which of them are content. */
+static void buf_append_range(struct chat_buf *b, const struct chat_buf *src, size_t lo, size_t hi)
+{
+    size_t base = b->len;
+    if (hi <= lo)
+        return;
+    buf_put(b, src->p + lo, hi - lo);
+    for (size_t i = 0; i < src->n_sp; i++) {
+        size_t a = src->sp[i].off, z = a + src->sp[i].len;
+        a = a < lo ? lo : a;
+        z = z > hi ? hi : z;
+        if (a < z)
+            buf_mark(b, base + (a - lo), z - a);
+    }
+}
+
+static void buf_append(struct chat_buf *b, const struct chat_buf *src) { buf_append_range(b, src, 0, src->len); }
+
+/* [lo, hi) of s[0..n) without leading and trailing ASCII whitespace (Python's str.strip() on ASCII text). */
+static void trim_range(const char *s, size_t n, size_t *lo, size_t *hi)
+{
+    size_t a = 0;
+    while (a < n && isspace((unsigned char)s[a]))
+        a++;
+    while (n > a && isspace((unsigned char)s[n - 1]))
         n--;
-    buf_put(b, s + lo, n - lo);
+    *lo = a;
+    *hi = n;
+}
+
+/* Appends message content s trimmed. */
+static void buf_put_text_trimmed(struct chat_buf *b, const char *s)
+{
+    size_t lo, hi, off = b->len;
+    trim_range(s, strlen(s), &lo, &hi);
+    buf_put(b, s + lo, hi - lo);
+    buf_mark(b, off, hi - lo);
 }
 
 /* Appends a system message to a pending system prompt, "\n\n" between several. */
@@ -160,9 +234,16 @@ static void buf_put_joined(struct chat_buf *b, const char *s, bool trim)
     if (b->len)
         buf_puts(b, "\n\n");
     if (trim)
-        buf_put_trimmed(b, s);
+        buf_put_text_trimmed(b, s);
     else
-        buf_puts(b, s);
+        buf_put_text(b, s);
+}
+
+/* Empties b (a pending system prompt, a scratch turn) for reuse. */
+static void buf_clear(struct chat_buf *b)
+{
+    b->len = 0;
+    b->n_sp = 0;
 }
 
 /* ---- messages ---- */
@@ -201,7 +282,7 @@ static void render_chatml(const struct chat_ctx *c, struct chat_buf *b)
         buf_puts(b, "<|im_start|>");
         buf_puts(b, c->msgs[i].role);
         buf_puts(b, "\n");
-        buf_puts(b, msg_content(c, i));
+        buf_put_text(b, msg_content(c, i));
         buf_puts(b, "<|im_end|>\n");
     }
     if (c->gen)
@@ -214,7 +295,7 @@ static void render_llama3(const struct chat_ctx *c, struct chat_buf *b)
         buf_puts(b, "<|start_header_id|>");
         buf_puts(b, c->msgs[i].role);
         buf_puts(b, "<|end_header_id|>\n\n");
-        buf_put_trimmed(b, msg_content(c, i));
+        buf_put_text_trimmed(b, msg_content(c, i));
         buf_puts(b, "<|eot_id|>");
     }
     if (c->gen)
@@ -228,7 +309,7 @@ static void render_tagged(const struct chat_ctx *c, struct chat_buf *b, const ch
         buf_puts(b, "<|");
         buf_puts(b, c->msgs[i].role);
         buf_puts(b, "|>\n");
-        buf_puts(b, msg_content(c, i));
+        buf_put_text(b, msg_content(c, i));
         buf_puts(b, terminator);
         buf_puts(b, "\n");
     }
@@ -246,16 +327,16 @@ static void render_gemma(const struct chat_ctx *c, struct chat_buf *b, struct ch
         bool user = c->roles[i] == ROLE_USER;
         buf_puts(b, user ? "<start_of_turn>user\n" : "<start_of_turn>model\n");
         if (user && sys->len) {
-            buf_put(b, sys->p, sys->len);
+            buf_append(b, sys);
             buf_puts(b, "\n\n");
-            sys->len = 0;
+            buf_clear(sys);
         }
-        buf_put_trimmed(b, msg_content(c, i));
+        buf_put_text_trimmed(b, msg_content(c, i));
         buf_puts(b, "<end_of_turn>\n");
     }
     if (sys->len) { /* a system prompt with no user turn after it still reaches the model */
         buf_puts(b, "<start_of_turn>user\n");
-        buf_put(b, sys->p, sys->len);
+        buf_append(b, sys);
         buf_puts(b, "<end_of_turn>\n");
     }
     if (c->gen)
@@ -268,18 +349,21 @@ static void render_gemma(const struct chat_ctx *c, struct chat_buf *b, struct ch
 static void llama2_user_turn(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys,
                              struct chat_buf *tmp, const char *content)
 {
-    tmp->len = 0;
+    buf_clear(tmp);
     if (sys->len) {
         buf_puts(tmp, "<<SYS>>\n");
-        buf_put(tmp, sys->p, sys->len);
+        buf_append(tmp, sys);
         buf_puts(tmp, "\n<</SYS>>\n\n");
-        sys->len = 0;
+        buf_clear(sys);
     }
-    buf_puts(tmp, content);
+    buf_put_text(tmp, content);
     if (b->len)
         buf_puts(b, c->bos);
     buf_puts(b, "[INST] ");
-    buf_put_trimmed(b, tmp->p ? tmp->p : "");
+    size_t lo = 0, hi = 0;
+    if (tmp->p && !tmp->oom)
+        trim_range(tmp->p, tmp->len, &lo, &hi);
+    buf_append_range(b, tmp, lo, hi);
     buf_puts(b, " [/INST]");
 }
 
@@ -295,7 +379,7 @@ static void render_llama2(const struct chat_ctx *c, struct chat_buf *b, struct c
             break;
         case ROLE_ASSISTANT:
             buf_puts(b, " ");
-            buf_put_trimmed(b, msg_content(c, i));
+            buf_put_text_trimmed(b, msg_content(c, i));
             buf_puts(b, " ");
             buf_puts(b, c->eos);
             break;
@@ -315,7 +399,7 @@ static void render_mistral_legacy(const struct chat_ctx *c, struct chat_buf *b)
             buf_puts(b, "[INST] ");
             in_turn = true;
         }
-        buf_puts(b, msg_content(c, i));
+        buf_put_text(b, msg_content(c, i));
         switch (c->roles[i]) {
         case ROLE_SYSTEM:
             buf_puts(b, "\n");
@@ -353,25 +437,25 @@ static void render_mistral_v1_v3(const struct chat_ctx *c, struct chat_buf *b, s
         case ROLE_USER:
             buf_puts(b, open);
             if (i == sys_at && sys->len) {
-                buf_put(b, sys->p, sys->len);
+                buf_append(b, sys);
                 buf_puts(b, "\n\n");
             }
-            buf_puts(b, msg_content(c, i));
+            buf_put_text(b, msg_content(c, i));
             buf_puts(b, close);
             break;
         case ROLE_ASSISTANT:
             buf_puts(b, answer_sep);
             if (f == CHAT_MISTRAL_V3)
-                buf_put_trimmed(b, msg_content(c, i));
+                buf_put_text_trimmed(b, msg_content(c, i));
             else
-                buf_puts(b, msg_content(c, i));
+                buf_put_text(b, msg_content(c, i));
             buf_puts(b, c->eos);
             break;
         }
     }
     if (sys_at < 0 && sys->len) { /* no user turn to carry it: the system prompt becomes one */
         buf_puts(b, open);
-        buf_put(b, sys->p, sys->len);
+        buf_append(b, sys);
         buf_puts(b, close);
     }
 }
@@ -385,18 +469,18 @@ static void render_mistral_v7(const struct chat_ctx *c, struct chat_buf *b, bool
         case ROLE_SYSTEM:
             buf_puts(b, "[SYSTEM_PROMPT]");
             buf_puts(b, sp);
-            buf_puts(b, msg_content(c, i));
+            buf_put_text(b, msg_content(c, i));
             buf_puts(b, "[/SYSTEM_PROMPT]");
             break;
         case ROLE_USER:
             buf_puts(b, "[INST]");
             buf_puts(b, sp);
-            buf_puts(b, msg_content(c, i));
+            buf_put_text(b, msg_content(c, i));
             buf_puts(b, "[/INST]");
             break;
         case ROLE_ASSISTANT:
             buf_puts(b, sp);
-            buf_puts(b, msg_content(c, i));
+            buf_put_text(b, msg_content(c, i));
             buf_puts(b, c->eos);
             break;
         }
@@ -406,8 +490,19 @@ static void render_mistral_v7(const struct chat_ctx *c, struct chat_buf *b, bool
 char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
                           bool add_generation_prompt, const char *bos_text, const char *eos_text, char *err)
 {
+    return chat_template_render(f, msgs, n_msgs, add_generation_prompt, bos_text, eos_text, NULL, NULL, err);
+}
+
+char *chat_template_render(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                           bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                           struct tok_span **content, size_t *n_content, char *err)
+{
     struct chat_buf out = {0}, sys = {0}, tmp = {0};
     enum chat_role *roles = NULL;
+    if (content)
+        *content = NULL;
+    if (n_content)
+        *n_content = 0;
 
     if ((int)f <= CHAT_NONE || f >= CHAT_FAMILY_COUNT_) {
         err_set(err, ERR_INVALID_ARG, "no chat template for this model: choose one of %s", chat_family_list());
@@ -488,15 +583,21 @@ char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, i
             goto oom;
     }
     free(roles);
-    free(sys.p);
-    free(tmp.p);
+    buf_free(&sys);
+    buf_free(&tmp);
+    if (content && n_content) {
+        *content = out.sp;
+        *n_content = out.n_sp;
+        out.sp = NULL;
+    }
+    free(out.sp);
     return out.p;
 oom:
     err_set(err, ERR_NOMEM, "out of memory rendering the chat prompt");
 fail:
     free(roles);
-    free(out.p);
-    free(sys.p);
-    free(tmp.p);
+    buf_free(&out);
+    buf_free(&sys);
+    buf_free(&tmp);
     return NULL;
 }

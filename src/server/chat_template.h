@@ -47,10 +47,20 @@ const char *chat_family_list(void);
 /* Renders messages into a malloc'd prompt (caller frees) ending with the assistant prefix when
  * add_generation_prompt. bos_text/eos_text are the model's BOS/EOS token texts, used by families that
  * write them literally (NULL: "<s>" and "</s>"). NULL and a message (ERR_MSG_MAX) on a bad role or family,
- * an empty list or out of memory. The prompt is tokenized with parse_special=true and without adding BOS
- * twice: it never begins with the BOS text (the tokenizer adds BOS when the model asks for it); BOS texts
- * inside it (llama2's later turns) are written literally. A NULL content is an empty one. */
+ * an empty list or out of memory. The prompt is tokenized with special tokens parsed in the markup only
+ * (chat_template_render gives the content spans) and without adding BOS twice: it never begins with the BOS
+ * text (the tokenizer adds BOS when the model asks for it); BOS texts inside it (llama2's later turns) are
+ * written literally. A NULL content is an empty one. */
 char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
                           bool add_generation_prompt, const char *bos_text, const char *eos_text, char *err);
+
+struct tok_span;
+/* chat_template_apply that also says which bytes came from message contents: *content gets their spans
+ * (malloc'd, caller frees; sorted, disjoint; NULL when there are none) and *n_content their number, for
+ * tokenizer_encode_spans, so that special-token text inside a message stays text and only the template's
+ * markup becomes special tokens. content and n_content may be NULL (then this is chat_template_apply). */
+char *chat_template_render(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                           bool add_generation_prompt, const char *bos_text, const char *eos_text,
+                           struct tok_span **content, size_t *n_content, char *err);
 
 #endif

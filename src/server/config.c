@@ -10,6 +10,7 @@
 
 #include "core/alert.h"
 #include "core/err.h"
+#include "core/log.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 
@@ -83,6 +84,17 @@ static const struct cfg_item cfg_items[] = {
      "acceptance and the measured cost of a pass)"},
     {"server", "log_requests", "--log-requests", CK_BOOL, OFF(log_requests), 0, 0, 0,
      "one log line per request (default true)"},
+    {"server", "log_level", "--log-level", CK_STR, OFF(log_level), 0, 0, 0,
+     "error, warn, info or debug (default: $WAFER_LOG, else info; SIGHUP reloads it)"},
+    {"server", "workers", "--workers", CK_INT, OFF(workers), 0, 1, 64,
+     "threads that parse, tokenize and build large answers off the I/O thread (default 2)"},
+    {"server", "max_response", "--max-response", CK_BYTES, OFF(max_response), 0, 0, 0,
+     "largest non-streaming answer, checked before work starts (default 0: 4KiB per context position, "
+     "at least 4MiB)"},
+    {"server", "max_inflight", "--max-inflight", CK_BYTES, OFF(max_inflight), 0, 0, 0,
+     "request bodies and buffered answers held at once; past it 503 with Retry-After (default 256MiB)"},
+    {"server", "parse_special", "--parse-special", CK_BOOL, OFF(parse_special), 0, 0, 0,
+     "prompt text may write special tokens such as </s> (default false: they are text; requests may opt in)"},
     {"generation", "max_new_tokens", "--max-new-tokens", CK_INT, OFF(max_new_tokens), 0, 1, 1 << 20,
      "default max_tokens (default 256)"},
     {"generation", "temperature", "--temperature", CK_FLOAT, OFF(temperature), 0, 0, 2,
@@ -157,6 +169,8 @@ void server_config_init(struct server_config *c)
     c->energy_rapl = true;
     c->draft_max = 16;
     c->draft_min = 1;
+    c->workers = 2;
+    c->max_inflight = (int64_t)256 << 20;
 }
 
 static void cfg_list_clear(char **list, int *n)
@@ -179,6 +193,7 @@ void server_config_deinit(struct server_config *c)
     free(c->backend);
     free(c->spec);
     free(c->host);
+    free(c->log_level);
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
     cfg_list_clear(c->cors_origins, &c->n_cors_origins);
@@ -586,6 +601,8 @@ void server_config_usage(void *file)
 
 int server_config_from_args(struct server_config *c, int argc, char **argv, char *err)
 {
+    c->argc = argc; /* kept for SIGHUP, which reads everything again */
+    c->argv = argv;
     /* --config first, so every flag overrides the file wherever it appears on the line. */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -650,9 +667,38 @@ int server_config_check(const struct server_config *c, char *err)
         return err_set(err, ERR_INVALID_ARG, "server.host must not be empty");
     if (c->prefill_chunk < 1 || c->max_batch_size < 1)
         return err_set(err, ERR_INVALID_ARG, "prefill_chunk and max_batch_size must be at least 1");
-    for (int i = 0; i < c->n_api_keys; i++)
-        if (strlen(c->api_keys[i]) < 1)
-            return err_set(err, ERR_INVALID_ARG, "API keys must not be empty");
+    for (int i = 0; i < c->n_api_keys; i++) {
+        /* the key itself is never printed: it is a secret, and it may be in the logs' reach */
+        const char *k = c->api_keys[i];
+        size_t n = strlen(k), ws = 0;
+        bool ctl = false;
+        for (size_t j = 0; j < n; j++) {
+            ws += k[j] == ' ' || k[j] == '\t';
+            ctl |= (unsigned char)k[j] < 0x20 || k[j] == 0x7f;
+        }
+        if (n == 0 || ws == n)
+            return err_set(err, ERR_INVALID_ARG,
+                           "auth.api_keys: key %d of %d is empty or only whitespace; no client could send it, so "
+                           "every request would be refused: remove it or set a real key",
+                           i + 1, c->n_api_keys);
+        if (ctl || k[0] == ' ' || k[0] == '\t' || k[n - 1] == ' ' || k[n - 1] == '\t')
+            return err_set(err, ERR_INVALID_ARG,
+                           "auth.api_keys: key %d of %d has leading or trailing whitespace or a control character; "
+                           "HTTP clients cannot send it as it is: remove those characters",
+                           i + 1, c->n_api_keys);
+    }
+    enum log_level level;
+    if (c->log_level && log_level_from_name(c->log_level, &level))
+        return err_set(err, ERR_INVALID_ARG, "server.log_level: '%s' is not one of error, warn, info, debug",
+                       c->log_level);
+    if (c->max_response != 0 && c->max_response < 65536)
+        return err_set(err, ERR_INVALID_ARG, "server.max_response must be 0 (sized for the context) or at least 64KiB "
+                       "(got %lld bytes)", (long long)c->max_response);
+    if (c->max_inflight < c->max_body)
+        return err_set(err, ERR_INVALID_ARG,
+                       "server.max_inflight (%lld bytes) must be at least server.max_body (%lld bytes), or a body of "
+                       "the largest allowed size could never be accepted",
+                       (long long)c->max_inflight, (long long)c->max_body);
     char msg[ERR_MSG_MAX];
     if (engine_backend_check(c->backend, msg))
         return err_set(err, ERR_INVALID_ARG, "server.backend: %s", msg);

@@ -7,7 +7,8 @@
  *   model:      {name, path, aliases: [..], chat_template}
  *   server:     {host, port, threads, backend, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
  *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout,
- *                spec, draft_max, draft_min, draft_fixed}
+ *                spec, draft_max, draft_min, draft_fixed,
+ *                log_requests, log_level, workers, max_response, max_inflight, parse_special}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
  *   cors:       {origins: [..]}
@@ -93,6 +94,16 @@ struct server_config {
     double cost_per_hour;        /* dollars per hour of the machine; 0: no cost metrics */
     bool energy_rapl;            /* read RAPL energy counters (default true) */
     double energy_watts;         /* when RAPL is unreadable: an estimate from this power, labelled so; 0: none */
+    /* reliability (docs/reliability.md) */
+    char *log_level;   /* "error", "warn", "info", "debug", or NULL ($WAFER_LOG, else info) */
+    int workers;       /* threads preparing requests and building answers off the I/O thread (default 2) */
+    int64_t max_response; /* bytes one non-streaming answer may reach; 0: 4 KiB per context position, >= 4 MiB */
+    int64_t max_inflight; /* bytes of request bodies and buffered answers held at once (default 256 MiB) */
+    bool parse_special;   /* prompt text may write special tokens (default false) */
+
+    /* the command line server_config_from_args read (not owned), to read it again on SIGHUP */
+    int argc;
+    char **argv;
 };
 
 /* Fills defaults (host 127.0.0.1, port 8080, max_batch_size 16, ...). Release with server_config_deinit. */

@@ -46,8 +46,13 @@ static const char *const metrics_routes[] = {
 };
 #define METRICS_N_ROUTES ((int)(sizeof metrics_routes / sizeof metrics_routes[0]))
 
+/* Statuses the HTTP layer answers by itself (wafer_http_errors_total); the last slot is "other". */
+static const int metrics_http_statuses[] = {400, 408, 413, 431, 501, 503};
+#define METRICS_N_HTTP ((int)(sizeof metrics_http_statuses / sizeof metrics_http_statuses[0]) + 1)
+
 struct metrics {
     pthread_mutex_t mu;
+    _Atomic int64_t http_errors[METRICS_N_HTTP];
     struct metrics_histogram hist[MH_COUNT_];
     struct metrics_route routes[METRICS_N_ROUTES];
     _Atomic int64_t counters[MC_COUNT_];
@@ -236,6 +241,15 @@ void metrics_gauges_init(struct metrics_gauges *g)
     g->notif_pending = -1;
 }
 
+void metrics_http_error(struct metrics *m, int status)
+{
+    int k = METRICS_N_HTTP - 1;
+    for (int i = 0; i < METRICS_N_HTTP - 1; i++)
+        if (metrics_http_statuses[i] == status)
+            k = i;
+    atomic_fetch_add(&m->http_errors[k], 1);
+}
+
 /* ---------------------------------------------------------------- the scheduler's observer */
 
 static int metrics_counter_of(enum sched_counter c)
@@ -356,6 +370,18 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
             mb_printf(&b, "wafer_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", metrics_routes[r],
                       m->routes[r].status[k], (unsigned long long)m->routes[r].count[k]);
     pthread_mutex_unlock(&m->mu);
+
+    mb_printf(&b, "# HELP wafer_http_errors_total Errors the HTTP layer answered itself (malformed requests, "
+                  "timeouts, size limits, connection limits), by status.\n# TYPE wafer_http_errors_total counter\n");
+    for (int k = 0; k < METRICS_N_HTTP; k++) {
+        char st[16];
+        if (k < METRICS_N_HTTP - 1)
+            snprintf(st, sizeof st, "%d", metrics_http_statuses[k]);
+        else
+            snprintf(st, sizeof st, "other");
+        mb_printf(&b, "wafer_http_errors_total{status=\"%s\"} %lld\n", st,
+                  (long long)atomic_load(&m->http_errors[k]));
+    }
 
     mb_gauge(&b, "wafer_requests_running", "Requests in the running batch.", g->running);
     mb_gauge(&b, "wafer_requests_waiting", "Requests waiting for a slot.", g->waiting);

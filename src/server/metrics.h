@@ -91,6 +91,9 @@ void metrics_request(struct metrics *m, const char *endpoint, int status);
 void metrics_add(struct metrics *m, enum metrics_counter c, int64_t v);
 int64_t metrics_get(const struct metrics *m, enum metrics_counter c);
 void metrics_observe(struct metrics *m, enum metrics_hist h, double seconds);
+/* Counts one error the HTTP layer answered itself (wafer_http_errors_total{status}: 400, 408, 413, 431, 501,
+ * 503; any other status counts as "other"). */
+void metrics_http_error(struct metrics *m, int status);
 
 /* Fills obs so that the scheduler's measures land in m's counters and histograms (its enums map onto
  * MC_* and MH_*, and the accepted drafted tokens by position onto

@@ -43,6 +43,7 @@ void gen_defaults_init(struct gen_defaults *d)
     d->min_p = 0.05f;
     d->top_k = 40;
     d->repeat_penalty = 1.0f;
+    d->parse_special = false;
 }
 
 static const char *json_type_name(const json_t *v)
@@ -387,6 +388,8 @@ static void gen_request_init(struct gen_request *r, enum api_kind kind, const st
     r->logprobs = -1;
     r->spec = -1;
     r->add_special = true;
+    r->parse_special = d->parse_special;
+    r->add_generation_prompt = true;
     r->sp.temperature = d->temperature;
     r->sp.top_k = d->top_k;
     r->sp.top_p = d->top_p;
@@ -561,8 +564,8 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
         return rc;
     if (r->kind == API_CHAT)
         rc = jmessages(o, r, e);
-    else
-        rc = jprompt(o, "prompt", true, r, e);
+    else if (!(rc = jprompt(o, "prompt", true, r, e)))
+        rc = jbool(o, "parse_special", &r->parse_special, e);
     if (rc)
         return rc;
     /* max_completion_tokens is the chat API's newer name; both are accepted, the newer one wins. */
@@ -633,7 +636,8 @@ static int parse_generate(json_t *o, struct gen_request *r, struct api_error *e)
     int rc;
     long long x;
     bool present;
-    if ((rc = jstr(o, "model", &r->model, e)) || (rc = jprompt(o, "prompt", false, r, e)))
+    if ((rc = jstr(o, "model", &r->model, e)) || (rc = jprompt(o, "prompt", false, r, e)) ||
+        (rc = jbool(o, "parse_special", &r->parse_special, e)))
         return rc;
     if ((rc = jint(o, "max_new_tokens", 1, REQ_MAX_TOKENS_LIMIT, &x, &present, e)))
         return rc;
@@ -649,14 +653,29 @@ static int parse_generate(json_t *o, struct gen_request *r, struct api_error *e)
     return jbool(o, "stream", &r->stream, e);
 }
 
+/* {content | prompt | text, add_special, parse_special, with_pieces}, or {messages, add_generation_prompt,
+ * with_pieces}: the tokens a chat request with these messages would have as its prompt. */
 static int parse_tokenize(json_t *o, struct gen_request *r, struct api_error *e)
 {
-    const char *key = jget(o, "content") ? "content" : jget(o, "prompt") ? "prompt" : "text";
     int rc;
-    if ((rc = jstr(o, "model", &r->model, e)) || (rc = jprompt(o, key, false, r, e)))
+    if ((rc = jstr(o, "model", &r->model, e)))
         return rc;
-    if ((rc = jbool(o, "add_special", &r->add_special, e)))
-        return rc;
+    if (jget(o, "messages")) {
+        static const char *const text_keys[] = {"content", "prompt", "text", "add_special", "parse_special"};
+        for (size_t i = 0; i < sizeof text_keys / sizeof text_keys[0]; i++)
+            if (jget(o, text_keys[i]))
+                return api_error_set(e, ERR_INVALID_ARG, text_keys[i], NULL,
+                                     "'%s' cannot be combined with 'messages' (the chat template decides the "
+                                     "special tokens)",
+                                     text_keys[i]);
+        if ((rc = jmessages(o, r, e)) || (rc = jbool(o, "add_generation_prompt", &r->add_generation_prompt, e)))
+            return rc;
+    } else {
+        const char *key = jget(o, "content") ? "content" : jget(o, "prompt") ? "prompt" : "text";
+        if ((rc = jprompt(o, key, false, r, e)) || (rc = jbool(o, "add_special", &r->add_special, e)) ||
+            (rc = jbool(o, "parse_special", &r->parse_special, e)))
+            return rc;
+    }
     return jbool(o, "with_pieces", &r->with_pieces, e);
 }
 
@@ -787,17 +806,29 @@ int request_parse_query(const char *query, size_t len, const struct gen_defaults
             is_int |= !strcmp(kv, ints[i]);
         for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
             is_num |= !strcmp(kv, nums[i]);
-        if (is_int || is_num) {
+        if (is_int) {
+            /* decimal digits with an optional sign, nothing else: "2e1", "1.0", " 5" or "0x10" are not integers
+             * (strtod would read 2e1 as 20 while strtoll stops at 2) */
             char *end;
             errno = 0;
+            long long ix = strtoll(val, &end, 10);
+            bool digits = val[0] >= '0' && val[0] <= '9';
+            if ((val[0] == '-' || val[0] == '+') && val[1] >= '0' && val[1] <= '9')
+                digits = true;
+            if (!digits || *end || errno == ERANGE) {
+                rc = api_error_set(e, ERR_INVALID_ARG, kv, NULL, "'%s' must be an integer, got '%.64s'", kv, val);
+                goto done;
+            }
+            jv = json_integer(ix);
+        } else if (is_num) {
+            char *end;
             double x = strtod(val, &end);
-            long long ix = strtoll(val, NULL, 10);
             if (!*val || *end || !isfinite(x)) {
                 rc = api_error_set(e, ERR_INVALID_ARG, kv, NULL, "'%s' must be a number, got '%.64s'", kv, val);
                 goto done;
             }
-            jv = is_int && x == floor(x) && fabs(x) < 9e15 ? json_integer(ix) : json_real(x);
-        } else if (!strcmp(kv, "do_sample") || !strcmp(kv, "ignore_eos")) {
+            jv = json_real(x);
+        } else if (!strcmp(kv, "do_sample") || !strcmp(kv, "ignore_eos") || !strcmp(kv, "parse_special")) {
             if (!strcmp(val, "true") || !strcmp(val, "1"))
                 jv = json_true();
             else if (!strcmp(val, "false") || !strcmp(val, "0"))

@@ -43,6 +43,7 @@ struct gen_defaults {
     int max_new_tokens;
     float temperature, top_p, min_p, repeat_penalty;
     int top_k;
+    bool parse_special; /* prompt text: special-token text becomes special tokens (default false) */
 };
 
 /* One prompt: text, or token ids (completions accepts both). */
@@ -58,7 +59,7 @@ struct gen_request {
 
     struct gen_prompt *prompts; /* [n_prompts], owned (completions, generate, tokenize) */
     int n_prompts;
-    struct chat_message *messages; /* [n_messages], strings owned (chat) */
+    struct chat_message *messages; /* [n_messages], strings owned (chat; tokenize with "messages") */
     int n_messages;
 
     int max_tokens; /* -1: not given (the server picks the default and the context's room) */
@@ -82,6 +83,9 @@ struct gen_request {
     float timeout;      /* seconds this request may take (0: the server's request_timeout only) */
     bool add_special;   /* tokenize: add BOS (default true) */
     bool with_pieces;   /* tokenize: return {id, piece} objects */
+    bool parse_special; /* prompt text (completions, generate, tokenize): special-token text becomes special
+                         * tokens; default the server's (gen_defaults.parse_special) */
+    bool add_generation_prompt; /* tokenize with messages: end with the assistant's prefix (default true) */
     int32_t *tokens;    /* detokenize input, owned */
     int n_tokens;
     char *prediction;   /* completions, chat: OpenAI's prediction.content (owned), or NULL */

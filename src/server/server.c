@@ -4,9 +4,15 @@
  * requests is api_prepare.c's; the endpoints are the api_*.c handlers, which only this file calls.
  *
  * Threads: the main thread loads the model and then only waits for signals (blocked everywhere, taken with
- * sigtimedwait, so no code runs in a signal handler); the I/O thread runs the epoll loop and every handler;
- * the engine thread runs the scheduler. The I/O thread never blocks on the engine: it submits requests and
- * is woken (http_server_wake) when they have output.
+ * sigtimedwait, so no code runs in a signal handler); the I/O thread runs the epoll loop, routing and
+ * streaming; a few workers (server.workers) parse, template and tokenize requests and build large answers
+ * (api_call_begin, api_call_defer), so the loop never does work that grows with a request; the engine
+ * thread runs the scheduler. The I/O thread never blocks on the engine or a worker: both hand results back
+ * through queues and wake it (http_server_wake).
+ *
+ * Signals: SIGTERM and SIGINT drain and stop (server.h); SIGHUP reloads the configuration (the same flags
+ * and --config file): the API keys and the log level change at once, and a log line says what it did;
+ * streams and requests in flight are untouched, and a configuration that no longer loads changes nothing.
  *
  * Routing is a fixed table (method, path) -> handler; a known path with the wrong method is 405 with Allow,
  * an unknown path 404, both in the OpenAI error shape. Auth (Bearer keys, compared in constant time) covers
@@ -27,6 +33,7 @@
 #include "server/sd_notify.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +41,65 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+/* ---------------------------------------------------------------- SIGHUP */
+
+/* The main thread reads the configuration again, from the same flags and --config file (API key files
+ * included), and hands the result to the I/O thread, which owns what it changes (auth_ok reads the keys
+ * there): srv->reload and a wake. A configuration that no longer loads changes nothing. */
+static void server_request_reload(struct server *srv)
+{
+    struct server_config *nc = malloc(sizeof *nc);
+    if (!nc) {
+        log_warn("SIGHUP: out of memory; the configuration was not reloaded");
+        return;
+    }
+    server_config_init(nc);
+    char err[ERR_MSG_MAX] = "";
+    int rc = server_config_from_args(nc, srv->cfg->argc, srv->cfg->argv, err);
+    if (rc) {
+        log_warn("SIGHUP: the configuration was not reloaded, the server keeps its settings: %s",
+                 rc == 1 ? "--help" : err);
+        server_config_deinit(nc);
+        free(nc);
+        return;
+    }
+    struct server_config *old = atomic_exchange(&srv->reload, nc);
+    if (old) { /* a reload the I/O thread has not applied yet: the newer one replaces it */
+        server_config_deinit(old);
+        free(old);
+    }
+    http_server_wake(srv->http);
+}
+
+/* Applies a configuration read for SIGHUP (I/O thread): the API keys and the log level. */
+static void server_apply_reload(struct server *srv)
+{
+    struct server_config *nc = atomic_exchange(&srv->reload, NULL);
+    if (!nc)
+        return;
+    struct server_config *cfg = srv->cfg;
+    int was = cfg->n_api_keys;
+    for (int i = 0; i < CONFIG_MAX_LIST; i++) { /* swap: nc takes the old keys away to be freed */
+        char *k = cfg->api_keys[i];
+        cfg->api_keys[i] = nc->api_keys[i];
+        nc->api_keys[i] = k;
+    }
+    cfg->n_api_keys = nc->n_api_keys;
+    nc->n_api_keys = was;
+    enum log_level level = log_level_get();
+    if (nc->log_level)
+        log_level_from_name(nc->log_level, &level);
+    const char *names[] = {"error", "warn", "info", "debug"};
+    const char *before = names[log_level_get()];
+    log_level_set(level);
+    log_write(level < LOG_INFO ? level : LOG_INFO,
+              "SIGHUP: configuration reloaded: %d API key(s) (was %d)%s, log level %s (was %s); other settings "
+              "take effect at the next start",
+              cfg->n_api_keys, was, cfg->n_api_keys ? "" : ", auth off", names[level], before);
+    server_config_deinit(nc);
+    free(nc);
+}
 
 /* ---------------------------------------------------------------- http callbacks */
 
@@ -222,13 +288,15 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     case ROUTE_METRICS: api_metrics(srv, c); break;
     case ROUTE_MODELS: api_models(srv, c, NULL, 0); break;
     case ROUTE_MODEL_ONE: api_models(srv, c, one, one_len); break;
-    case ROUTE_COMPLETIONS: api_completions(srv, c, req, false); break;
-    case ROUTE_CHAT: api_completions(srv, c, req, true); break;
-    case ROUTE_GENERATE: api_generate(srv, c, req); break;
-    case ROUTE_BATCH: api_batch_generate(srv, c, req); break;
-    case ROUTE_GENERATE_STREAM: api_generate_stream(srv, c, req); break;
-    case ROUTE_TOKENIZE: api_tokenize(srv, c, req); break;
-    case ROUTE_DETOKENIZE: api_detokenize(srv, c, req); break;
+    /* everything that parses a body is prepared on a worker, never here */
+    case ROUTE_COMPLETIONS:
+    case ROUTE_CHAT: api_call_begin(srv, c, req, route, api_completions); break;
+    case ROUTE_GENERATE: api_call_begin(srv, c, req, route, api_generate); break;
+    case ROUTE_BATCH: api_call_begin(srv, c, req, route, api_batch_generate); break;
+    case ROUTE_GENERATE_STREAM: api_call_begin(srv, c, req, route, api_generate_stream); break;
+    case ROUTE_TOKENIZE: api_call_begin(srv, c, req, route, api_tokenize); break;
+    case ROUTE_DETOKENIZE: api_call_begin(srv, c, req, route, api_detokenize); break;
+    /* bounded: a fixed set of rules and measures, a window of at most the kept history */
     case ROUTE_ALERTS: api_alerts(srv, c); break;
     case ROUTE_STATS: api_stats(srv, c, req); break;
     case ROUTE_DASHBOARD: api_dashboard(srv, c); break;
@@ -254,7 +322,9 @@ static void on_wake(void *ctx)
 {
     struct server *srv = ctx;
     sd_watchdog_beat(&watchdog);
-    api_jobs_pump(srv);
+    server_apply_reload(srv);
+    workpool_complete(srv->pool); /* prepared requests and built answers: admit and send them */
+    api_jobs_pump(srv);           /* batch lines handed over: begun (prepared on a worker) or cancelled */
     for (struct api_call *call = srv->calls, *next; call; call = next) {
         next = call->next; /* pumping may finish (free) the call */
         api_call_pump(call);
@@ -269,6 +339,15 @@ static void on_writable(void *ctx, struct http_conn *c)
     struct api_call *call = http_conn_data(c);
     if (call)
         api_call_pump(call);
+}
+
+/* Errors the HTTP layer answered itself (malformed requests, timeouts, limits): counted and logged, since
+ * no handler saw them. */
+static void on_http_error(void *ctx, const char *peer, int status, const char *message)
+{
+    struct server *srv = ctx;
+    metrics_http_error(srv->metrics, status);
+    log_info("http %d to %s: %s", status, peer, message);
 }
 
 /* ---------------------------------------------------------------- lifetime */
@@ -319,6 +398,9 @@ static int server_load(struct server *srv)
         return 1;
     }
     srv->n_ctx = engine_params_get(srv->engine)->n_ctx;
+    srv->max_response = cfg->max_response > 0 ? cfg->max_response : (int64_t)srv->n_ctx * 4096;
+    if (srv->max_response < ((int64_t)4 << 20) && cfg->max_response <= 0)
+        srv->max_response = (int64_t)4 << 20;
     const struct kv_pool_params *kp = kv_pool_params(engine_kv(srv->engine));
     int64_t per_seq = (srv->n_ctx + kp->block_size - 1) / kp->block_size;
     if (kp->n_blocks < per_seq)
@@ -390,7 +472,16 @@ int server_run(struct server_config *cfg)
     srv->defaults.top_k = cfg->top_k;
     srv->defaults.min_p = cfg->min_p;
     srv->defaults.repeat_penalty = cfg->repeat_penalty;
+    srv->defaults.parse_special = cfg->parse_special;
     atomic_init(&srv->state, SERVER_LOADING);
+    budget_init(&srv->inflight, cfg->max_inflight);
+    enum log_level level;
+    if (cfg->log_level && log_level_from_name(cfg->log_level, &level) == 0)
+        log_level_set(level);
+    /* Allocations from 256 KiB up (request bodies, answers, token arrays) get their own mappings, returned to
+     * the system when freed, instead of a heap top that may never shrink; glibc's default threshold grows
+     * after each large free, which is what kept RSS gigabytes high after one large /tokenize answer. */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     int rc = 1;
 
     struct stat st;
@@ -404,6 +495,7 @@ int server_run(struct server_config *cfg)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP); /* reload, never a stop: its default action would kill the process */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -433,11 +525,20 @@ int server_run(struct server_config *cfg)
     hp.on_wake = on_wake;
     hp.on_writable = on_writable;
     hp.body_limit = body_limit;
+    hp.on_error = on_http_error;
+    hp.body_budget = &srv->inflight;
     hp.ctx = srv;
     char err[ERR_MSG_MAX];
     srv->http = http_server_create(&hp, err);
     if (!srv->http) {
         log_error("cannot listen on %s:%d: %s", cfg->host, cfg->port, err);
+        metrics_destroy(srv->metrics);
+        return 1;
+    }
+    srv->pool = workpool_create(cfg->workers, notify_io, srv, err);
+    if (!srv->pool) {
+        log_error("cannot start the request workers: %s", err);
+        http_server_destroy(srv->http);
         metrics_destroy(srv->metrics);
         return 1;
     }
@@ -447,6 +548,7 @@ int server_run(struct server_config *cfg)
     if (!srv->obs || observe_start(srv->obs)) {
         log_error("%s", srv->obs ? "cannot start the observability thread" : err);
         observe_destroy(srv->obs);
+        workpool_destroy(srv->pool);
         http_server_destroy(srv->http);
         metrics_destroy(srv->metrics);
         return 1;
@@ -455,6 +557,7 @@ int server_run(struct server_config *cfg)
     pthread_t io_tid;
     if (pthread_create(&io_tid, NULL, io_thread, &io)) {
         log_error("cannot start the I/O thread");
+        workpool_destroy(srv->pool);
         observe_destroy(srv->obs);
         http_server_destroy(srv->http);
         metrics_destroy(srv->metrics);
@@ -483,6 +586,8 @@ int server_run(struct server_config *cfg)
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (!stop_sent && sd_watchdog_tick(&watchdog))
             http_server_wake(srv->http); /* its on_wake beats: proof the I/O loop turns for the next ping */
+        if (sig == SIGHUP && !stop_sent)
+            server_request_reload(srv);
         if (sig == SIGTERM || sig == SIGINT) {
             if (atomic_load(&srv->state) != SERVER_DRAINING && !load_failed) {
                 api_jobs_stop(srv); /* batch lines in flight go back to the store: they are not drained */
@@ -514,6 +619,9 @@ int server_run(struct server_config *cfg)
         }
     }
     rc = load_failed || io.rc ? 1 : 0;
+    struct workpool *pool = srv->pool;
+    srv->pool = NULL; /* nothing more is queued (no trim after the last calls) */
+    workpool_destroy(pool); /* the work still queued runs; its calls, whose clients are gone, end */
     observe_destroy(srv->obs); /* its thread reads the scheduler */
     srv->obs = NULL;
     scheduler_destroy(srv->sched); /* before the calls go: requests still queued end with "unavailable" */
@@ -530,6 +638,11 @@ int server_run(struct server_config *cfg)
     metrics_destroy(srv->metrics);
     free(srv->bos_text);
     free(srv->eos_text);
+    struct server_config *pending = atomic_exchange(&srv->reload, NULL);
+    if (pending) {
+        server_config_deinit(pending);
+        free(pending);
+    }
     log_info("stopped%s", rc ? " (with errors)" : "");
     return rc;
 }

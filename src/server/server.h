@@ -6,6 +6,10 @@
  * load balancers route elsewhere), lets the requests in flight finish for up to drain_timeout seconds, then
  * closes the listening socket and every connection, cancels what is left, and returns 0. A second signal
  * cuts the drain short.
+ *
+ * SIGHUP reloads the configuration (the same flags and --config file): the API keys and the log level take
+ * effect at once and a log line says what changed; nothing in flight is touched, and a configuration that
+ * no longer loads is reported and changes nothing. SIGHUP never stops the server.
  */
 #ifndef WAFER_SERVER_SERVER_H
 #define WAFER_SERVER_SERVER_H

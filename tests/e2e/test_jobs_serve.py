@@ -152,3 +152,23 @@ def test_kill9_restarts_exactly_once():
         assert kills >= 1, "the batch finished before the first kill: make it longer"
     finally:
         srv.kill()
+
+
+def test_lines_are_bounded_like_live_requests(make_server):
+    """Batch lines are prepared by the live endpoint's code on a request worker, answer bounds included: a line
+    whose answer could pass server.max_response gets the live request's 400 response_too_large as its result,
+    and the lines next to it still run."""
+    srv = make_server(STORIES, "--max-response", "4MiB")
+    big = {"model": "stories260K", "prompt": ["Once upon a time"] * 64, "n": 16, "logprobs": 20, "max_tokens": 120}
+    reqs = lines(3)
+    reqs[1]["body"] = big
+    b = create(srv, upload(srv, reqs).json()["id"])
+    assert b.status_code == 200, b.text
+    b = wait_final(srv, b.json()["id"])
+    assert b["request_counts"] == {"total": 3, "completed": 2, "failed": 1}
+    err = content(srv, b["error_file_id"])
+    assert len(err) == 1 and err[0]["custom_id"] == "r1"
+    assert err[0]["response"]["status_code"] == 400
+    assert err[0]["response"]["body"]["error"]["code"] == "response_too_large"
+    assert err[0]["response"]["body"] == srv.client.post("/v1/completions", json=big).json()
+    assert sorted(x["custom_id"] for x in content(srv, b["output_file_id"])) == ["r0", "r2"]

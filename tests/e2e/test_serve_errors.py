@@ -50,7 +50,7 @@ CASES = [
     ("content type", "POST", "/v1/completions", "prompt=x", {"Content-Type": "multipart/form-data; boundary=x"},
      415, "invalid_request_error", None, "unsupported_media_type", "application/json"),
     ("bad query", "GET", "/v1/generate_stream?prompt=x&max_new_tokens=lots", None, None, 400,
-     "invalid_request_error", "max_new_tokens", "invalid_argument", "must be a number"),
+     "invalid_request_error", "max_new_tokens", "invalid_argument", "must be an integer"),
 ]
 
 

@@ -217,6 +217,56 @@ static void test_observability(void **state)
     expect_yaml_error("server:\n  max_batch_size: lots\n", ERR_INVALID_ARG, "server.max_batch_size: 'lots'");
 }
 
+/* The reliability settings: defaults, bounds, and keys no client could send refused at start. */
+static void test_reliability_settings(void **state)
+{
+    (void)state;
+    struct server_config c;
+    char err[ERR_MSG_MAX] = "";
+    server_config_init(&c);
+    char *ok[] = {"serve", "--model", "m.gguf", "--workers", "3", "--max-response", "8MiB", "--max-inflight", "64MiB",
+                  "--parse-special", "true", "--log-level", "debug", "--api-key", "sk-1"};
+    assert_int_equal(server_config_from_args(&c, (int)(sizeof ok / sizeof ok[0]), ok, err), 0);
+    assert_int_equal(c.workers, 3);
+    assert_int_equal(c.max_response, 8 << 20);
+    assert_int_equal(c.max_inflight, 64 << 20);
+    assert_true(c.parse_special);
+    assert_string_equal(c.log_level, "debug");
+    assert_int_equal(c.argc, (int)(sizeof ok / sizeof ok[0])); /* kept for SIGHUP */
+    assert_true(c.argv == ok);
+    server_config_deinit(&c);
+
+    server_config_init(&c);
+    assert_int_equal(c.workers, 2);
+    assert_int_equal(c.max_response, 0); /* sized for the context when the model is loaded */
+    assert_int_equal(c.max_inflight, (int64_t)256 << 20);
+    assert_false(c.parse_special);
+    server_config_deinit(&c);
+
+    static const struct {
+        const char *flag, *value, *want;
+    } bad[] = {
+        {"--api-key", "   ", "key 1 of 1 is empty or only whitespace"},
+        {"--api-key", "\t", "key 1 of 1 is empty or only whitespace"},
+        {"--api-key", " sk-x", "leading or trailing whitespace"},
+        {"--api-key", "sk-x\n", "control character"},
+        {"--log-level", "loud", "not one of error, warn, info, debug"},
+        {"--max-response", "1000", "at least 64KiB"},
+        {"--max-inflight", "1MiB", "must be at least server.max_body"},
+        {"--workers", "0", "--workers"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        server_config_init(&c);
+        char *argv[] = {"serve", "--model", "m.gguf", (char *)bad[i].flag, (char *)bad[i].value};
+        assert_int_equal(server_config_from_args(&c, 5, argv, err), ERR_INVALID_ARG);
+        if (!strstr(err, bad[i].want))
+            fail_msg("%s '%s': %s", bad[i].flag, bad[i].value, err);
+        if (!strcmp(bad[i].flag, "--api-key"))
+            assert_null(strstr(err, "sk-x")); /* a key is a secret: never in a message */
+        server_config_deinit(&c);
+    }
+}
+
 static void test_bytes(void **state)
 {
     (void)state;
@@ -240,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_yaml_full),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_flags_override),
+        cmocka_unit_test(test_reliability_settings),
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_observability),
     };

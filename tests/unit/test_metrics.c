@@ -37,6 +37,10 @@ static void test_render(void **state)
     metrics_observe(m, MH_TTFT, 0.2);    /* le 0.25 */
     metrics_observe(m, MH_TTFT, 1000);   /* only +Inf */
     metrics_observe(m, MH_TTFT, 0.0004); /* first bucket (le 0.0005): sub-millisecond is resolved */
+    metrics_http_error(m, 400);
+    metrics_http_error(m, 400);
+    metrics_http_error(m, 431);
+    metrics_http_error(m, 418);          /* not one the layer answers: "other" */
     struct metrics_gauges g;
     metrics_gauges_init(&g);
     g.running = 2;
@@ -53,6 +57,11 @@ static void test_render(void **state)
     assert_line(t, "wafer_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2");
     assert_line(t, "wafer_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1");
     assert_line(t, "wafer_requests_total{endpoint=\"other\",status=\"404\"} 1");
+    assert_line(t, "# TYPE wafer_http_errors_total counter");
+    assert_line(t, "wafer_http_errors_total{status=\"400\"} 2");
+    assert_line(t, "wafer_http_errors_total{status=\"431\"} 1");
+    assert_line(t, "wafer_http_errors_total{status=\"408\"} 0");
+    assert_line(t, "wafer_http_errors_total{status=\"other\"} 1");
     assert_line(t, "wafer_requests_running 2");
     assert_line(t, "wafer_requests_waiting 5");
     assert_line(t, "wafer_kv_blocks_used 10");

@@ -115,6 +115,63 @@ static void test_generate_ok(void **state)
     const char *q4 = "max_new_tokens=3";
     assert_int_equal(request_parse_query(q4, strlen(q4), &d, &r, &e), ERR_INVALID_ARG);
     assert_string_equal(e.param, "prompt");
+    /* integers are digits: strtod would read 2e1 as 20 where strtoll stops at 2 (it meant 2 before) */
+    static const char *const not_ints[] = {"2e1", "1e9", "1.0", "0x10", " 5", "5 ", "+", "-", "", "99999999999999999999",
+                                           "3abc"};
+    for (size_t i = 0; i < sizeof not_ints / sizeof not_ints[0]; i++) {
+        char qq[128];
+        snprintf(qq, sizeof qq, "prompt=x&max_new_tokens=%s", not_ints[i]);
+        if (request_parse_query(qq, strlen(qq), &d, &r, &e) != ERR_INVALID_ARG)
+            fail_msg("max_new_tokens=%s was accepted as %d", not_ints[i], r.max_tokens);
+        assert_string_equal(e.param, "max_new_tokens");
+        assert_non_null(strstr(e.message, "must be an integer"));
+    }
+    const char *q5 = "prompt=x&max_new_tokens=%2B7&seed=-3&top_k=40&temperature=1e-1&parse_special=true";
+    assert_int_equal(request_parse_query(q5, strlen(q5), &d, &r, &e), 0);
+    assert_int_equal(r.max_tokens, 7);
+    assert_int_equal(r.sp.top_k, 40);
+    assert_true(r.sp.temperature > 0.099f && r.sp.temperature < 0.101f); /* numbers may still be written so */
+    assert_true(r.parse_special);
+    gen_request_deinit(&r);
+}
+
+/* parse_special: off unless the server's default or the request says so; /tokenize takes messages instead of
+ * text (then the template decides, and text-only options are refused). */
+static void test_parse_special_and_tokenize(void **state)
+{
+    (void)state;
+    struct gen_defaults d = defs();
+    struct gen_request r;
+    struct api_error e;
+    const char *c = "{\"prompt\":\"<s>x\"}";
+    assert_int_equal(request_parse(API_COMPLETIONS, c, strlen(c), &d, &r, &e), 0);
+    assert_false(r.parse_special);
+    gen_request_deinit(&r);
+    d.parse_special = true;
+    assert_int_equal(request_parse(API_COMPLETIONS, c, strlen(c), &d, &r, &e), 0);
+    assert_true(r.parse_special);
+    gen_request_deinit(&r);
+    const char *c2 = "{\"prompt\":\"<s>x\",\"parse_special\":false}";
+    assert_int_equal(request_parse(API_GENERATE, c2, strlen(c2), &d, &r, &e), 0);
+    assert_false(r.parse_special);
+    gen_request_deinit(&r);
+    d.parse_special = false;
+    const char *t1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"add_generation_prompt\":false,"
+                     "\"with_pieces\":true}";
+    assert_int_equal(request_parse(API_TOKENIZE, t1, strlen(t1), &d, &r, &e), 0);
+    assert_int_equal(r.n_messages, 1);
+    assert_int_equal(r.n_prompts, 0);
+    assert_false(r.add_generation_prompt);
+    assert_true(r.with_pieces);
+    gen_request_deinit(&r);
+    const char *t2 = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"parse_special\":true}";
+    assert_int_equal(request_parse(API_TOKENIZE, t2, strlen(t2), &d, &r, &e), ERR_INVALID_ARG);
+    assert_string_equal(e.param, "parse_special");
+    const char *t3 = "{\"content\":\"<s>\",\"parse_special\":true}";
+    assert_int_equal(request_parse(API_TOKENIZE, t3, strlen(t3), &d, &r, &e), 0);
+    assert_true(r.parse_special);
+    assert_true(r.add_generation_prompt);
+    gen_request_deinit(&r);
 }
 
 static void test_batch(void **state)
@@ -217,6 +274,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completions_ok), cmocka_unit_test(test_chat_ok), cmocka_unit_test(test_generate_ok),
+        cmocka_unit_test(test_parse_special_and_tokenize),
         cmocka_unit_test(test_batch),          cmocka_unit_test(test_bad_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

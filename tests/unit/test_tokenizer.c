@@ -658,94 +658,12 @@ static void test_stream_utf8(void **state)
 
 /* ---- synthetic vocabularies ---- */
 
-/* A minimal GGUF (v3, metadata only) assembled in memory, independent of the writer under test elsewhere. */
-struct gbuf {
-    unsigned char *p;
-    size_t n, cap;
-    uint64_t n_kv;
-};
-
-static void gb_put(struct gbuf *b, const void *s, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-static void gb_u32(struct gbuf *b, uint32_t v) { gb_put(b, &v, 4); }
-static void gb_u64(struct gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
-static void gb_str(struct gbuf *b, const char *s)
-{
-    gb_u64(b, strlen(s));
-    gb_put(b, s, strlen(s));
-}
-static void gb_begin(struct gbuf *b)
-{
-    memset(b, 0, sizeof *b);
-    gb_put(b, "GGUF", 4);
-    gb_u32(b, 3);
-    gb_u64(b, 0); /* tensors */
-    gb_u64(b, 0); /* kv count, patched by gb_open */
-}
-static void kv_str(struct gbuf *b, const char *key, const char *v)
-{
-    gb_str(b, key);
-    gb_u32(b, GGUF_TYPE_STRING);
-    gb_str(b, v);
-    b->n_kv++;
-}
-static void kv_u32(struct gbuf *b, const char *key, uint32_t v)
-{
-    gb_str(b, key);
-    gb_u32(b, GGUF_TYPE_UINT32);
-    gb_u32(b, v);
-    b->n_kv++;
-}
-static void kv_bool(struct gbuf *b, const char *key, bool v)
-{
-    unsigned char c = v;
-    gb_str(b, key);
-    gb_u32(b, GGUF_TYPE_BOOL);
-    gb_put(b, &c, 1);
-    b->n_kv++;
-}
-static void kv_strs(struct gbuf *b, const char *key, const char *const *v, size_t n)
-{
-    gb_str(b, key);
-    gb_u32(b, GGUF_TYPE_ARRAY);
-    gb_u32(b, GGUF_TYPE_STRING);
-    gb_u64(b, n);
-    for (size_t i = 0; i < n; i++)
-        gb_str(b, v[i]);
-    b->n_kv++;
-}
-static void kv_i32s(struct gbuf *b, const char *key, const int32_t *v, size_t n)
-{
-    gb_str(b, key);
-    gb_u32(b, GGUF_TYPE_ARRAY);
-    gb_u32(b, GGUF_TYPE_INT32);
-    gb_u64(b, n);
-    gb_put(b, v, n * 4);
-    b->n_kv++;
-}
-static struct gguf *gb_open(struct gbuf *b)
-{
-    memcpy(b->p + 16, &b->n_kv, 8);
-    char err[ERR_MSG_MAX];
-    struct gguf *g = gguf_open_buffer(b->p, b->n, err);
-    if (!g)
-        fail_msg("synthetic gguf: %s", err);
-    return g;
-}
-
 /* Byte-level vocabulary: the 256 byte symbols, then extra tokens. */
 #define BPE_EXTRA 6
 static const char *const k_bpe_extra[BPE_EXTRA] = {"he", "hello", "Ġw", "<|im_start|>", "<tool>", "<|im_end|>"};
 static const int32_t k_bpe_extra_type[BPE_EXTRA] = {1, 1, 1, 3, 4, 3};
 
-static struct gguf *make_bpe(struct gbuf *b, const char *pre, int add_bos, int add_eos)
+static struct gguf *make_bpe(struct test_gguf *b, const char *pre, int add_bos, int add_eos)
 {
     static char syms[256][4];
     const char *tokens[256 + BPE_EXTRA];
@@ -761,21 +679,21 @@ static struct gguf *make_bpe(struct gbuf *b, const char *pre, int add_bos, int a
         types[256 + i] = k_bpe_extra_type[i];
     }
     static const char *const merges[] = {"h e", "Ġ w"};
-    gb_begin(b);
-    kv_str(b, "general.architecture", "llama");
-    kv_str(b, "tokenizer.ggml.model", "gpt2");
+    test_gguf_begin(b);
+    test_gguf_str(b, "general.architecture", "llama");
+    test_gguf_str(b, "tokenizer.ggml.model", "gpt2");
     if (pre)
-        kv_str(b, "tokenizer.ggml.pre", pre);
-    kv_strs(b, "tokenizer.ggml.tokens", tokens, 256 + BPE_EXTRA);
-    kv_i32s(b, "tokenizer.ggml.token_type", types, 256 + BPE_EXTRA);
-    kv_strs(b, "tokenizer.ggml.merges", merges, 2);
-    kv_u32(b, "tokenizer.ggml.bos_token_id", 256 + 3);
-    kv_u32(b, "tokenizer.ggml.eos_token_id", 256 + 5);
+        test_gguf_str(b, "tokenizer.ggml.pre", pre);
+    test_gguf_strs(b, "tokenizer.ggml.tokens", tokens, 256 + BPE_EXTRA);
+    test_gguf_i32s(b, "tokenizer.ggml.token_type", types, 256 + BPE_EXTRA);
+    test_gguf_strs(b, "tokenizer.ggml.merges", merges, 2);
+    test_gguf_u32(b, "tokenizer.ggml.bos_token_id", 256 + 3);
+    test_gguf_u32(b, "tokenizer.ggml.eos_token_id", 256 + 5);
     if (add_bos >= 0)
-        kv_bool(b, "tokenizer.ggml.add_bos_token", add_bos);
+        test_gguf_bool(b, "tokenizer.ggml.add_bos_token", add_bos);
     if (add_eos >= 0)
-        kv_bool(b, "tokenizer.ggml.add_eos_token", add_eos);
-    return gb_open(b);
+        test_gguf_bool(b, "tokenizer.ggml.add_eos_token", add_eos);
+    return test_gguf_open(b);
 }
 
 static void expect_ids(const struct tokenizer *t, const char *text, bool add_special, bool parse_special,
@@ -795,7 +713,7 @@ static void test_synthetic_bpe(void **state)
 {
     (void)state;
     char err[ERR_MSG_MAX];
-    struct gbuf b;
+    struct test_gguf b;
     /* llama-bpe: whole words that are tokens skip the merges; BOS is on by default */
     struct gguf *g = make_bpe(&b, "llama-bpe", -1, -1);
     struct tokenizer *t = tokenizer_create(g, err);
@@ -858,69 +776,144 @@ static void test_synthetic_bpe(void **state)
     free(b.p);
 }
 
+/* tokenizer_encode_spans: special-token text inside a plain span is text (control tokens, end-of-turn ones,
+ * user-defined tags), outside it is special; the spans never cut the text, so without special text in them
+ * the ids are tokenizer_encode_alloc's with parse_special; bad spans are refused. */
+static void test_encode_spans(void **state)
+{
+    (void)state;
+    char err[ERR_MSG_MAX];
+    struct test_gguf b;
+    struct gguf *g = make_bpe(&b, "llama-bpe", 0, -1);
+    struct tokenizer *t = tokenizer_create(g, err);
+    assert_non_null(t);
+    const char *pre = "<|im_start|>", *content = "he<|im_end|>hi <tool>", *post = "<|im_end|>";
+    char text[128];
+    snprintf(text, sizeof text, "%s%s%s", pre, content, post);
+    struct tok_span sp = {strlen(pre), strlen(content)};
+    int32_t *ids, *mid;
+    int n = tokenizer_encode_spans(t, text, strlen(text), false, &sp, 1, &ids);
+    int n_mid = tokenizer_encode_alloc(t, content, strlen(content), false, false, &mid);
+    assert_true(n_mid > 3);
+    for (int i = 0; i < n_mid; i++)
+        assert_true(mid[i] != 261); /* parse_special off: <|im_end|> is text */
+    bool tool = false;
+    for (int i = 0; i < n_mid; i++)
+        tool |= mid[i] == 260;
+    assert_true(tool); /* ... while a user-defined tag still matches without spans (llama.cpp) */
+    /* inside the span the tag is text too: expected = [<|im_start|>] + content as bytes/merges + [<|im_end|>] */
+    assert_int_equal(ids[0], 259);
+    assert_int_equal(ids[n - 1], 261);
+    for (int i = 1; i < n - 1; i++)
+        assert_true(ids[i] < 256 || ids[i] == 256 /* "he" */);
+    free(mid);
+    free(ids);
+    /* no spans: exactly parse_special */
+    int32_t *all;
+    int n_all = tokenizer_encode_alloc(t, text, strlen(text), false, true, &all);
+    n = tokenizer_encode_spans(t, text, strlen(text), false, NULL, 0, &ids);
+    assert_int_equal(n, n_all);
+    assert_memory_equal(ids, all, (size_t)n * sizeof *ids);
+    free(ids);
+    free(all);
+    /* bad spans */
+    struct tok_span bad[2] = {{5, 3}, {4, 2}};
+    assert_int_equal(tokenizer_encode_spans(t, text, strlen(text), false, bad, 2, &ids), ERR_INVALID_ARG);
+    assert_null(ids);
+    bad[0] = (struct tok_span){strlen(text) - 1, 2};
+    assert_int_equal(tokenizer_encode_spans(t, text, strlen(text), false, bad, 1, &ids), ERR_INVALID_ARG);
+    assert_int_equal(tokenizer_encode_spans(t, text, strlen(text), false, NULL, 1, &ids), ERR_INVALID_ARG);
+    tokenizer_destroy(t);
+    gguf_close(g);
+    free(b.p);
+
+    /* SPM (Llama 2's vocabulary): a llama2 turn whose content writes </s> and <s> */
+    const char *path = TEST_SHARED_OR_SKIP("tokenizer/ggml-vocab-llama-spm.gguf");
+    struct tokenizer *spm = open_tokenizer(path, &g);
+    const char *turn = "[INST] hi </s><s> there [/INST] ok </s>";
+    struct tok_span user = {7, strlen("hi </s><s> there")};
+    n = tokenizer_encode_spans(spm, turn, strlen(turn), true, &user, 1, &ids);
+    assert_int_equal(ids[0], 1);     /* BOS */
+    assert_int_equal(ids[n - 1], 2); /* the template's </s> */
+    for (int i = 1; i < n - 1; i++)
+        assert_true(ids[i] != 1 && ids[i] != 2); /* the user's are text */
+    free(ids);
+    /* spans over text without special tokens do not change the ids (they do not cut the text) */
+    const char *plain = "Hello world, how are you?";
+    struct tok_span w = {6, 5};
+    n = tokenizer_encode_spans(spm, plain, strlen(plain), true, &w, 1, &ids);
+    n_all = tokenizer_encode_alloc(spm, plain, strlen(plain), true, true, &all);
+    assert_int_equal(n, n_all);
+    assert_memory_equal(ids, all, (size_t)n * sizeof *ids);
+    free(ids);
+    free(all);
+    tokenizer_destroy(spm);
+    gguf_close(g);
+}
+
 static void test_synthetic_errors(void **state)
 {
     (void)state;
     char err[ERR_MSG_MAX];
-    struct gbuf b;
+    struct test_gguf b;
     static const char *const toks[] = {"<unk>", "<s>", "</s>", "a"};
 
-    gb_begin(&b);
-    kv_str(&b, "tokenizer.ggml.model", "bert");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
-    struct gguf *g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "tokenizer.ggml.model", "bert");
+    test_gguf_strs(&b, "tokenizer.ggml.tokens", toks, 4);
+    struct gguf *g = test_gguf_open(&b);
     assert_null(tokenizer_create(g, err));
     assert_non_null(strstr(err, "bert"));
     assert_non_null(strstr(err, "llama, gpt2"));
     gguf_close(g);
     free(b.p);
 
-    gb_begin(&b);
-    kv_str(&b, "general.architecture", "llama");
-    g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "general.architecture", "llama");
+    g = test_gguf_open(&b);
     assert_null(tokenizer_create(g, err));
     assert_non_null(strstr(err, "tokenizer.ggml.model"));
     gguf_close(g);
     free(b.p);
 
-    gb_begin(&b);
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "tokenizer.ggml.model", "llama");
+    g = test_gguf_open(&b);
     assert_null(tokenizer_create(g, err));
     assert_non_null(strstr(err, "tokenizer.ggml.tokens"));
     gguf_close(g);
     free(b.p);
 
     /* gpt2 without merges */
-    gb_begin(&b);
-    kv_str(&b, "tokenizer.ggml.model", "gpt2");
-    kv_str(&b, "tokenizer.ggml.pre", "gpt-2");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
-    g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "tokenizer.ggml.model", "gpt2");
+    test_gguf_str(&b, "tokenizer.ggml.pre", "gpt-2");
+    test_gguf_strs(&b, "tokenizer.ggml.tokens", toks, 4);
+    g = test_gguf_open(&b);
     assert_null(tokenizer_create(g, err));
     assert_non_null(strstr(err, "merges"));
     gguf_close(g);
     free(b.p);
 
     /* scores of the wrong length */
-    gb_begin(&b);
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
-    kv_i32s(&b, "tokenizer.ggml.scores", (int32_t[]){0, 0}, 2);
-    g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "tokenizer.ggml.model", "llama");
+    test_gguf_strs(&b, "tokenizer.ggml.tokens", toks, 4);
+    test_gguf_i32s(&b, "tokenizer.ggml.scores", (int32_t[]){0, 0}, 2);
+    g = test_gguf_open(&b);
     assert_null(tokenizer_create(g, err));
     assert_non_null(strstr(err, "scores"));
     gguf_close(g);
     free(b.p);
 
     /* a tiny SPM vocab without byte tokens: unknown characters become <unk>; add_space_prefix=false */
-    gb_begin(&b);
-    kv_str(&b, "tokenizer.ggml.model", "llama");
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 4);
-    kv_i32s(&b, "tokenizer.ggml.token_type", (int32_t[]){2, 3, 3, 1}, 4);
-    kv_bool(&b, "tokenizer.ggml.add_space_prefix", false);
-    kv_bool(&b, "tokenizer.ggml.add_eos_token", true);
-    g = gb_open(&b);
+    test_gguf_begin(&b);
+    test_gguf_str(&b, "tokenizer.ggml.model", "llama");
+    test_gguf_strs(&b, "tokenizer.ggml.tokens", toks, 4);
+    test_gguf_i32s(&b, "tokenizer.ggml.token_type", (int32_t[]){2, 3, 3, 1}, 4);
+    test_gguf_bool(&b, "tokenizer.ggml.add_space_prefix", false);
+    test_gguf_bool(&b, "tokenizer.ggml.add_eos_token", true);
+    g = test_gguf_open(&b);
     struct tokenizer *t = tokenizer_create(g, err);
     assert_non_null(t);
     expect_ids(t, "ab", true, false, (int32_t[]){1, 3, 0, 2}, 4);
@@ -1020,6 +1013,7 @@ int main(void)
         cmocka_unit_test(test_encode_alloc),
         cmocka_unit_test(test_stream_utf8),
         cmocka_unit_test(test_synthetic_bpe),
+        cmocka_unit_test(test_encode_spans),
         cmocka_unit_test(test_synthetic_errors),
         cmocka_unit_test(test_cli_tokenize),
     };

@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
+#include "engine/gguf/gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,4 +100,88 @@ const char *test_gen_model(const char *name, const char *arch, enum ftype ft, bo
     if (model_gen_write(&p, path, err))
         fail_msg("%s", err);
     return path;
+}
+
+/* ---- synthetic GGUF metadata (independent of the writer under test elsewhere) ---- */
+
+static void tg_put(struct test_gguf *b, const void *s, size_t n)
+{
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+static void tg_u32(struct test_gguf *b, uint32_t v) { tg_put(b, &v, 4); }
+static void tg_u64(struct test_gguf *b, uint64_t v) { tg_put(b, &v, 8); }
+static void tg_string(struct test_gguf *b, const char *s)
+{
+    tg_u64(b, strlen(s));
+    tg_put(b, s, strlen(s));
+}
+
+void test_gguf_begin(struct test_gguf *b)
+{
+    memset(b, 0, sizeof *b);
+    tg_put(b, "GGUF", 4);
+    tg_u32(b, 3);
+    tg_u64(b, 0); /* tensors */
+    tg_u64(b, 0); /* kv count, patched by test_gguf_open */
+}
+
+void test_gguf_str(struct test_gguf *b, const char *key, const char *v)
+{
+    tg_string(b, key);
+    tg_u32(b, GGUF_TYPE_STRING);
+    tg_string(b, v);
+    b->n_kv++;
+}
+
+void test_gguf_u32(struct test_gguf *b, const char *key, uint32_t v)
+{
+    tg_string(b, key);
+    tg_u32(b, GGUF_TYPE_UINT32);
+    tg_u32(b, v);
+    b->n_kv++;
+}
+
+void test_gguf_bool(struct test_gguf *b, const char *key, bool v)
+{
+    unsigned char c = v;
+    tg_string(b, key);
+    tg_u32(b, GGUF_TYPE_BOOL);
+    tg_put(b, &c, 1);
+    b->n_kv++;
+}
+
+void test_gguf_strs(struct test_gguf *b, const char *key, const char *const *v, size_t n)
+{
+    tg_string(b, key);
+    tg_u32(b, GGUF_TYPE_ARRAY);
+    tg_u32(b, GGUF_TYPE_STRING);
+    tg_u64(b, n);
+    for (size_t i = 0; i < n; i++)
+        tg_string(b, v[i]);
+    b->n_kv++;
+}
+
+void test_gguf_i32s(struct test_gguf *b, const char *key, const int32_t *v, size_t n)
+{
+    tg_string(b, key);
+    tg_u32(b, GGUF_TYPE_ARRAY);
+    tg_u32(b, GGUF_TYPE_INT32);
+    tg_u64(b, n);
+    tg_put(b, v, n * 4);
+    b->n_kv++;
+}
+
+struct gguf *test_gguf_open(struct test_gguf *b)
+{
+    memcpy(b->p + 16, &b->n_kv, 8);
+    char err[ERR_MSG_MAX];
+    struct gguf *g = gguf_open_buffer(b->p, b->n, err);
+    if (!g)
+        fail_msg("synthetic gguf: %s", err);
+    return g;
 }

@@ -40,6 +40,23 @@ char *test_read_file(const char *path, size_t *len);
  * skips); fails the test when the writer fails. */
 const char *test_gen_model(const char *name, const char *arch, enum ftype ft, bool tied);
 
+/* A minimal GGUF (v3, metadata only) assembled in memory, for synthetic vocabularies: begin, add keys, open.
+ * p must outlive the gguf opened from it (free(b.p) after gguf_close). */
+struct gguf;
+struct test_gguf {
+    unsigned char *p;
+    size_t n, cap;
+    uint64_t n_kv;
+};
+void test_gguf_begin(struct test_gguf *b);
+void test_gguf_str(struct test_gguf *b, const char *key, const char *v);
+void test_gguf_u32(struct test_gguf *b, const char *key, uint32_t v);
+void test_gguf_bool(struct test_gguf *b, const char *key, bool v);
+void test_gguf_strs(struct test_gguf *b, const char *key, const char *const *v, size_t n);
+void test_gguf_i32s(struct test_gguf *b, const char *key, const int32_t *v, size_t n);
+/* Opens what was built; fails the test when the file does not parse. */
+struct gguf *test_gguf_open(struct test_gguf *b);
+
 /* Deterministic xorshift random numbers for test data. */
 uint64_t test_rand_u64(uint64_t *state);
 float test_rand_f32(uint64_t *state); /* uniform in [-1, 1) */

@@ -188,13 +188,7 @@ bool tokenizer_add_eos(const struct tokenizer *t) { return t->add_eos && t->eos 
 const char *tokenizer_model_name(const struct tokenizer *t) { return t->kind == TOK_SPM ? "llama" : "gpt2"; }
 const char *tokenizer_pre_name(const struct tokenizer *t) { return t->pre_name; }
 
-bool tokenizer_is_eog(const struct tokenizer *t, int32_t id)
-{
-    for (size_t i = 0; i < t->n_eog; i++)
-        if (t->eog[i] == id)
-            return true;
-    return false;
-}
+bool tokenizer_is_eog(const struct tokenizer *t, int32_t id) { return tok_is_eog(t, id); }
 
 bool tokenizer_is_control(const struct tokenizer *t, int32_t id)
 {

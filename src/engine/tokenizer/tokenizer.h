@@ -56,6 +56,22 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
 int tokenizer_encode_alloc(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                            bool parse_special, int32_t **out);
 
+/* A byte range [off, off + len) of a text. */
+struct tok_span {
+    size_t off, len;
+};
+
+/* tokenizer_encode_alloc with special tokens parsed everywhere except where they overlap one of the plain
+ * spans (sorted by offset, disjoint, inside the text): there markup tokens are text: control, unknown and
+ * end-of-generation tokens (as with parse_special off), and also user-defined tokens that read like a tag
+ * ("<start_of_turn>", "[TOOL]"), which llama.cpp would match even without parse_special. Other user-defined
+ * tokens match as usual. For a chat prompt whose plain spans are the message contents, so that only the
+ * template's own markup becomes special tokens. The spans do not cut the text into separately
+ * tokenized pieces: without special-token text inside them, the ids equal tokenizer_encode_alloc's with
+ * parse_special. Same returns; ERR_INVALID_ARG also for spans out of order or out of range. */
+int tokenizer_encode_spans(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                           const struct tok_span *plain, size_t n_plain, int32_t **out);
+
 /* The bytes token id stands for (SPM: U+2581 -> space, <0xNN> byte tokens -> that byte; BPE: byte-level
  * mapping undone). Control and unknown tokens give their text only when render_special, else nothing.
  * Returns the piece length; when it exceeds cap nothing is written. ERR_INVALID_ARG for an id out of range.

@@ -4,6 +4,10 @@
  * (1) Special tokens are cut out of the text: longest text first, each one splitting every remaining text
  *     fragment at all its occurrences (llama.cpp's tokenizer_st_partition). A prefilter first finds which
  *     special tokens occur in the text at all, so vocabularies with thousands of specials stay cheap.
+ *     With plain spans (tokenizer_encode_spans: a chat prompt's message contents), an occurrence of a
+ *     markup token (control, unknown, end of generation, or a user-defined tag such as <start_of_turn>) that
+ *     overlaps a plain span is not cut: it stays in its fragment and is tokenized as the text it is. The spans do not cut
+ *     fragments themselves, so text that holds no special token tokenizes as it would without them.
  * (2) Each text fragment goes through SPM (score-ordered pair merges over characters, byte fallback) or
  *     byte-level BPE (pre-tokenizer words, rank-ordered pair merges).
  * (3) BOS/EOS are added as the metadata says.
@@ -421,9 +425,33 @@ static size_t spec_find_present(const struct tokenizer *t, const char *text, siz
 
 static bool tok_isspace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
-/* Splits every text fragment at each occurrence of special token id (llama.cpp's st_partition step). */
-static int partition_one(const struct tokenizer *t, int32_t id, const char *text, struct tok_frags *in,
-                         struct tok_frags *out)
+/* Whether id's text is a tag, "<...>" or "[...]" with something between. */
+static bool tok_looks_like_tag(const struct tokenizer *t, int32_t id)
+{
+    const struct tok_token *k = &t->tok[id];
+    const char *s = t->text + k->text_off;
+    size_t n = k->text_len;
+    return n >= 3 && ((s[0] == '<' && s[n - 1] == '>') || (s[0] == '[' && s[n - 1] == ']'));
+}
+
+/* Whether [pos, pos + n) overlaps one of the plain spans (sorted by offset, disjoint). */
+static bool spans_overlap(const struct tok_span *sp, size_t n_sp, size_t pos, size_t n)
+{
+    size_t lo = 0, hi = n_sp;
+    while (lo < hi) { /* first span ending after pos */
+        size_t mid = (lo + hi) / 2;
+        if (sp[mid].off + sp[mid].len <= pos)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n_sp && sp[lo].off < pos + n;
+}
+
+/* Splits every text fragment at each occurrence of special token id (llama.cpp's st_partition step); with
+ * plain spans, occurrences overlapping one are left in the text. */
+static int partition_one(const struct tokenizer *t, int32_t id, const char *text, const struct tok_span *plain,
+                         size_t n_plain, struct tok_frags *in, struct tok_frags *out)
 {
     const struct tok_token *k = &t->tok[id];
     const char *needle = t->text + k->text_off;
@@ -436,12 +464,16 @@ static int partition_one(const struct tokenizer *t, int32_t id, const char *text
                 return ERR_NOMEM;
             continue;
         }
-        size_t cur = f.off, end = f.off + f.len;
+        size_t cur = f.off, scan = f.off, end = f.off + f.len; /* text pending from cur, searched from scan */
         for (;;) {
-            const char *m = end - cur >= nl ? memmem(text + cur, end - cur, needle, nl) : NULL;
+            const char *m = end - scan >= nl ? memmem(text + scan, end - scan, needle, nl) : NULL;
             if (!m)
                 break;
             size_t pos = (size_t)(m - text);
+            if (n_plain && spans_overlap(plain, n_plain, pos, nl)) {
+                scan = pos + 1; /* written by a user: stays text */
+                continue;
+            }
             size_t left_len = pos - cur;
             if (k->attr & ATTR_LSTRIP)
                 while (left_len > 0 && tok_isspace(text[cur + left_len - 1]))
@@ -454,6 +486,7 @@ static int partition_one(const struct tokenizer *t, int32_t id, const char *text
             if (k->attr & ATTR_RSTRIP)
                 while (cur < end && tok_isspace(text[cur]))
                     cur++;
+            scan = cur;
         }
         if (cur < end && frags_push(out, -1, cur, end - cur))
             return ERR_NOMEM;
@@ -464,7 +497,7 @@ static int partition_one(const struct tokenizer *t, int32_t id, const char *text
 /* The whole encoding: on success returns the number of ids and hands *ids (malloc'd, the caller frees; NULL
  * when there are none) over; on failure returns a negative ERR_* code and *ids is NULL. */
 static int encode_ids(const struct tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                      int32_t **ids)
+                      const struct tok_span *plain, size_t n_plain, int32_t **ids)
 {
     int rc = 0;
     *ids = NULL;
@@ -482,11 +515,16 @@ static int encode_ids(const struct tokenizer *t, const char *text, size_t len, b
             if (spec_find_present(t, text, len, present)) {
                 for (size_t i = 0; i < t->n_specials; i++) {
                     int32_t id = t->specials[i];
-                    if (!parse_special && (t->tok[id].attr & (ATTR_CONTROL | ATTR_UNKNOWN)))
+                    bool control = t->tok[id].attr & (ATTR_CONTROL | ATTR_UNKNOWN);
+                    if (!parse_special && control)
                         continue;
                     if (!present[i])
                         continue;
-                    if ((rc = partition_one(t, id, text, &fa, &fb)))
+                    /* plain spans protect against the tokens that are markup: control ones, and
+                     * user-defined ones that end a turn or read like a tag (Gemma's <start_of_turn>), while
+                     * other user-defined tokens (runs of spaces, code pieces) still match as text would */
+                    bool guarded = control || tok_is_eog(t, id) || tok_looks_like_tag(t, id);
+                    if ((rc = partition_one(t, id, text, plain, guarded ? n_plain : 0, &fa, &fb)))
                         goto done;
                     struct tok_frags tmp = fa;
                     fa = fb;
@@ -546,7 +584,7 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, bo
                      int32_t *out, int cap)
 {
     int32_t *ids;
-    int n = encode_ids(t, text, len, add_special, parse_special, &ids);
+    int n = encode_ids(t, text, len, add_special, parse_special, NULL, 0, &ids);
     if (n > 0 && out && cap > 0)
         memcpy(out, ids, (size_t)(n < cap ? n : cap) * sizeof *out);
     free(ids);
@@ -562,10 +600,32 @@ int tokenizer_encode_alloc(const struct tokenizer *t, const char *text, size_t l
     if (!t || (!text && len > 0))
         return ERR_INVALID_ARG;
     int32_t *ids;
-    int n = encode_ids(t, text, len, add_special, parse_special, &ids);
+    int n = encode_ids(t, text, len, add_special, parse_special, NULL, 0, &ids);
     if (n < 0)
         return n;
     if (!ids && !(ids = malloc(sizeof *ids))) /* no ids: still a buffer the caller can free and index */
+        return ERR_NOMEM;
+    *out = ids;
+    return n;
+}
+
+int tokenizer_encode_spans(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                           const struct tok_span *plain, size_t n_plain, int32_t **out)
+{
+    if (!out)
+        return ERR_INVALID_ARG;
+    *out = NULL;
+    if (!t || (!text && len > 0) || (!plain && n_plain > 0))
+        return ERR_INVALID_ARG;
+    for (size_t i = 0; i < n_plain; i++)
+        if (plain[i].off > len || plain[i].len > len - plain[i].off ||
+            (i > 0 && plain[i].off < plain[i - 1].off + plain[i - 1].len))
+            return ERR_INVALID_ARG;
+    int32_t *ids;
+    int n = encode_ids(t, text, len, add_special, true, plain, n_plain, &ids);
+    if (n < 0)
+        return n;
+    if (!ids && !(ids = malloc(sizeof *ids)))
         return ERR_NOMEM;
     *out = ids;
     return n;

@@ -116,6 +116,15 @@ static inline uint64_t tok_pair_hash(const char *l, size_t ln, const char *r, si
 }
 
 /* id of the token whose text is s[0..n), or -1 (the last id for a repeated text) */
+/* Whether id ends generation (tokenizer_is_eog; shared by both files). */
+static inline bool tok_is_eog(const struct tokenizer *t, int32_t id)
+{
+    for (size_t i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id)
+            return true;
+    return false;
+}
+
 static inline int32_t tok_lookup(const struct tokenizer *t, const char *s, size_t n)
 {
     size_t i = tok_hash_mix(tok_hash_bytes(TOK_HASH_SEED, s, n)) & t->tok_mask;
