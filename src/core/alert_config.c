@@ -10,6 +10,7 @@
 #include "core/alert.h"
 
 #include "core/err.h"
+#include "core/yaml.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -569,33 +570,18 @@ int alert_config_parse(struct alert_config *c, struct fy_node *node, const char 
 
 int alert_config_load_string(struct alert_config *c, const char *yaml, size_t len, const char *file, char *err)
 {
-    struct fy_diag_cfg dcfg;
-    fy_diag_cfg_default(&dcfg);
-    dcfg.fp = NULL;
-    dcfg.colorize = false;
-    struct fy_diag *diag = fy_diag_create(&dcfg);
-    if (!diag)
-        return err_set(err, ERR_NOMEM, "out of memory creating the YAML parser");
-    fy_diag_set_collect_errors(diag, true);
-    struct fy_parse_cfg pcfg = {.search_path = NULL, .flags = FYPCF_QUIET, .userdata = NULL, .diag = diag};
-    struct fy_document *doc = fy_document_build_from_string(&pcfg, yaml, len);
     int rc;
-    if (!doc) {
-        void *it = NULL;
-        struct fy_diag_error *de = fy_diag_errors_iterate(diag, &it);
-        rc = err_set(err, ERR_FORMAT, "%s:%d:%d: YAML syntax error: %s", file, de ? de->line : 0, de ? de->column : 0,
-                     de && de->msg ? de->msg : "invalid YAML");
+    struct fy_document *doc = yaml_load(NULL, yaml, len, file, &rc, err);
+    if (!doc)
+        return rc;
+    struct fy_node *root = fy_document_root(doc);
+    struct fy_node *al = root && fy_node_is_mapping(root) ? fy_node_mapping_lookup_by_string(root, "alerts", 6) : NULL;
+    if (!al) {
+        alert_config_deinit(c);
+        rc = err_set(err, ERR_INVALID_ARG, "%s: no top-level 'alerts:' section", file);
     } else {
-        struct fy_node *root = fy_document_root(doc);
-        struct fy_node *al = root && fy_node_is_mapping(root) ? fy_node_mapping_lookup_by_string(root, "alerts", 6) : NULL;
-        if (!al) {
-            alert_config_deinit(c);
-            rc = err_set(err, ERR_INVALID_ARG, "%s: no top-level 'alerts:' section", file);
-        } else {
-            rc = alert_config_parse(c, al, file, file, err);
-        }
-        fy_document_destroy(doc);
+        rc = alert_config_parse(c, al, file, file, err);
     }
-    fy_diag_destroy(diag);
+    fy_document_destroy(doc);
     return rc;
 }

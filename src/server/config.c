@@ -10,6 +10,7 @@
 
 #include "core/alert.h"
 #include "core/err.h"
+#include "core/yaml.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
@@ -531,31 +532,12 @@ static int cfg_yaml_doc(struct server_config *c, struct fy_document *doc, const 
 static int cfg_yaml_parse(struct server_config *c, const char *path, const char *yaml, size_t len,
                           const char *name, char *err)
 {
-    struct fy_diag_cfg dcfg;
-    fy_diag_cfg_default(&dcfg);
-    dcfg.fp = NULL;
-    dcfg.colorize = false;
-    struct fy_diag *diag = fy_diag_create(&dcfg);
-    if (!diag)
-        return err_set(err, ERR_NOMEM, "out of memory creating the YAML parser");
-    fy_diag_set_collect_errors(diag, true);
-    struct fy_parse_cfg pcfg = {.search_path = NULL, .flags = FYPCF_QUIET, .userdata = NULL, .diag = diag};
-    struct fy_document *doc =
-        path ? fy_document_build_from_file(&pcfg, path) : fy_document_build_from_string(&pcfg, yaml, len);
-    int rc = 0;
-    if (!doc) {
-        void *it = NULL;
-        struct fy_diag_error *de = fy_diag_errors_iterate(diag, &it);
-        if (de)
-            rc = err_set(err, ERR_FORMAT, "%s:%d:%d: YAML syntax error: %s", name, de->line, de->column,
-                         de->msg ? de->msg : "invalid YAML");
-        else
-            rc = err_set(err, ERR_FORMAT, "%s: not valid YAML", name);
-    } else {
-        rc = cfg_yaml_doc(c, doc, name, path, err);
-        fy_document_destroy(doc);
-    }
-    fy_diag_destroy(diag);
+    int rc;
+    struct fy_document *doc = yaml_load(path, yaml, len, name, &rc, err);
+    if (!doc)
+        return rc;
+    rc = cfg_yaml_doc(c, doc, name, path, err);
+    fy_document_destroy(doc);
     return rc;
 }
 
