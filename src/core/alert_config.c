@@ -74,10 +74,9 @@ struct acfg {
 
 static int node_line(struct fy_node *n)
 {
-    struct fy_token *t = n ? fy_node_get_scalar_token(n) : NULL;
-    const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
-    if (m)
-        return m->line + 1;
+    int line = yaml_scalar_line(n);
+    if (line)
+        return line;
     /* a mapping: the line of its first key */
     if (n && fy_node_is_mapping(n)) {
         void *it = NULL;
@@ -456,22 +455,6 @@ static int parse_receiver(struct acfg *a, struct fy_node *m, int idx, struct ale
     return rc;
 }
 
-static char *resolve_path(const char *base, const char *p)
-{
-    if (!base || p[0] == '/')
-        return strdup(p);
-    const char *slash = strrchr(base, '/');
-    if (!slash)
-        return strdup(p);
-    size_t dl = (size_t)(slash - base) + 1;
-    char *r = malloc(dl + strlen(p) + 1);
-    if (!r)
-        return NULL;
-    memcpy(r, base, dl);
-    strcpy(r + dl, p);
-    return r;
-}
-
 int alert_config_parse(struct alert_config *c, struct fy_node *node, const char *file, const char *base, char *err)
 {
     struct acfg a = {.file = file, .err = err};
@@ -498,7 +481,7 @@ int alert_config_parse(struct alert_config *c, struct fy_node *node, const char 
             rc = get_string(&a, v, path, &s);
             if (!rc) {
                 free(c->data_dir);
-                c->data_dir = resolve_path(base, s);
+                c->data_dir = yaml_resolve_path(base, s);
                 rc = c->data_dir ? 0 : ERR_NOMEM;
             }
             free(s);

@@ -5,6 +5,9 @@
 
 #include "core/err.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 struct fy_document *yaml_load(const char *path, const char *text, size_t len, const char *name, int *rc,
                               char *err)
 {
@@ -33,4 +36,40 @@ struct fy_document *yaml_load(const char *path, const char *text, size_t len, co
     }
     fy_diag_destroy(diag);
     return doc;
+}
+
+int yaml_scalar_line(struct fy_node *n)
+{
+    struct fy_token *t = n ? fy_node_get_scalar_token(n) : NULL;
+    const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
+    return m ? m->line + 1 : 0;
+}
+
+bool yaml_scalar(struct fy_node *n, char *buf, size_t cap)
+{
+    if (!n || !fy_node_is_scalar(n) || fy_node_is_alias(n))
+        return false;
+    size_t len;
+    const char *s = fy_node_get_scalar(n, &len);
+    if (!s || len >= cap)
+        return false;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    return true;
+}
+
+char *yaml_resolve_path(const char *base, const char *p)
+{
+    if (!base || p[0] == '/')
+        return strdup(p);
+    const char *slash = strrchr(base, '/');
+    if (!slash)
+        return strdup(p);
+    size_t dl = (size_t)(slash - base) + 1;
+    char *r = malloc(dl + strlen(p) + 1);
+    if (!r)
+        return NULL;
+    memcpy(r, base, dl);
+    strcpy(r + dl, p);
+    return r;
 }

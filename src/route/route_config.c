@@ -236,38 +236,18 @@ struct rc_ctx {
     char *err;
 };
 
-static int node_line(struct fy_node *n)
-{
-    struct fy_token *t = n ? fy_node_get_scalar_token(n) : NULL;
-    const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
-    return m ? m->line + 1 : 0;
-}
-
 /* The line of a mapping: its first key's. */
 static int map_line(struct fy_node *n, int dflt)
 {
     if (n && fy_node_is_mapping(n)) {
         void *it = NULL;
         struct fy_node_pair *p = fy_node_mapping_iterate(n, &it);
-        int l = p ? node_line(fy_node_pair_key(p)) : 0;
+        int l = p ? yaml_scalar_line(fy_node_pair_key(p)) : 0;
         if (l)
             return l;
     }
-    int l = node_line(n);
+    int l = yaml_scalar_line(n);
     return l ? l : dflt;
-}
-
-static bool scalar(struct fy_node *n, char *buf, size_t cap)
-{
-    if (!n || !fy_node_is_scalar(n) || fy_node_is_alias(n))
-        return false;
-    size_t len;
-    const char *s = fy_node_get_scalar(n, &len);
-    if (!s || len >= cap)
-        return false;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    return true;
 }
 
 static int rc_err(struct rc_ctx *x, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -297,8 +277,8 @@ static int rc_flat_section(struct rc_ctx *x, const char *sect, struct fy_node *m
     while ((pair = fy_node_mapping_iterate(map, &iter))) {
         struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
         char key[128], val[4096], where[600];
-        int kl = node_line(k);
-        if (!scalar(k, key, sizeof key))
+        int kl = yaml_scalar_line(k);
+        if (!yaml_scalar(k, key, sizeof key))
             return rc_err(x, line, "%s: keys must be plain words", sect);
         const struct rk_item *it = NULL;
         for (int i = 0; i < RK_N; i++)
@@ -314,8 +294,8 @@ static int rc_flat_section(struct rc_ctx *x, const char *sect, struct fy_node *m
                 }
             return rc_err(x, kl, "unknown key '%s' in section '%s' (known: %s)", key, sect, known);
         }
-        snprintf(where, sizeof where, "%s:%d: %s.%s", x->name, node_line(v) ? node_line(v) : kl, sect, key);
-        if (!scalar(v, val, sizeof val))
+        snprintf(where, sizeof where, "%s:%d: %s.%s", x->name, yaml_scalar_line(v) ? yaml_scalar_line(v) : kl, sect, key);
+        if (!yaml_scalar(v, val, sizeof val))
             return err_set(x->err, ERR_INVALID_ARG, "%s: must be a single value (not a list, mapping or empty)",
                            where);
         int rc = rk_apply(x->c, it, val, where, x->err);
@@ -365,17 +345,17 @@ static int rc_pools(struct rc_ctx *x, struct fy_node *seq, int line)
         bool have_backends = false;
         while ((pair = fy_node_mapping_iterate(e, &it))) {
             char key[64], val[1024];
-            int kl = node_line(fy_node_pair_key(pair));
+            int kl = yaml_scalar_line(fy_node_pair_key(pair));
             struct fy_node *v = fy_node_pair_value(pair);
-            if (!scalar(fy_node_pair_key(pair), key, sizeof key))
+            if (!yaml_scalar(fy_node_pair_key(pair), key, sizeof key))
                 return rc_err(x, el, "pools: keys must be plain words");
             if (!strcmp(key, "name")) {
-                if (!scalar(v, val, sizeof val) || !val[0])
+                if (!yaml_scalar(v, val, sizeof val) || !val[0])
                     return rc_err(x, kl, "pools.name: must be a non-empty string");
                 free(p->name);
                 p->name = strdup(val);
             } else if (!strcmp(key, "kind")) {
-                if (!scalar(v, val, sizeof val) || (strcmp(val, "wafer") && strcmp(val, "openai")))
+                if (!yaml_scalar(v, val, sizeof val) || (strcmp(val, "wafer") && strcmp(val, "openai")))
                     return rc_err(x, kl, "pools.kind: must be wafer or openai");
                 p->wafer = !strcmp(val, "wafer");
             } else if (!strcmp(key, "backends")) {
@@ -384,17 +364,17 @@ static int rc_pools(struct rc_ctx *x, struct fy_node *seq, int line)
                     void *bi = NULL;
                     struct fy_node *b;
                     while ((b = fy_node_sequence_iterate(v, &bi))) {
-                        int bl = node_line(b) ? node_line(b) : kl;
+                        int bl = yaml_scalar_line(b) ? yaml_scalar_line(b) : kl;
                         char host[256], prefix[256];
                         int port;
-                        if (!scalar(b, val, sizeof val))
+                        if (!yaml_scalar(b, val, sizeof val))
                             return rc_err(x, bl, "pools.backends: entries must be URLs (http://host:port)");
                         if (route_url_parse(val, host, sizeof host, &port, prefix, sizeof prefix))
                             return rc_err(x, bl, "pools.backends: '%s' is not an http://host:port URL", val);
                         if (pool_add_url(c, p, val))
                             return ERR_NOMEM;
                     }
-                } else if (scalar(v, val, sizeof val)) {
+                } else if (yaml_scalar(v, val, sizeof val)) {
                     char host[256], prefix[256];
                     int port;
                     if (route_url_parse(val, host, sizeof host, &port, prefix, sizeof prefix))
@@ -460,17 +440,17 @@ static int rc_routes(struct rc_ctx *x, struct fy_node *seq, int line)
         struct fy_node_pair *pair;
         while ((pair = fy_node_mapping_iterate(e, &it))) {
             char key[64], val[1024];
-            int kl = node_line(fy_node_pair_key(pair));
+            int kl = yaml_scalar_line(fy_node_pair_key(pair));
             struct fy_node *v = fy_node_pair_value(pair);
-            if (!scalar(fy_node_pair_key(pair), key, sizeof key))
+            if (!yaml_scalar(fy_node_pair_key(pair), key, sizeof key))
                 return rc_err(x, el, "routes: keys must be plain words");
             if (!strcmp(key, "model")) {
-                if (!scalar(v, val, sizeof val) || !val[0])
+                if (!yaml_scalar(v, val, sizeof val) || !val[0])
                     return rc_err(x, kl, "routes.model: must be a model name or \"*\"");
                 free(r->model);
                 r->model = strdup(val);
             } else if (!strcmp(key, "pool")) {
-                if (!scalar(v, val, sizeof val) || !val[0])
+                if (!yaml_scalar(v, val, sizeof val) || !val[0])
                     return rc_err(x, kl, "routes.pool: must be a pool name");
                 if (r->n_split)
                     return rc_err(x, kl, "routes: give either pool or split, not both");
@@ -486,8 +466,8 @@ static int rc_routes(struct rc_ctx *x, struct fy_node *seq, int line)
                 double total = 0;
                 while ((wp = fy_node_mapping_iterate(v, &wi))) {
                     char pn[256], wv[64];
-                    int wl = node_line(fy_node_pair_key(wp));
-                    if (!scalar(fy_node_pair_key(wp), pn, sizeof pn) || !scalar(fy_node_pair_value(wp), wv, sizeof wv))
+                    int wl = yaml_scalar_line(fy_node_pair_key(wp));
+                    if (!yaml_scalar(fy_node_pair_key(wp), pn, sizeof pn) || !yaml_scalar(fy_node_pair_value(wp), wv, sizeof wv))
                         return rc_err(x, wl ? wl : kl, "routes.split: entries must be pool: weight");
                     char *end;
                     errno = 0;
@@ -505,19 +485,19 @@ static int rc_routes(struct rc_ctx *x, struct fy_node *seq, int line)
                     void *fi = NULL;
                     struct fy_node *f;
                     while ((f = fy_node_sequence_iterate(v, &fi))) {
-                        if (!scalar(f, val, sizeof val) || !val[0])
-                            return rc_err(x, node_line(f) ? node_line(f) : kl, "routes.fallback: entries must be pool names");
-                        if (split_add(&r->fallback, &r->n_fallback, val, 0, node_line(f) ? node_line(f) : kl))
+                        if (!yaml_scalar(f, val, sizeof val) || !val[0])
+                            return rc_err(x, yaml_scalar_line(f) ? yaml_scalar_line(f) : kl, "routes.fallback: entries must be pool names");
+                        if (split_add(&r->fallback, &r->n_fallback, val, 0, yaml_scalar_line(f) ? yaml_scalar_line(f) : kl))
                             return ERR_NOMEM;
                     }
-                } else if (scalar(v, val, sizeof val) && val[0]) {
+                } else if (yaml_scalar(v, val, sizeof val) && val[0]) {
                     if (split_add(&r->fallback, &r->n_fallback, val, 0, kl))
                         return ERR_NOMEM;
                 } else {
                     return rc_err(x, kl, "routes.fallback: must be a list of pool names");
                 }
             } else if (!strcmp(key, "sticky")) {
-                if (!scalar(v, val, sizeof val))
+                if (!yaml_scalar(v, val, sizeof val))
                     return rc_err(x, kl, "routes.sticky: must be header:NAME or api_key");
                 if (!strcmp(val, "api_key")) {
                     r->sticky = ROUTE_STICKY_API_KEY;
@@ -608,12 +588,12 @@ static int rc_limits(struct rc_ctx *x, struct fy_node *map, int line)
     struct fy_node_pair *pair;
     while ((pair = fy_node_mapping_iterate(map, &it))) {
         char key[64], val[1024];
-        int kl = node_line(fy_node_pair_key(pair));
+        int kl = yaml_scalar_line(fy_node_pair_key(pair));
         struct fy_node *v = fy_node_pair_value(pair);
-        if (!scalar(fy_node_pair_key(pair), key, sizeof key))
+        if (!yaml_scalar(fy_node_pair_key(pair), key, sizeof key))
             return rc_err(x, line, "limits: keys must be plain words");
         if (!strcmp(key, "key_file")) {
-            if (!scalar(v, val, sizeof val) || !val[0])
+            if (!yaml_scalar(v, val, sizeof val) || !val[0])
                 return rc_err(x, kl, "limits.key_file: must be a path");
             int rc = rc_key_file(x, val, kl);
             if (rc)
@@ -634,8 +614,8 @@ static int rc_limits(struct rc_ctx *x, struct fy_node *map, int line)
                 struct fy_node_pair *kp;
                 while ((kp = fy_node_mapping_iterate(e, &ki))) {
                     char kk[64];
-                    int l2 = node_line(fy_node_pair_key(kp));
-                    if (!scalar(fy_node_pair_key(kp), kk, sizeof kk) || !scalar(fy_node_pair_value(kp), val, sizeof val))
+                    int l2 = yaml_scalar_line(fy_node_pair_key(kp));
+                    if (!yaml_scalar(fy_node_pair_key(kp), kk, sizeof kk) || !yaml_scalar(fy_node_pair_value(kp), val, sizeof val))
                         return rc_err(x, el, "limits.keys: entries must map words to single values");
                     if (!strcmp(kk, "key")) {
                         if (!val[0])
@@ -684,9 +664,9 @@ static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
     struct fy_node_pair *pair;
     while ((pair = fy_node_mapping_iterate(root, &iter))) {
         char key[128];
-        int line = node_line(fy_node_pair_key(pair));
+        int line = yaml_scalar_line(fy_node_pair_key(pair));
         struct fy_node *v = fy_node_pair_value(pair);
-        if (!scalar(fy_node_pair_key(pair), key, sizeof key))
+        if (!yaml_scalar(fy_node_pair_key(pair), key, sizeof key))
             return rc_err(x, line, "section names must be plain words");
         int rc;
         if (!strcmp(key, "pools"))

@@ -287,18 +287,9 @@ static int cfg_read_keyfile(struct server_config *c, const char *path, const cha
 /* Resolves a relative path against the directory of the config file (base may be NULL). Caller frees. */
 static char *cfg_resolve_path(const char *base, const char *p)
 {
-    if (!base || p[0] == '/' || !strncmp(p, "hf://", 5)) /* hf://: a hub model (pulled by wafer serve) */
+    if (!strncmp(p, "hf://", 5)) /* a hub model (pulled by wafer serve), not a file next to the config */
         return strdup(p);
-    const char *slash = strrchr(base, '/');
-    if (!slash)
-        return strdup(p);
-    size_t dl = (size_t)(slash - base) + 1;
-    char *r = malloc(dl + strlen(p) + 1);
-    if (!r)
-        return NULL;
-    memcpy(r, base, dl);
-    strcpy(r + dl, p);
-    return r;
+    return yaml_resolve_path(base, p);
 }
 
 /* Applies one scalar value to an item. where names it ("file:3: server.port" or "--port"); base is the
@@ -403,29 +394,6 @@ static int cfg_apply(struct server_config *c, const struct cfg_item *it, const c
     return ERR_INTERNAL;
 }
 
-/* ---- YAML ---- */
-
-static int cfg_node_line(struct fy_node *n)
-{
-    struct fy_token *t = n ? fy_node_get_scalar_token(n) : NULL;
-    const struct fy_mark *m = t ? fy_token_start_mark(t) : NULL;
-    return m ? m->line + 1 : 0;
-}
-
-/* The scalar text of n as a NUL-terminated copy in buf; false when n is not a scalar or too long. */
-static bool cfg_scalar(struct fy_node *n, char *buf, size_t cap)
-{
-    if (!n || !fy_node_is_scalar(n) || fy_node_is_alias(n))
-        return false;
-    size_t len;
-    const char *s = fy_node_get_scalar(n, &len);
-    if (!s || len >= cap)
-        return false;
-    memcpy(buf, s, len);
-    buf[len] = 0;
-    return true;
-}
-
 static int cfg_yaml_section(struct server_config *c, const char *name, const char *sect, struct fy_node *map,
                             int sect_line, const char *base, char *err)
 {
@@ -437,8 +405,8 @@ static int cfg_yaml_section(struct server_config *c, const char *name, const cha
     while ((pair = fy_node_mapping_iterate(map, &iter))) {
         struct fy_node *k = fy_node_pair_key(pair), *v = fy_node_pair_value(pair);
         char key[128], val[4096], where[512];
-        int line = cfg_node_line(k);
-        if (!cfg_scalar(k, key, sizeof key))
+        int line = yaml_scalar_line(k);
+        if (!yaml_scalar(k, key, sizeof key))
             return err_set(err, ERR_INVALID_ARG, "%s:%d: %s: keys must be plain words", name, sect_line, sect);
         const struct cfg_item *it = NULL;
         for (int i = 0; i < CFG_N_ITEMS; i++)
@@ -455,7 +423,7 @@ static int cfg_yaml_section(struct server_config *c, const char *name, const cha
             return err_set(err, ERR_INVALID_ARG, "%s:%d: unknown key '%s' in section '%s' (known: %s)", name, line,
                            key, sect, known);
         }
-        snprintf(where, sizeof where, "%s:%d: %s.%s", name, v ? (cfg_node_line(v) ? cfg_node_line(v) : line) : line,
+        snprintf(where, sizeof where, "%s:%d: %s.%s", name, v ? (yaml_scalar_line(v) ? yaml_scalar_line(v) : line) : line,
                  sect, key);
         if (it->kind == CK_LIST) {
             /* A list, or one scalar for a single entry. */
@@ -465,9 +433,9 @@ static int cfg_yaml_section(struct server_config *c, const char *name, const cha
                 void *si = NULL;
                 struct fy_node *e;
                 while ((e = fy_node_sequence_iterate(v, &si))) {
-                    snprintf(where, sizeof where, "%s:%d: %s.%s", name, cfg_node_line(e) ? cfg_node_line(e) : line,
+                    snprintf(where, sizeof where, "%s:%d: %s.%s", name, yaml_scalar_line(e) ? yaml_scalar_line(e) : line,
                              sect, key);
-                    if (!cfg_scalar(e, val, sizeof val))
+                    if (!yaml_scalar(e, val, sizeof val))
                         return err_set(err, ERR_INVALID_ARG, "%s: entries must be strings", where);
                     int rc = cfg_apply(c, it, val, where, base, false, err);
                     if (rc)
@@ -476,7 +444,7 @@ static int cfg_yaml_section(struct server_config *c, const char *name, const cha
                 continue;
             }
         }
-        if (!cfg_scalar(v, val, sizeof val))
+        if (!yaml_scalar(v, val, sizeof val))
             return err_set(err, ERR_INVALID_ARG, "%s: must be a single value (not a list, mapping or empty)", where);
         int rc = cfg_apply(c, it, val, where, base, true, err);
         if (rc)
@@ -499,8 +467,8 @@ static int cfg_yaml_doc(struct server_config *c, struct fy_document *doc, const 
     while ((pair = fy_node_mapping_iterate(root, &iter))) {
         struct fy_node *k = fy_node_pair_key(pair);
         char key[128];
-        int line = cfg_node_line(k);
-        if (!cfg_scalar(k, key, sizeof key))
+        int line = yaml_scalar_line(k);
+        if (!yaml_scalar(k, key, sizeof key))
             return err_set(err, ERR_INVALID_ARG, "%s:%d: section names must be plain words", name, line);
         bool known = false;
         for (size_t i = 0; i < sizeof cfg_sections / sizeof cfg_sections[0]; i++)
