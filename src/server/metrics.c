@@ -9,6 +9,7 @@
 #include "server/metrics.h"
 
 #include "core/alert.h"
+#include "core/strbuf.h"
 #include "engine/scheduler.h"
 
 #include <math.h>
@@ -307,71 +308,36 @@ void metrics_sched_observer(struct metrics *m, struct sched_observer *obs)
 
 /* ---------------------------------------------------------------- rendering */
 
-/* A growable output string. */
-struct metrics_buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static void mb_printf(struct metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void mb_printf(struct metrics_buf *b, const char *fmt, ...)
+static void mb_gauge(struct strbuf *b, const char *name, const char *help, int64_t v)
 {
-    if (b->oom)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            b->oom = 1;
-            return;
-        }
-        if ((size_t)n < b->cap - b->len) {
-            b->len += (size_t)n;
-            return;
-        }
-        size_t nc = b->cap * 2 + (size_t)n + 1;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-}
-
-static void mb_gauge(struct metrics_buf *b, const char *name, const char *help, int64_t v)
-{
-    mb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, (long long)v);
+    strbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help, name, name, (long long)v);
 }
 
 /* A floating-point metric, absent when v is NaN. */
-static void mb_float(struct metrics_buf *b, const char *name, const char *type, const char *help, double v)
+static void mb_float(struct strbuf *b, const char *name, const char *type, const char *help, double v)
 {
     if (!isnan(v))
-        mb_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, v);
+        strbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.9g\n", name, help, name, type, name, v);
 }
 
 char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *len)
 {
-    struct metrics_buf b = {.p = malloc(8192), .len = 0, .cap = 8192, .oom = 0};
+    struct strbuf b;
+    strbuf_init(&b, 8192);
     if (!b.p)
         return NULL;
     b.p[0] = 0;
 
-    mb_printf(&b, "# HELP wafer_requests_total HTTP requests answered, by endpoint and status.\n"
+    strbuf_printf(&b, "# HELP wafer_requests_total HTTP requests answered, by endpoint and status.\n"
                   "# TYPE wafer_requests_total counter\n");
     pthread_mutex_lock(&m->mu);
     for (int r = 0; r < METRICS_N_ROUTES; r++)
         for (int k = 0; k < m->routes[r].n; k++)
-            mb_printf(&b, "wafer_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", metrics_routes[r],
+            strbuf_printf(&b, "wafer_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", metrics_routes[r],
                       m->routes[r].status[k], (unsigned long long)m->routes[r].count[k]);
     pthread_mutex_unlock(&m->mu);
 
-    mb_printf(&b, "# HELP wafer_http_errors_total Errors the HTTP layer answered itself (malformed requests, "
+    strbuf_printf(&b, "# HELP wafer_http_errors_total Errors the HTTP layer answered itself (malformed requests, "
                   "timeouts, size limits, connection limits), by status.\n# TYPE wafer_http_errors_total counter\n");
     for (int k = 0; k < METRICS_N_HTTP; k++) {
         char st[16];
@@ -379,7 +345,7 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
             snprintf(st, sizeof st, "%d", metrics_http_statuses[k]);
         else
             snprintf(st, sizeof st, "other");
-        mb_printf(&b, "wafer_http_errors_total{status=\"%s\"} %lld\n", st,
+        strbuf_printf(&b, "wafer_http_errors_total{status=\"%s\"} %lld\n", st,
                   (long long)atomic_load(&m->http_errors[k]));
     }
 
@@ -409,11 +375,11 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
              "Generated tokens per ESTIMATED joule over the last minute (energy.watts, not measured).",
              g->tokens_per_joule_est);
     if (g->alerts_firing >= 0)
-        mb_printf(&b, "# HELP wafer_alerts Alerts by state.\n# TYPE wafer_alerts gauge\n"
+        strbuf_printf(&b, "# HELP wafer_alerts Alerts by state.\n# TYPE wafer_alerts gauge\n"
                       "wafer_alerts{state=\"firing\"} %d\nwafer_alerts{state=\"pending\"} %d\n",
                   g->alerts_firing, g->alerts_pending);
     if (g->notif_pending >= 0) {
-        mb_printf(&b, "# HELP wafer_alert_notifications_total Alert notification posts by result.\n"
+        strbuf_printf(&b, "# HELP wafer_alert_notifications_total Alert notification posts by result.\n"
                       "# TYPE wafer_alert_notifications_total counter\n"
                       "wafer_alert_notifications_total{result=\"sent\"} %lld\n"
                       "wafer_alert_notifications_total{result=\"failed\"} %lld\n"
@@ -424,27 +390,27 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
     }
 
     for (int c = 0; c < MC_COUNT_; c++)
-        mb_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", metrics_counter_info[c].name,
+        strbuf_printf(&b, "# HELP %s %s\n# TYPE %s %s\n%s %lld\n", metrics_counter_info[c].name,
                   metrics_counter_info[c].help, metrics_counter_info[c].name, metrics_counter_info[c].type,
                   metrics_counter_info[c].name, (long long)metrics_get(m, (enum metrics_counter)c));
-    mb_printf(&b, "# HELP wafer_spec_decode_num_accepted_tokens_per_pos_total Speculative decoding: drafted tokens "
+    strbuf_printf(&b, "# HELP wafer_spec_decode_num_accepted_tokens_per_pos_total Speculative decoding: drafted tokens "
                   "accepted, by position in the draft (0: the first).\n"
                   "# TYPE wafer_spec_decode_num_accepted_tokens_per_pos_total counter\n");
     for (int i = 0; i < SCHED_SPEC_POS_MAX; i++)
-        mb_printf(&b, "wafer_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %lld\n", i,
+        strbuf_printf(&b, "wafer_spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %lld\n", i,
                   (long long)atomic_load(&m->spec_pos[i]));
 
     pthread_mutex_lock(&m->mu);
     for (int h = 0; h < MH_COUNT_; h++) {
         struct metrics_histogram *hg = &m->hist[h];
-        mb_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hg->name, hg->help, hg->name);
+        strbuf_printf(&b, "# HELP %s %s\n# TYPE %s histogram\n", hg->name, hg->help, hg->name);
         uint64_t cum = 0;
         for (int i = 0; i < hg->n_bounds; i++) {
             cum += hg->counts[i];
-            mb_printf(&b, "%s_bucket{le=\"%g\"} %llu\n", hg->name, hg->bounds[i], (unsigned long long)cum);
+            strbuf_printf(&b, "%s_bucket{le=\"%g\"} %llu\n", hg->name, hg->bounds[i], (unsigned long long)cum);
         }
         cum += hg->counts[hg->n_bounds];
-        mb_printf(&b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", hg->name,
+        strbuf_printf(&b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", hg->name,
                   (unsigned long long)cum, hg->name, hg->sum, hg->name, (unsigned long long)hg->count);
     }
     pthread_mutex_unlock(&m->mu);
