@@ -372,6 +372,20 @@ static uint64_t labels_fingerprint(json_t *labels)
     return h;
 }
 
+/* The labels' fingerprint of every rule of cfg into st (values NaN, states inactive). 0 or ERR_NOMEM. */
+static int rule_states_init(const struct alert_config *cfg, struct alert_rule_state *st)
+{
+    for (int i = 0; i < cfg->n_rules; i++) {
+        st[i].value = NAN;
+        json_t *l = rule_labels(&cfg->rules[i]);
+        if (!l)
+            return ERR_NOMEM;
+        st[i].fingerprint = labels_fingerprint(l);
+        json_decref(l);
+    }
+    return 0;
+}
+
 struct restore_ctx {
     struct alert_engine *e;
     double now_unix;
@@ -419,14 +433,8 @@ struct alert_engine *alert_engine_create(const struct alert_config *cfg, struct 
     if (e->max_window_s > ALERT_FINE_SPAN_S &&
         ring_init(&e->coarse, (int)(e->max_window_s / ALERT_COARSE_SPACING_S) + 4, ALERT_COARSE_SPACING_S))
         goto fail;
-    for (int i = 0; i < cfg->n_rules; i++) {
-        e->st[i].value = NAN;
-        json_t *l = rule_labels(&cfg->rules[i]);
-        if (!l)
-            goto fail;
-        e->st[i].fingerprint = labels_fingerprint(l);
-        json_decref(l);
-    }
+    if (rule_states_init(cfg, e->st))
+        goto fail;
     if (store) {
         struct restore_ctx rc = {e, now_unix};
         alert_store_load_states(store, restore_one, &rc);
@@ -446,6 +454,44 @@ void alert_engine_destroy(struct alert_engine *e)
     free(e->st);
     pthread_mutex_destroy(&e->mu);
     free(e);
+}
+
+int alert_engine_set_config(struct alert_engine *e, const struct alert_config *cfg)
+{
+    struct alert_rule_state *st = calloc((size_t)(cfg->n_rules ? cfg->n_rules : 1), sizeof *st);
+    if (!st || rule_states_init(cfg, st)) {
+        free(st);
+        return ERR_NOMEM;
+    }
+    double max_window = alert_config_max_window(cfg);
+    struct alert_ring coarse = {0};
+    int need = (int)(max_window / ALERT_COARSE_SPACING_S) + 4;
+    pthread_mutex_lock(&e->mu);
+    /* a rule looking further back than any before: a larger coarse ring, holding what the old one had */
+    if (max_window > ALERT_FINE_SPAN_S && (!e->coarse.s || e->coarse.cap < need)) {
+        if (ring_init(&coarse, need, ALERT_COARSE_SPACING_S)) {
+            pthread_mutex_unlock(&e->mu);
+            free(st);
+            return ERR_NOMEM;
+        }
+        for (int i = 0; i < e->coarse.n; i++)
+            ring_push(&coarse, ring_get(&e->coarse, i));
+        free(e->coarse.s);
+        e->coarse = coarse;
+    }
+    for (int i = 0; i < cfg->n_rules; i++) /* the same alert (name and labels): its state goes on */
+        for (int k = 0; k < e->cfg->n_rules; k++)
+            if (e->st[k].fingerprint == st[i].fingerprint && !strcmp(e->cfg->rules[k].name, cfg->rules[i].name)) {
+                st[i] = e->st[k];
+                break;
+            }
+    free(e->st);
+    e->st = st;
+    e->cfg = cfg;
+    if (max_window > e->max_window_s)
+        e->max_window_s = max_window;
+    pthread_mutex_unlock(&e->mu);
+    return 0;
 }
 
 void alert_engine_record(struct alert_engine *e, const struct alert_sample *s)

@@ -243,6 +243,12 @@ struct alert_engine;
 struct alert_engine *alert_engine_create(const struct alert_config *cfg, struct alert_store *store, int64_t now_ns,
                                          double now_unix);
 void alert_engine_destroy(struct alert_engine *e);
+/* Evaluates cfg's rules from now on (a configuration reloaded): a rule whose alert has the same name and
+ * labels as one before keeps its state, a new one starts inactive, one no longer there is forgotten; the
+ * recorded windows stay (a rule looking further back than any before gets a longer coarse ring). cfg must
+ * outlive the engine or the next call; the previous config may be freed once no view taken before this call
+ * is in use (the caller's business: views point into it). 0, or ERR_NOMEM and nothing changed. */
+int alert_engine_set_config(struct alert_engine *e, const struct alert_config *cfg);
 
 /* Keeps s as a snapshot when one is due in a ring (once a second for the fine ring, every 30 s for the
  * coarse one); samples must come in time order. */

@@ -2,6 +2,13 @@
  * observe: the sampling thread, alert evaluation, the batch controller's loop, and the JSON of /v1/alerts
  * and /v1/stats (observe.h). The alert engine (core/alert.h) holds the windows; this file only feeds it and
  * reads measures back, so the dashboard, the rules and the controller all see the same numbers.
+ *
+ * Reloaded rules (SIGHUP, observe_reload_alerts) are applied by the sampling thread between two samples:
+ * the engine keeps its windows and the states of unchanged alerts (alert_engine_set_config). Views point
+ * into the rules they were taken from, so readers on other threads (the I/O thread's /v1/alerts, /v1/stats,
+ * /metrics) hold o->swap for reading while they use rules or views, and the sampling thread holds it for
+ * writing only while it swaps two pointers; the old rules are freed after that. The receivers, data_dir and
+ * external_url stay those of the start (the notifier and the store were made from them).
  */
 #include "server/observe.h"
 
@@ -35,7 +42,11 @@ struct observe {
     const struct server_config *cfg;
     struct metrics *metrics;
     struct alert_config no_alerts; /* used when the config has no alerts: section */
-    const struct alert_config *acfg;
+    const struct alert_config *acfg; /* the start's: receivers, data_dir, external_url */
+    const struct alert_config *rules; /* the rules evaluated: acfg's, or the last reloaded (rules_owned) */
+    struct alert_config *rules_owned;
+    struct alert_config *pending; /* reloaded, not applied yet (under mu) */
+    pthread_rwlock_t swap;        /* readers of rules and views on other threads; the swap writes */
     struct alert_store *store;
     struct alert_engine *engine;
     struct notify *notify; /* NULL without receivers */
@@ -72,8 +83,10 @@ struct observe *observe_create(const struct server_config *cfg, struct metrics *
     o->metrics = m;
     alert_config_init(&o->no_alerts);
     o->acfg = cfg->alerts ? cfg->alerts : &o->no_alerts;
+    o->rules = o->acfg;
     o->t_start_ns = clock_now_ns();
     pthread_mutex_init(&o->mu, NULL);
+    pthread_rwlock_init(&o->swap, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -158,6 +171,14 @@ void observe_destroy(struct observe *o)
     alert_engine_destroy(o->engine);
     alert_store_close(o->store);
     energy_meter_destroy(o->energy);
+    for (int i = 0; i < 2; i++) {
+        struct alert_config *c = i ? o->pending : o->rules_owned;
+        if (c) {
+            alert_config_deinit(c);
+            free(c);
+        }
+    }
+    pthread_rwlock_destroy(&o->swap);
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
     free(o);
@@ -219,11 +240,128 @@ static void slo_tick(struct observe *o, const struct alert_sample *s)
     }
 }
 
+/* Rules differ in what they evaluate or say (not only in their place in the list). */
+static bool rule_same(const struct alert_rule *a, const struct alert_rule *b)
+{
+    bool same = !strcmp(a->measure_name, b->measure_name) && a->op == b->op && a->threshold == b->threshold &&
+                a->window_s == b->window_s && a->for_s == b->for_s && !strcmp(a->severity ? a->severity : "",
+                b->severity ? b->severity : "") && a->labels.n == b->labels.n &&
+                a->annotations.n == b->annotations.n && a->n_receivers == b->n_receivers &&
+                !memcmp(&a->burn, &b->burn, sizeof a->burn);
+    for (int i = 0; same && i < a->labels.n; i++)
+        same = !strcmp(a->labels.key[i], b->labels.key[i]) && !strcmp(a->labels.value[i], b->labels.value[i]);
+    for (int i = 0; same && i < a->annotations.n; i++)
+        same = !strcmp(a->annotations.key[i], b->annotations.key[i]) &&
+               !strcmp(a->annotations.value[i], b->annotations.value[i]);
+    for (int i = 0; same && i < a->n_receivers; i++)
+        same = !strcmp(a->receivers[i], b->receivers[i]);
+    return same;
+}
+
+static const struct alert_rule *rule_named(const struct alert_config *c, const char *name)
+{
+    for (int i = 0; i < c->n_rules; i++)
+        if (!strcmp(c->rules[i].name, name))
+            return &c->rules[i];
+    return NULL;
+}
+
+/* Appends "name" to a list being written into buf ("a, b"). */
+static void list_add(char *buf, size_t cap, const char *name)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", name);
+}
+
+/* The sampling thread: starts evaluating nc's rules (observe_reload_alerts) and says what changed. */
+static void apply_reload(struct observe *o, struct alert_config *nc)
+{
+    const struct alert_config *old = o->rules;
+    char added[512] = "", removed[512] = "", changed[512] = "";
+    for (int i = 0; i < nc->n_rules; i++) {
+        const struct alert_rule *was = rule_named(old, nc->rules[i].name);
+        if (!was)
+            list_add(added, sizeof added, nc->rules[i].name);
+        else if (!rule_same(was, &nc->rules[i]))
+            list_add(changed, sizeof changed, nc->rules[i].name);
+    }
+    for (int i = 0; i < old->n_rules; i++)
+        if (!rule_named(nc, old->rules[i].name))
+            list_add(removed, sizeof removed, old->rules[i].name);
+    bool same = !added[0] && !removed[0] && !changed[0] && nc->interval_s == old->interval_s &&
+                nc->resolved_retention_s == old->resolved_retention_s;
+    if (same) { /* nothing to change: the rules (and their states) stay as they are */
+        if (old->n_rules)
+            log_info("SIGHUP: alert rules unchanged (%d rule(s))", old->n_rules);
+        alert_config_deinit(nc);
+        free(nc);
+        return;
+    }
+    pthread_rwlock_wrlock(&o->swap);
+    int rc = alert_engine_set_config(o->engine, nc);
+    struct alert_config *drop = nc;
+    if (!rc) {
+        drop = o->rules_owned;
+        o->rules = o->rules_owned = nc;
+    }
+    pthread_rwlock_unlock(&o->swap);
+    if (rc) {
+        log_warn("SIGHUP: out of memory; the alert rules were not reloaded, the old ones stay");
+    } else {
+        bool elsewhere = (nc->n_receivers != o->acfg->n_receivers) ||
+                         strcmp(nc->data_dir ? nc->data_dir : "", o->acfg->data_dir ? o->acfg->data_dir : "") ||
+                         strcmp(nc->external_url ? nc->external_url : "",
+                                o->acfg->external_url ? o->acfg->external_url : "");
+        for (int i = 0; !elsewhere && i < nc->n_receivers; i++)
+            elsewhere = strcmp(nc->receivers[i].name, o->acfg->receivers[i].name) ||
+                        strcmp(nc->receivers[i].url, o->acfg->receivers[i].url);
+        log_info("SIGHUP: alert rules reloaded: %d rule(s) (was %d) every %.3g s; added: %s; removed: %s; changed: "
+                 "%s%s",
+                 nc->n_rules, old->n_rules, nc->interval_s, added[0] ? added : "none", removed[0] ? removed : "none",
+                 changed[0] ? changed : "none",
+                 elsewhere ? "; alerts.receivers, data_dir and external_url changed too: they take effect at the "
+                             "next start"
+                           : "");
+    }
+    if (drop) {
+        alert_config_deinit(drop);
+        free(drop);
+    }
+}
+
+void observe_reload_alerts(struct observe *o, struct alert_config *nc)
+{
+    if (!nc) { /* the configuration has no alerts: section (any more): no rules */
+        if (!(nc = malloc(sizeof *nc))) {
+            log_warn("SIGHUP: out of memory; the alert rules were not reloaded");
+            return;
+        }
+        alert_config_init(nc);
+    }
+    pthread_mutex_lock(&o->mu);
+    struct alert_config *old = o->pending;
+    o->pending = nc;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    if (old) { /* one not applied yet: the newer one replaces it */
+        alert_config_deinit(old);
+        free(old);
+    }
+}
+
 static void *observe_thread(void *arg)
 {
     struct observe *o = arg;
     double next_eval = 0;
     for (;;) {
+        pthread_mutex_lock(&o->mu);
+        struct alert_config *nc = o->pending;
+        o->pending = NULL;
+        pthread_mutex_unlock(&o->mu);
+        if (nc) {
+            apply_reload(o, nc);
+            next_eval = 0;
+        }
         struct alert_sample s;
         take_sample(o, &s);
         alert_engine_record(o->engine, &s);
@@ -231,8 +369,8 @@ static void *observe_thread(void *arg)
         o->last = s;
         pthread_mutex_unlock(&o->mu);
         double t = (double)(s.t_ns - o->t_start_ns) / 1e9;
-        if (t >= next_eval && o->acfg->n_rules) {
-            next_eval = t + o->acfg->interval_s;
+        if (t >= next_eval && o->rules->n_rules) {
+            next_eval = t + o->rules->interval_s;
             double now = wall_now();
             alert_engine_eval(o->engine, &s, now);
             if (o->notify) {
@@ -245,7 +383,7 @@ static void *observe_thread(void *arg)
         slo_tick(o, &s);
         /* sleep a tick, or until the next evaluation when that comes sooner */
         double dt = OBSERVE_TICK_S;
-        if (o->acfg->n_rules && next_eval - t < dt)
+        if (o->rules->n_rules && next_eval - t < dt)
             dt = next_eval - t > 0.01 ? next_eval - t : 0.01;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -253,7 +391,7 @@ static void *observe_thread(void *arg)
         ts.tv_sec += (time_t)(ns / 1000000000LL);
         ts.tv_nsec = (long)(ns % 1000000000LL);
         pthread_mutex_lock(&o->mu);
-        if (!o->stop)
+        if (!o->stop && !o->pending)
             pthread_cond_timedwait(&o->cv, &o->mu, &ts);
         bool stop = o->stop;
         pthread_mutex_unlock(&o->mu);
@@ -332,7 +470,8 @@ void observe_fill_gauges(struct observe *o, struct metrics_gauges *g)
         g->energy_est_joules = estimated_joules(o, s.t_ns);
         g->tokens_per_joule_est = measure(o, "output_tokens_per_second", &s, OBSERVE_COST_WINDOW_S) / o->cfg->energy_watts;
     }
-    if (o->acfg->n_rules) {
+    pthread_rwlock_rdlock(&o->swap);
+    if (o->rules->n_rules) {
         int n;
         struct alert_view *v = alert_engine_views(o->engine, false, &n);
         g->alerts_firing = g->alerts_pending = 0;
@@ -342,6 +481,7 @@ void observe_fill_gauges(struct observe *o, struct metrics_gauges *g)
         }
         alert_views_free(v, n);
     }
+    pthread_rwlock_unlock(&o->swap);
     if (o->notify) {
         struct notify_stats ns;
         notify_stats_get(o->notify, &ns);
@@ -381,6 +521,7 @@ static char *dump(json_t *o, size_t *len)
 char *observe_alerts_json(struct observe *o, size_t *len)
 {
     int n;
+    pthread_rwlock_rdlock(&o->swap);
     struct alert_view *v = alert_engine_views(o->engine, true, &n);
     json_t *alerts = json_array(), *rules = json_array();
     for (int i = 0; i < n; i++) {
@@ -404,7 +545,7 @@ char *observe_alerts_json(struct observe *o, size_t *len)
         json_object_set_new(y, "measure", json_string(r->measure_name));
         json_object_set_new(y, "op", json_string(op_name(r->op)));
         json_object_set_new(y, "threshold", json_real(r->threshold));
-        json_object_set_new(y, "window_s", json_real(r->window_s > 0 ? r->window_s : o->acfg->interval_s));
+        json_object_set_new(y, "window_s", json_real(r->window_s > 0 ? r->window_s : o->rules->interval_s));
         json_object_set_new(y, "for_s", json_real(r->for_s));
         json_object_set_new(y, "severity", r->severity ? json_string(r->severity) : json_null());
         json_object_set_new(y, "state", json_string(alert_state_name(a->state)));
@@ -424,7 +565,8 @@ char *observe_alerts_json(struct observe *o, size_t *len)
     json_object_set_new(root, "status", json_string("success"));
     json_object_set_new(root, "data", data);
     json_object_set_new(root, "rules", rules);
-    json_object_set_new(root, "interval_s", json_real(o->acfg->interval_s));
+    json_object_set_new(root, "interval_s", json_real(o->rules->interval_s));
+    pthread_rwlock_unlock(&o->swap);
     if (o->notify) {
         struct notify_stats ns;
         notify_stats_get(o->notify, &ns);
@@ -512,6 +654,7 @@ char *observe_stats_json(struct observe *o, double window_s, int history, size_t
     json_object_set_new(tot, "energy_joules_estimated", num_or_null(estimated_joules(o, s.t_ns)));
 
     int n;
+    pthread_rwlock_rdlock(&o->swap);
     struct alert_view *v = alert_engine_views(o->engine, false, &n);
     json_t *alerts = json_array();
     for (int i = 0; i < n; i++) {
@@ -531,6 +674,8 @@ char *observe_stats_json(struct observe *o, double window_s, int history, size_t
         json_array_append_new(alerts, x);
     }
     alert_views_free(v, n);
+    int n_rules = o->rules->n_rules;
+    pthread_rwlock_unlock(&o->swap);
 
     json_t *root = json_object();
     json_object_set_new(root, "time", json_real(wall_now()));
@@ -542,7 +687,7 @@ char *observe_stats_json(struct observe *o, double window_s, int history, size_t
     json_object_set_new(root, "answers", ans);
     json_object_set_new(root, "totals", tot);
     json_object_set_new(root, "alerts", alerts);
-    json_object_set_new(root, "rules", json_integer(o->acfg->n_rules));
+    json_object_set_new(root, "rules", json_integer(n_rules));
     json_object_set_new(root, "energy_source",
                         json_string(o->energy ? "rapl" : o->cfg->energy_watts > 0 ? "estimated" : "none"));
     json_t *slo = json_object();

@@ -36,6 +36,12 @@ int observe_start(struct observe *o);
 /* Gives the scheduler once the model is loaded (any thread); its gauges and the batch controller start. */
 void observe_set_scheduler(struct observe *o, struct scheduler *s);
 
+struct alert_config;
+/* SIGHUP: evaluate nc's rules (and interval_s, resolved_retention_s) from the next tick on; takes nc (NULL:
+ * no rules any more). The sampling thread applies it and logs what changed; unchanged alerts keep their
+ * states; receivers, data_dir and external_url stay the start's. Any thread. */
+void observe_reload_alerts(struct observe *o, struct alert_config *nc);
+
 /* Fills the observe part of g (metrics_gauges_init first). */
 void observe_fill_gauges(struct observe *o, struct metrics_gauges *g);
 /* GET /v1/alerts: {status, data: {alerts: [pending and firing, in Prometheus's shape]}, rules: [every rule

@@ -11,7 +11,8 @@
  * through queues and wake it (http_server_wake).
  *
  * Signals: SIGTERM and SIGINT drain and stop (server.h); SIGHUP reloads the configuration (the same flags
- * and --config file): the API keys and the log level change at once, and a log line says what it did;
+ * and --config file): the API keys, the log level and the alert rules change at once, and log lines say what
+ * it did;
  * streams and requests in flight are untouched, and a configuration that no longer loads changes nothing.
  *
  * Routing is a fixed table (method, path) -> handler; a known path with the wrong method is 405 with Allow,
@@ -22,6 +23,7 @@
  */
 #include "server/server.h"
 
+#include "core/alert.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
@@ -72,7 +74,8 @@ static void server_request_reload(struct server *srv)
     http_server_wake(srv->http);
 }
 
-/* Applies a configuration read for SIGHUP (I/O thread): the API keys and the log level. */
+/* Applies a configuration read for SIGHUP (I/O thread): the API keys and the log level here, the alert rules
+ * through the observability thread. */
 static void server_apply_reload(struct server *srv)
 {
     struct server_config *nc = atomic_exchange(&srv->reload, NULL);
@@ -94,9 +97,12 @@ static void server_apply_reload(struct server *srv)
     const char *before = names[log_level_get()];
     log_level_set(level);
     log_write(level < LOG_INFO ? level : LOG_INFO,
-              "SIGHUP: configuration reloaded: %d API key(s) (was %d)%s, log level %s (was %s); other settings "
-              "take effect at the next start",
-              cfg->n_api_keys, was, cfg->n_api_keys ? "" : ", auth off", names[level], before);
+              "SIGHUP: configuration reloaded: %d API key(s) (was %d)%s, log level %s (was %s), alert rules: %d; "
+              "other settings take effect at the next start",
+              cfg->n_api_keys, was, cfg->n_api_keys ? "" : ", auth off", names[level], before,
+              nc->alerts ? nc->alerts->n_rules : 0);
+    observe_reload_alerts(srv->obs, nc->alerts); /* its thread applies them and says what changed */
+    nc->alerts = NULL;
     server_config_deinit(nc);
     free(nc);
 }
