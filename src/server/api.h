@@ -222,6 +222,15 @@ void api_call_fail(struct api_call *call, const struct api_error *e);
 void api_call_finish(struct api_call *call);
 
 /* ---- api_prepare.c (worker threads: these read only what is fixed while the server runs) ---- */
+struct tok_span;
+/* Tokenizes len bytes of text on a worker (tokenizer_encode_spans with plain/n_plain when spans, else
+ * tokenizer_encode_alloc with parse_special), holding the tokenizer's transient memory (about 48 bytes per
+ * byte of text) in the in-flight budget meanwhile. The number of ids with *out (the caller frees), or a
+ * negative error with e filled for param: 413 input_too_large when that memory alone passes
+ * server.max_inflight, 503 server_busy when the budget is full now, the tokenizer's own errors. */
+int api_encode(struct server *srv, const char *text, size_t len, bool add_special, bool parse_special,
+               const struct tok_span *plain, size_t n_plain, bool spans, int32_t **out, const char *param,
+               struct api_error *e);
 /* Tokenizes a prompt: text with BOS as the model says, special-token text parsed only when parse_special
  * (else it is plain text), or token ids checked against the vocabulary. Returns a malloc'd array and its
  * length, or NULL with e filled. */

@@ -118,9 +118,7 @@ void api_tokenize(struct api_call *call)
         n = ids ? n : e.code;
     } else {
         const char *text = g.prompts[0].text;
-        n = tokenizer_encode_alloc(tok, text, strlen(text), g.add_special, g.parse_special, &ids);
-        if (n < 0)
-            api_error_set(&e, n, "content", NULL, "cannot tokenize: %s", err_name(n));
+        n = api_encode(srv, text, strlen(text), g.add_special, g.parse_special, NULL, 0, false, &ids, "content", &e);
     }
     if (n < 0) {
         gen_request_deinit(&g);

@@ -15,6 +15,12 @@
  * entry per logprob alternative) and refused with 400 past server.max_response; the estimate is also held
  * in the server's in-flight budget (server.max_inflight, shared with request bodies) until the answer went
  * out, 503 with Retry-After when it is full. A streaming answer is never held (backpressure bounds it).
+ *
+ * Tokenizer scratch: encoding len bytes of text takes transient memory on the worker (code points, the
+ * pre-tokenizer's word bounds, SPM symbols and the merge queue): up to about API_TOKENIZE_SCRATCH_PER_BYTE
+ * bytes per byte of text, some 380 MB for 7.9 MB. api_encode holds that much in the same in-flight budget
+ * while it tokenizes, so bodies, answers and tokenizing together stay within server.max_inflight: 413 when a
+ * text could never fit it, 503 (retry) when it is full now.
  */
 #include "core/clock.h"
 #include "core/err.h"
@@ -46,6 +52,37 @@ bool api_model_ok(struct server *srv, const char *model, struct api_error *e)
 #define API_TOKEN_ID_BYTES 12
 #define API_LOGPROB_ENTRY_BYTES 96
 #define API_ANSWER_OVERHEAD 1024
+/* Peak transient bytes tokenizer_encode* allocates per byte of text, measured on SPM (stories260K, 37) and
+ * BPE (llama3-style pre-tokenizer, 43) vocabularies with /usr/bin/time's maximum RSS, rounded up. */
+#define API_TOKENIZE_SCRATCH_PER_BYTE 48
+
+int api_encode(struct server *srv, const char *text, size_t len, bool add_special, bool parse_special,
+               const struct tok_span *plain, size_t n_plain, bool spans, int32_t **out, const char *param,
+               struct api_error *e)
+{
+    *out = NULL;
+    int64_t scratch = (int64_t)len * API_TOKENIZE_SCRATCH_PER_BYTE;
+    if (len < 4096) /* small texts (nearly every prompt): not worth an atomic */
+        scratch = 0;
+    if (srv->inflight.limit > 0 && scratch > srv->inflight.limit)
+        return api_error_set(e, ERR_TOO_LARGE, param, "input_too_large",
+                             "Tokenizing this text (%zu bytes) needs about %lld bytes of working memory, more than "
+                             "the server holds for all requests in flight (server.max_inflight, %lld bytes). Send "
+                             "less text, or raise server.max_inflight.",
+                             len, (long long)scratch, (long long)srv->inflight.limit);
+    if (!budget_take(&srv->inflight, scratch))
+        return api_error_set(e, ERR_UNAVAILABLE, param, "server_busy",
+                             "The server holds too many large requests and answers right now (%lld of %lld bytes, "
+                             "server.max_inflight); retry shortly.",
+                             (long long)budget_used(&srv->inflight), (long long)srv->inflight.limit);
+    const struct tokenizer *tok = srv->model->tok;
+    int n = spans ? tokenizer_encode_spans(tok, text, len, add_special, plain, n_plain, out)
+                  : tokenizer_encode_alloc(tok, text, len, add_special, parse_special, out);
+    budget_give(&srv->inflight, scratch);
+    if (n < 0)
+        return api_error_set(e, n, param, NULL, "cannot tokenize '%s': %s", param, err_name(n));
+    return n;
+}
 
 int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, bool parse_special, const char *param,
                              int *n_out, struct api_error *e)
@@ -69,11 +106,9 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, boo
         return t;
     }
     int32_t *t;
-    int n = tokenizer_encode_alloc(tok, p->text, strlen(p->text), true, parse_special, &t);
-    if (n < 0) {
-        api_error_set(e, n, param, NULL, "cannot tokenize '%s': %s", param, err_name(n));
+    int n = api_encode(srv, p->text, strlen(p->text), true, parse_special, NULL, 0, false, &t, param, e);
+    if (n < 0)
         return NULL;
-    }
     *n_out = n;
     return t;
 }
@@ -91,13 +126,11 @@ int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, 
         return NULL;
     }
     int32_t *t = NULL;
-    int n = tokenizer_encode_spans(srv->model->tok, text, strlen(text), true, content, n_content, &t);
+    int n = api_encode(srv, text, strlen(text), true, false, content, n_content, true, &t, "messages", e);
     free(text);
     free(content);
-    if (n < 0) {
-        api_error_set(e, n, "messages", NULL, "cannot tokenize the chat prompt: %s", err_name(n));
+    if (n < 0)
         return NULL;
-    }
     *n_out = n;
     return t;
 }
@@ -220,13 +253,17 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
     if (g->prediction && *g->prediction) {
         /* plain text (no BOS, special-token text kept as text): drafts for the tokens the model writes */
         int32_t *pt;
-        int np = tokenizer_encode_alloc(srv->model->tok, g->prediction, strlen(g->prediction), false, false, &pt);
-        int rc = np < 0 ? np : sched_req_set_prediction(r, pt, np);
-        if (np >= 0)
-            free(pt);
+        int np = api_encode(srv, g->prediction, strlen(g->prediction), false, false, NULL, 0, false, &pt,
+                            "prediction", e);
+        if (np < 0) {
+            sched_req_unref(r);
+            return NULL;
+        }
+        int rc = sched_req_set_prediction(r, pt, np);
+        free(pt);
         if (rc) {
             sched_req_unref(r);
-            api_error_set(e, rc, "prediction", NULL, "cannot tokenize 'prediction': %s", err_name(rc));
+            api_error_set(e, rc, "prediction", NULL, "cannot use 'prediction': %s", err_name(rc));
             return NULL;
         }
     }
