@@ -96,7 +96,9 @@ class HealthPoller:
 def test_heavy_requests_do_not_stall_health(make_server):
     """The issue's two stalls, with the limits raised so the answers are really built: /tokenize with_pieces of
     a 7.9 MB text (a 60 MB answer) and a 16-prompt x 16-choice completion with 20 logprobs (16 MB). /health
-    keeps answering throughout, within 1 s every time (it took 19.7 s before), and RSS comes back down."""
+    keeps answering throughout, within 1 s every time (it took 19.7 s before), and the memory of the answers
+    goes back to the system: RSS within 10% of its level before them (it stayed 2 GB higher before), measured
+    after requests of the same shape with small answers (KV cache pages and the threads' heaps touched once)."""
     s = make_server(STORIES, "--max-body", "16MiB", "--max-response", "1GiB", "--max-inflight", "2GiB")
     pid = s.proc.pid
 
@@ -108,6 +110,10 @@ def test_heavy_requests_do_not_stall_health(make_server):
 
     text = (STORY * 90000)[:7_900_000]
     s.client.get("/health")
+    body = {"prompt": ["Once upon a time"] * 16, "n": 16, "max_tokens": 120}
+    assert s.client.post("/v1/completions", json=body, timeout=120).status_code == 200
+    assert s.client.post("/tokenize", json={"content": STORY * 100, "with_pieces": True}).status_code == 200
+    time.sleep(0.3)
     rss0 = rss_mb()
     with HealthPoller(s.base) as hp:
         r = s.client.post("/tokenize", json={"content": text, "with_pieces": True}, timeout=120)
@@ -133,7 +139,8 @@ def test_heavy_requests_do_not_stall_health(make_server):
     with open(f"/proc/{pid}/maps") as f:
         sanitized = "libasan" in f.read()
     if not sanitized:
-        assert rss_mb() < rss0 + 64, f"RSS {rss0:.0f} MB before, {rss_mb():.0f} MB after"
+        print(f"RSS {rss0:.1f} MiB before the large answers, {rss_mb():.1f} MiB after")
+        assert rss_mb() <= rss0 * 1.10, f"RSS {rss0:.1f} MiB before the large answers, {rss_mb():.1f} MiB after"
 
 
 # ---------------------------------------------------------------------------------------------- bounds
@@ -200,6 +207,44 @@ def test_inflight_budget_503(make_server):
     r = s.client.post("/tokenize", content=second, headers={"Content-Type": "application/json"})
     assert r.status_code == 200
     assert s.metrics()['wafer_http_errors_total{status="503"}'] == 1
+
+
+def test_tokenizer_scratch_counts_in_inflight_budget(make_server):
+    """Tokenizing takes transient memory on a worker (about 48 bytes per byte of text); it is held in
+    server.max_inflight with bodies and answers: a text whose tokenizing could never fit is 413 before any
+    work, one that does not fit now (a large body in flight) is 503 with Retry-After, and fits again after."""
+    s = make_server(STORIES, "--max-body", "4MiB", "--max-inflight", "8MiB", "--chat-template", "llama2")
+    big = (STORY * 3000)[:200_000]    # about 9.6 MB of scratch: more than the whole budget
+    small = (STORY * 3000)[:100_000]  # about 4.8 MB
+    r = s.client.post("/tokenize", json={"content": big})
+    assert r.status_code == 413, r.text
+    e = r.json()["error"]
+    assert e["code"] == "input_too_large" and e["param"] == "content"
+    assert "server.max_inflight" in e["message"] and "200000 bytes" in e["message"]
+    r = s.client.post("/v1/completions", json={"prompt": big, "max_tokens": 1})
+    assert r.status_code == 413 and r.json()["error"]["param"] == "prompt"
+    r = s.client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": big}], "max_tokens": 1})
+    assert r.status_code == 413 and r.json()["error"]["param"] == "messages"
+    assert s.client.post("/tokenize", json={"content": small}).status_code == 200
+    # a 3.5 MiB body being read holds its bytes: 3.5 + 4.8 MB no longer fit in 8 MiB
+    host, port = s.base.replace("http://", "").split(":")
+    slow = socket.create_connection((host, int(port)), timeout=10)
+    slow.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+                 + str(3_600_000).encode() + b"\r\n\r\n{")
+    time.sleep(0.2)
+    r = s.client.post("/tokenize", json={"content": small})
+    assert r.status_code == 503, r.text
+    assert r.headers.get("retry-after") == "1"
+    assert r.json()["error"]["code"] == "server_busy"
+    slow.close()
+    deadline = time.time() + 5
+    while time.time() < deadline:
+        r = s.client.post("/tokenize", json={"content": small})
+        if r.status_code == 200:
+            break
+        time.sleep(0.1)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["tokens"]) > 10_000
 
 
 # ---------------------------------------------------------------------------------------------- special tokens
@@ -374,4 +419,70 @@ def test_sighup_reloads_and_never_cuts_streams(make_server, tmp_path):
         time.sleep(0.05)
     assert "SIGHUP: the configuration was not reloaded, the server keeps its settings" in s.log()
     assert s.client.post("/tokenize", json={"content": "x"}, headers=new).status_code == 200
+    assert s.stop() == 0
+
+
+def test_sighup_reloads_alert_rules(make_server, tmp_path):
+    """SIGHUP reloads the alert rules: a rule added to the file fires without a restart, an unchanged rule keeps
+    its alert (same activeAt), the log says what changed; a rule file that no longer parses is reported with
+    its file:line and the old rules go on being evaluated while the server keeps serving."""
+    cfg = tmp_path / "wafer.yaml"
+    never = "    - {name: Never, measure: queue_depth, op: '>', threshold: 1000000}\n"
+    always = "    - {name: Always, measure: queue_depth, op: '>=', threshold: 0, for_s: 0}\n"
+    cfg.write_text("alerts:\n  interval_s: 0.2\n  rules:\n" + never)
+    s = make_server(STORIES, "--config", str(cfg))
+
+    def rules():
+        return {r["name"]: r for r in s.client.get("/v1/alerts").json()["rules"]}
+
+    def wait(cond, what, timeout=15):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if cond():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{what}: {rules()}\n{s.log()[-3000:]}")
+
+    assert set(rules()) == {"Never"}
+    time.sleep(0.5)
+    assert rules()["Never"]["state"] == "inactive"
+    # a rule added: evaluated and firing after the SIGHUP, no restart
+    cfg.write_text("alerts:\n  interval_s: 0.2\n  rules:\n" + never + always)
+    s.proc.send_signal(signal.SIGHUP)
+    wait(lambda: rules().get("Always", {}).get("state") == "firing", "the added rule never fired")
+    assert re.search(r"SIGHUP: alert rules reloaded: 2 rule\(s\) \(was 1\) every 0\.2 s; added: Always; removed: "
+                     r"none; changed: none", s.log())
+    fired = rules()["Always"]
+    assert fired["activeAt"] and s.client.get("/v1/alerts").json()["data"]["alerts"][0]["labels"]["alertname"] == \
+        "Always"
+    m = s.client.get("/metrics").text
+    assert 'wafer_alerts{state="firing"} 1' in m
+
+    # a change to one rule: the unchanged one keeps its alert (not a new one)
+    cfg.write_text("alerts:\n  interval_s: 0.2\n  rules:\n" + never.replace("1000000", "999999") + always)
+    s.proc.send_signal(signal.SIGHUP)
+    wait(lambda: "changed: Never" in s.log(), "the changed rule was not reported")
+    time.sleep(0.5)
+    assert rules()["Always"]["state"] == "firing" and rules()["Always"]["activeAt"] == fired["activeAt"]
+    assert rules()["Never"]["threshold"] == 999999
+
+    # a broken rule file: reported with its file and line, the old rules stay, the server serves
+    cfg.write_text("alerts:\n  interval_s: 0.2\n  rules:\n" + never +
+                   "    - {name: Bad, measure: ttft_p95, op: '>', threshold: 1}\n")
+    s.proc.send_signal(signal.SIGHUP)
+    wait(lambda: "was not reloaded" in s.log(), "the broken file was not reported")
+    assert re.search(re.escape(f"SIGHUP: the configuration was not reloaded, the server keeps its settings: {cfg}:5: "
+                               "alerts.rules[1].measure: unknown measure 'ttft_p95'"), s.log()), s.log()[-2000:]
+    time.sleep(0.5)
+    assert set(rules()) == {"Never", "Always"} and rules()["Always"]["state"] == "firing"
+    assert s.client.get("/health").status_code == 200
+    r = s.client.post("/v1/completions", json={"prompt": "Once", "max_tokens": 4})
+    assert r.status_code == 200
+
+    # rules removed: the alert goes with its rule
+    cfg.write_text("server:\n  log_level: info\n")
+    s.proc.send_signal(signal.SIGHUP)
+    wait(lambda: "removed: Never, Always" in s.log(), "the removal was not reported")
+    wait(lambda: not rules(), "the rules were not removed")
+    assert s.proc.poll() is None
     assert s.stop() == 0
