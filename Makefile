@@ -1,6 +1,7 @@
 # wafer: one GNU Makefile.
 #   make            build/wafer (release, -O2, runtime CPU dispatch: only *_avx2.c files get AVX2 flags)
-#   make test       unit tests (cmocka), fuzz corpora replayed under ASan, end-to-end tests (pytest)
+#   make test       unit tests (cmocka), fuzz corpora replayed under ASan, end-to-end tests (pytest), then a
+#                   2-minute soak on stories260K (TEST_SOAK_SECONDS=120; 0 skips it)
 #   make asan       the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make fuzz       libFuzzer targets, each fuzzed for FUZZ_SECONDS seconds
 #   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
@@ -138,8 +139,9 @@ $(BUILD)/fuzz/%: tests/fuzz/%.c $(BUILD)/fuzz/libwafer-fuzz.a
 
 fuzz-build: $(FUZZ_BIN)
 
+TEST_SOAK_SECONDS ?= 120
 test: unit fuzz-build examples
-	@BUILD=$(BUILD) SHARED=$(SHARED) PYTHON=$(PYTHON) bash tests/run.sh
+	@BUILD=$(BUILD) SHARED=$(SHARED) PYTHON=$(PYTHON) TEST_SOAK_SECONDS=$(TEST_SOAK_SECONDS) bash tests/run.sh
 
 asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" EXTRA_LDFLAGS="-fsanitize=address,undefined" unit

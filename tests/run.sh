@@ -4,6 +4,9 @@
 #   fuzz:  each build/fuzz/fuzz_* target replays its corpus in tests/fuzz/corpus/<name>/ (ASan+UBSan)
 #   e2e:   pytest over tests/e2e (real binaries on loopback), skipped when WAFER_TEST_UNIT_ONLY=1; a pytest that
 #          fails, is missing, is interrupted or runs no test counts as a failure
+#   soak:  scripts/soak.py for TEST_SOAK_SECONDS (default 120; 0 skips it) on stories260K, after the e2e tests
+#          and also skipped with WAFER_TEST_UNIT_ONLY=1; it counts as one test, failed when the soak fails, when
+#          its runner breaks (no model, the server does not start, a Python error) or when it answered nothing
 # Environment: BUILD (build dir), SHARED (the ../shared folder), PYTHON (/usr/bin/python3).
 set -u
 cd "$(dirname "$0")/.."
@@ -67,6 +70,24 @@ if [ -z "${WAFER_TEST_UNIT_ONLY:-}" ]; then
         fi
         passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
         [ "$f" -ne 0 ] && failures+=("e2e")
+    fi
+
+    soak_s=${TEST_SOAK_SECONDS:-120}
+    if [ "$soak_s" != 0 ]; then
+        log="$BUILD/soak.log" json="$BUILD/soak.json"
+        rm -f "$json"
+        echo "soak  scripts/soak.py for $soak_s s on stories260K (log: $log)"
+        "$PYTHON" scripts/soak.py --wafer "$WAFER_BIN" --model "$WAFER_SHARED/models/stories260K/stories260K.gguf" \
+            --seconds "$soak_s" --json "$json" >"$log" 2>&1
+        rc=$?
+        # the verdict line and the figures it wrote decide: a runner that broke writes none
+        if [ $rc -eq 0 ] && "$PYTHON" -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+sys.exit(0 if r["verdict"] == "pass" and r["requests"] > 0 and r["generated_ok"] > 0 else 1)' "$json" 2>/dev/null; then
+            passed=$((passed + 1)); grep -A3 '^soak pass' "$log" | sed 's/^/      /'
+        else
+            failed=$((failed + 1)); failures+=("soak"); echo "soak: failed (exit status $rc)"; tail -60 "$log"
+        fi
     fi
 fi
 
