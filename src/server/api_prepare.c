@@ -52,8 +52,10 @@ bool api_model_ok(struct server *srv, const char *model, struct api_error *e)
 #define API_TOKEN_ID_BYTES 12
 #define API_LOGPROB_ENTRY_BYTES 96
 #define API_ANSWER_OVERHEAD 1024
-/* Peak transient bytes tokenizer_encode* allocates per byte of text, measured on SPM (stories260K, 37) and
- * BPE (llama3-style pre-tokenizer, 43) vocabularies with /usr/bin/time's maximum RSS, rounded up. */
+/* Peak transient bytes tokenizer_encode* allocates per byte of text, on the high side: SPM vocabularies
+ * (stories260K, llama-19M) measured 26 (maximum RSS of `wafer tokenize --file` on 4 MB of text, less its
+ * RSS on 1 KB; the text and the ids included); BPE adds the pre-tokenizer's per-code-point arrays (flags,
+ * classes, word bounds: about 20 more, counted from pretok.c's allocations, not measured). */
 #define API_TOKENIZE_SCRATCH_PER_BYTE 48
 
 int api_encode(struct server *srv, const char *text, size_t len, bool add_special, bool parse_special,
