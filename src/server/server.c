@@ -27,6 +27,7 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
 #include "engine/model.h"
@@ -456,11 +457,15 @@ static int server_load(struct server *srv)
     srv->bos_text = strdup(bos ? bos : "<s>");
     srv->eos_text = strdup(eos ? eos : "</s>");
     srv->created = (int64_t)time(NULL);
-    log_info("model %s (%s, %d layers, dim %d, %s) %s in %.0f ms: context %d, %d slots, %lld KV blocks of %d, "
-             "prefill chunk %d, %d compute threads, backend %s, chat template %s",
+    struct backend_desc bd;
+    engine_describe(srv->engine, &bd);
+    /* the KV cache's size in the log: its pages are touched as the prefix cache fills the pool, so a
+     * resident size growing up to this is expected (scripts/soak.py tells it apart from other growth) */
+    log_info("model %s (%s, %d layers, dim %d, %s) %s in %.0f ms: context %d, %d slots, %lld KV blocks of %d "
+             "(%.1f MiB), prefill chunk %d, %d compute threads, backend %s, chat template %s",
              cfg->model_name, hp->arch, hp->n_layers, hp->dim, dtype_name(srv->model->main_type),
              srv->model->mapped ? "mapped" : "read into memory", (double)(clock_now_ns() - t0) / 1e6, srv->n_ctx, cfg->max_batch_size, (long long)kp->n_blocks,
-             kp->block_size, cfg->prefill_chunk, engine_params_get(srv->engine)->n_threads,
+             kp->block_size, bd.kv_bytes / 1048576.0, cfg->prefill_chunk, engine_params_get(srv->engine)->n_threads,
              cfg->backend ? cfg->backend : "cpu", srv->chat == CHAT_NONE ? "none" : chat_family_name(srv->chat));
     return 0;
 }
