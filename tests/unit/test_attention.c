@@ -63,7 +63,7 @@ static void test_scores_match(void **state)
     (void)state;
     const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
     const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
-    const int nqs[] = {1, 2, 4, 7};
+    const int nqs[] = {1, 2, 4, 7, 16}; /* 16: a 4-token tile of 4 query heads per KV head */
     uint64_t seed = 11;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++) {
