@@ -10,6 +10,7 @@
 #include "engine/cpu/kernels.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #define AA_INLINE static inline __attribute__((always_inline))
 
@@ -201,6 +202,72 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
     }
 }
 
+/* attn_exp of 8 lanes (attn.h; attn.c spells out the same steps). */
+AA_INLINE __m256 aa_exp8(__m256 x)
+{
+    const __m256 magic = _mm256_set1_ps(0x1.8p23f);
+    __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), magic);
+    __m256 n = _mm256_sub_ps(z, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(z), _mm256_set1_epi32(-0x4b400000 + 127)), 23);
+    __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    /* x < -87 (and -inf): 0 */
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), v);
+}
+
+static float aa_exp1(float x)
+{
+    float out[8];
+    _mm256_storeu_ps(out, aa_exp8(_mm256_set1_ps(x)));
+    return out[0];
+}
+
+static void aa_softmax(float *s, int n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+    float m8[8], mx = -INFINITY;
+    _mm256_storeu_ps(m8, vm);
+    for (int l = 0; l < 8; l++)
+        if (m8[l] > mx)
+            mx = m8[l];
+    for (int t = i; t < n; t++)
+        if (s[t] > mx)
+            mx = s[t];
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256d a = _mm256_setzero_pd(), b = a;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = aa_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
+        _mm256_storeu_ps(s + i, e);
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double acc[8];
+    _mm256_storeu_pd(acc, a);
+    _mm256_storeu_pd(acc + 4, b);
+    for (; i < n; i++) {
+        s[i] = aa_exp1(s[i] - mx);
+        acc[i % 8] += (double)s[i];
+    }
+    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+    for (; i < n; i++)
+        s[i] *= (float)(1.0 / sum);
+}
+
 static void aa_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
@@ -220,7 +287,7 @@ static void aa_round_f16(const float *x, float *y, int64_t n)
 }
 
 static const struct attn_kernels aa_kernels = {
-    aa_scores_f16, aa_scores_f32, aa_accum_f16, aa_accum_f32, aa_to_f16, aa_round_f16,
+    aa_scores_f16, aa_scores_f32, aa_accum_f16, aa_accum_f32, aa_softmax, aa_to_f16, aa_round_f16,
 };
 
 const struct attn_kernels *attn_kernels_avx2(void) { return kernel_cpu_has_avx2() ? &aa_kernels : NULL; }

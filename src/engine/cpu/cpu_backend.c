@@ -582,7 +582,7 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
  * positions 0..pos of each token read block by block in position order. A tile is CPU_ATT_TILE consecutive
  * batch tokens cut where the sequence changes or positions stop following each other. Pairs are dealt to
  * threads round-robin, which balances a prefill (later tokens attend to more positions).
- * Softmax is exact and in two passes per query row (max, then exp and a double sum).
+ * Softmax in two passes per query row (max, then exp and a double sum) as attn.h defines it.
  * Rounding by cache type:
  *   F16  as llama.cpp's non-flash attention: the query is rounded to F16 for the K products, and the
  *        normalized probabilities are rounded to F16 for the V products (attn.h fixes the sum orders).
@@ -653,18 +653,7 @@ static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
             for (int r = 0; r < R; r++) {
                 int n_pos = n_first + r / group;
                 float *sg = sc + (size_t)r * lds;
-                float mx = -INFINITY;
-                for (int p = 0; p < n_pos; p++)
-                    if (sg[p] > mx)
-                        mx = sg[p];
-                double sum = 0;
-                for (int p = 0; p < n_pos; p++) {
-                    sg[p] = expf(sg[p] - mx);
-                    sum += sg[p];
-                }
-                float inv = (float)(1.0 / sum);
-                for (int p = 0; p < n_pos; p++)
-                    sg[p] *= inv;
+                ak->softmax(sg, n_pos);
                 if (kt == DTYPE_F16)
                     ak->round_f16(sg, sg, n_pos);
             }
