@@ -258,6 +258,76 @@ static void test_pending_drops(void **state)
     alert_config_deinit(&cfg);
 }
 
+/* A reload (alert_engine_set_config): a firing alert whose rule keeps its name and labels keeps its state and
+ * activeAt and goes on being evaluated from the windows recorded before; a new rule starts inactive and is
+ * evaluated from the same windows at once; a removed rule's alert is gone; a rule looking back further than
+ * any before (2 h: the coarse ring) works. */
+static void test_set_config(void **state)
+{
+    (void)state;
+    static const char a[] = "alerts:\n  rules:\n    - {name: SlowTTFT, measure: ttft_p95_ms, window_s: 5, "
+                            "threshold: 500}\n";
+    static const char b[] = "alerts:\n  rules:\n    - {name: Busy, measure: requests_per_second, window_s: 5, "
+                            "op: '>', threshold: 1}\n    - {name: SlowTTFT, measure: ttft_p95_ms, window_s: 5, "
+                            "threshold: 400}\n    - {name: Long, measure: requests_per_second, window_s: 7200, "
+                            "op: '>', threshold: 1000}\n";
+    static const char c[] = "alerts:\n  rules:\n    - {name: Busy, measure: requests_per_second, window_s: 5, "
+                            "op: '>', threshold: 1}\n";
+    struct alert_config ca, cb, cc;
+    alert_config_init(&ca);
+    alert_config_init(&cb);
+    alert_config_init(&cc);
+    char err[ERR_MSG_MAX] = "";
+    assert_int_equal(alert_config_load_string(&ca, a, strlen(a), "a.yaml", err), 0);
+    assert_int_equal(alert_config_load_string(&cb, b, strlen(b), "b.yaml", err), 0);
+    assert_int_equal(alert_config_load_string(&cc, c, strlen(c), "c.yaml", err), 0);
+    struct alert_engine *e = alert_engine_create(&ca, NULL, 0, 0);
+    assert_non_null(e);
+    struct alert_sample cur;
+    sample_at(&cur, 0);
+    double t = 0;
+    for (; t < 10; t += 1)
+        feed(e, &cur, t, true, t);
+    int n;
+    struct alert_view *v = alert_engine_views(e, true, &n);
+    assert_int_equal(n, 1);
+    assert_int_equal(v[0].state, ALERT_FIRING);
+    double active_at = v[0].active_at;
+    alert_views_free(v, n);
+
+    assert_int_equal(alert_engine_set_config(e, &cb), 0);
+    alert_config_deinit(&ca); /* no view of it is left: the engine no longer reads it */
+    assert_int_equal(state_of(e, "Busy", NULL), ALERT_INACTIVE);
+    feed(e, &cur, t, true, t);
+    t += 1;
+    v = alert_engine_views(e, true, &n);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(v[i].rule->name, "SlowTTFT")) {
+            assert_int_equal(v[i].state, ALERT_FIRING);
+            assert_true(v[i].active_at == active_at); /* the same alert, not a new one */
+            assert_true(v[i].rule->threshold == 400);
+        } else if (!strcmp(v[i].rule->name, "Busy")) {
+            assert_int_equal(v[i].state, ALERT_FIRING); /* 10 requests a second, from the windows kept */
+        } else {
+            assert_string_equal(v[i].rule->name, "Long");
+            assert_int_equal(v[i].state, ALERT_INACTIVE);
+        }
+    }
+    alert_views_free(v, n);
+
+    assert_int_equal(alert_engine_set_config(e, &cc), 0);
+    alert_config_deinit(&cb);
+    feed(e, &cur, t, false, t);
+    v = alert_engine_views(e, true, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(v[0].rule->name, "Busy");
+    assert_int_equal(v[0].state, ALERT_FIRING);
+    alert_views_free(v, n);
+    alert_engine_destroy(e);
+    alert_config_deinit(&cc);
+}
+
 static const char burn_yaml[] = "alerts:\n"
                                 "  rules:\n"
                                 "    - name: FastBurn\n"
@@ -503,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_burn_latency),   cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_config_receivers), cmocka_unit_test(test_persist_states),
         cmocka_unit_test(test_formats),        cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_set_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
