@@ -49,7 +49,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench soak clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-slo soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -161,6 +161,12 @@ check-layers: $(BUILD)/wafer
 # make bench BENCH_MODELS="a.gguf b.gguf" [LLAMA_BENCH="native=/path/llama-bench ..."] [BENCH_ARGS="-r 3 --rounds 2"]
 # wafer bench on each model, and llama-bench back to back when given; prints the docs/performance.md table.
 BENCH_MODELS ?=
+# make bench-slo [SLO_MODEL=model.gguf] [SLO_ARGS="--rounds 3 --itl 40 --ttft 3000"]
+# goodput of max_batch_size: auto against fixed 32 and fixed 4 (docs/observability.md).
+SLO_MODEL ?= $(SHARED)/models/llama-19M/llama-19M-Q8_0.gguf
+bench-slo: $(BUILD)/wafer
+	WAFER_BIN=$(BUILD)/wafer $(PYTHON) scripts/bench_slo.py $(SLO_MODEL) $(SLO_ARGS)
+
 bench: $(BUILD)/wafer
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench: set BENCH_MODELS="model.gguf ..." (see docs/performance.md)'; exit 2; }
 	$(BUILD)/wafer bench --membw

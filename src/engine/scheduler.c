@@ -136,6 +136,7 @@ struct scheduler {
     atomic_int n_queued; /* submitted and not yet admitted (inbox + wait queue) */
     atomic_int cancel_all;
     atomic_int max_running; /* admission limit on running sequences, 1..max_seqs (scheduler_set_max_running) */
+    atomic_int prefill_budget; /* prompt tokens per step now, 1..p.prefill_chunk (scheduler_set_prefill_chunk) */
 
     /* engine thread */
     struct sched_req **waiting;
@@ -953,7 +954,7 @@ static int64_t plan_step(struct scheduler *s, bool allow_spec)
         }
     }
     /* then prompt chunks in admission order */
-    int budget = s->p.prefill_chunk;
+    int budget = atomic_load(&s->prefill_budget);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct sched_req *r = s->running[i];
         bool has_waiting_followers = false;
@@ -1391,6 +1392,7 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->n_ctx = ep->n_ctx;
     s->max_seqs = p->max_batch_size;
     atomic_init(&s->max_running, s->max_seqs);
+    atomic_init(&s->prefill_budget, p->prefill_chunk);
     s->kv_total = kv_pool_params(engine_kv(e))->n_blocks;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -1555,6 +1557,7 @@ void scheduler_stats(const struct scheduler *s, struct sched_stats *out)
     out->prefix_cache_blocks = atomic_load(&m->st_cache_blocks);
     out->steps = atomic_load(&m->st_steps);
     out->max_running = atomic_load(&m->max_running);
+    out->prefill_chunk = atomic_load(&m->prefill_budget);
 }
 
 int scheduler_set_max_running(struct scheduler *s, int n)
@@ -1565,3 +1568,15 @@ int scheduler_set_max_running(struct scheduler *s, int n)
 }
 
 int scheduler_max_running(const struct scheduler *s) { return atomic_load(&((struct scheduler *)s)->max_running); }
+
+int scheduler_set_prefill_chunk(struct scheduler *s, int n)
+{
+    n = n < 1 ? 1 : n > s->p.prefill_chunk ? s->p.prefill_chunk : n;
+    atomic_store(&s->prefill_budget, n);
+    return n;
+}
+
+int scheduler_prefill_chunk(const struct scheduler *s)
+{
+    return atomic_load(&((struct scheduler *)s)->prefill_budget);
+}

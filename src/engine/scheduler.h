@@ -216,6 +216,7 @@ struct sched_stats {
     int64_t prefix_cache_blocks;
     uint64_t steps;
     int max_running; /* the admission limit now (scheduler_set_max_running) */
+    int prefill_chunk; /* prompt tokens a step carries now (scheduler_set_prefill_chunk) */
 };
 
 struct scheduler;
@@ -251,5 +252,11 @@ void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
  * never preempted for it, and a request is always admitted into an empty batch. Any thread (an atomic). */
 int scheduler_set_max_running(struct scheduler *s, int n);
 int scheduler_max_running(const struct scheduler *s);
+/* Limits the prompt tokens one step carries to n (clamped to 1..sched_params.prefill_chunk, the size the
+ * batch was allocated for; returns the value set): smaller chunks make the steps that prefill shorter, so
+ * the running sequences' inter-token latency has a shorter tail, at the cost of slower prefill. Takes
+ * effect at the next step. Any thread (an atomic). */
+int scheduler_set_prefill_chunk(struct scheduler *s, int n);
+int scheduler_prefill_chunk(const struct scheduler *s);
 
 #endif

@@ -78,6 +78,7 @@ static const char dashboard_page[] =
     "  [\"itl_p50_ms\", \"ITL p50\", \"ms\"], [\"itl_p95_ms\", \"ITL p95\", \"ms\"], [\"itl_p99_ms\", \"ITL p99\", \"ms\"],\n"
     "  [\"e2e_p50_ms\", \"E2E p50\", \"ms\"], [\"e2e_p95_ms\", \"E2E p95\", \"ms\"], [\"queue_p95_ms\", \"queue p95\", \"ms\"],\n"
     "  [\"running\", \"running\", \"i\"], [\"waiting\", \"waiting\", \"i\"], [\"batch_limit\", \"batch limit\", \"i\"],\n"
+    "  [\"prefill_chunk\", \"prefill chunk\", \"i\"],\n"
     "  [\"kv_usage\", \"KV cache use\", \"%\"], [\"prefix_cache_usage\", \"prefix cache\", \"%\"],\n"
     "  [\"error_rate\", \"error rate\", \"%\"], [\"preemptions_per_second\", \"preemptions/s\", \"n\"],\n"
     "  [\"cost_per_million_tokens\", \"$ / 1M tokens\", \"$\"], [\"tokens_per_joule\", \"tokens / J\", \"n\"],\n"

@@ -1,6 +1,7 @@
 /*
  * slo_control: additive-increase, multiplicative-decrease on the batch limit against a latency target,
- * with a hold after each change, a hysteresis band, and a throughput check on increases (slo_control.h).
+ * with a hold after each change, a hysteresis band, and a throughput check on increases; halving and
+ * doubling of the prefill chunk when the ITL's tail, not its median, misses (slo_control.h).
  */
 #include "server/slo_control.h"
 
@@ -23,6 +24,21 @@ void slo_control_init(struct slo_control *c, const struct slo_params *p, int ini
     c->limit = initial < c->p.min_batch ? c->p.min_batch : initial > c->p.max_batch ? c->p.max_batch : initial;
     c->last_change = now;
     c->ceiling = c->p.max_batch;
+    if (c->p.max_chunk > 0) {
+        if (c->p.min_chunk < 1 || c->p.min_chunk > c->p.max_chunk)
+            c->p.min_chunk = c->p.max_chunk < 16 ? c->p.max_chunk : 16;
+        c->chunk = c->chunk_ceiling = c->p.max_chunk;
+    } else {
+        c->p.max_chunk = c->p.min_chunk = 0;
+    }
+}
+
+static void set_chunk(struct slo_control *c, int v, double now, const char *why)
+{
+    c->chunk = v;
+    c->last_change = now;
+    c->last_was_increase = false;
+    snprintf(c->reason, sizeof c->reason, "%s", why);
 }
 
 static int clamp(const struct slo_control *c, int v)
@@ -46,6 +62,8 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         return c->limit; /* the window still holds measures of the previous limit */
     if (now >= c->ceiling_until)
         c->ceiling = c->p.max_batch;
+    if (now >= c->chunk_ceiling_until)
+        c->chunk_ceiling = c->p.max_chunk;
     bool have_itl = c->p.itl_p95_ms > 0 && !isnan(in->itl_p95_ms);
     bool itl_over = have_itl && in->itl_p95_ms > c->p.itl_p95_ms;
     bool itl_room = c->p.itl_p95_ms <= 0 || (have_itl && in->itl_p95_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis));
@@ -62,6 +80,21 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         return c->limit;
     }
     c->last_was_increase = false;
+    if (itl_over && c->chunk > c->p.min_chunk && in->itl_p50_ms > 0 &&
+        in->itl_p50_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis)) {
+        /* the tail, not the median, misses: the steps carrying prompt chunks are the slow ones */
+        int v = c->chunk / 2 > c->p.min_chunk ? c->chunk / 2 : c->p.min_chunk;
+        c->chunk_ceiling = v;
+        c->chunk_ceiling_until = now + 6 * c->p.window_s;
+        set_chunk(c, v, now, "ITL p95 above the target, p50 within: smaller prompt chunks");
+        return c->limit;
+    }
+    bool chunk_room = c->chunk > 0 && c->chunk < c->chunk_ceiling;
+    if (itl_room && have_itl && ttft_over && in->waiting > 0 && chunk_room) {
+        int v = c->chunk * 2 < c->chunk_ceiling ? c->chunk * 2 : c->chunk_ceiling;
+        set_chunk(c, v, now, "TTFT p95 above the target with requests waiting: larger prompt chunks");
+        return c->limit;
+    }
     if (itl_over) {
         int base = in->running > 0 && in->running < c->limit ? in->running : c->limit;
         int v = clamp(c, (int)floor(base * 0.75));
@@ -76,9 +109,15 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         int v = clamp(c, c->limit + step);
         if (v > c->ceiling)
             v = c->ceiling;
-        if (v != c->limit)
+        if (v != c->limit) {
             set_limit(c, v, now, true, in->output_tps,
                       ttft_over ? "TTFT p95 above the target with requests waiting" : "ITL p95 has room, requests wait");
+            return c->limit;
+        }
+    }
+    if (itl_room && have_itl && chunk_room) {
+        int v = c->chunk * 2 < c->chunk_ceiling ? c->chunk * 2 : c->chunk_ceiling;
+        set_chunk(c, v, now, "ITL p95 has room: larger prompt chunks");
     }
     return c->limit;
 }

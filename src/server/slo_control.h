@@ -13,6 +13,15 @@
  *   - after an increase, if output tokens per second did not grow by at least 3%, the batch has stopped
  *     paying: go back and cap increases there for six windows;
  *   - in between (the hysteresis band), or without ITL samples: keep.
+ * The prefill chunk (prompt tokens a step may carry, when max_chunk is set): a step that carries a prompt
+ * chunk is longer than a decode step, so a large chunk shows as a tail on the ITL while the median stays
+ * low. So:
+ *   - ITL p95 above target while the ITL p50 is inside the band (the steady decode fits; the spikes do not):
+ *     halve the chunk (down to min_chunk) before touching the batch, and cap its growth for six windows;
+ *   - ITL p95 with room: a missed TTFT target while requests wait first doubles the chunk (prompts go
+ *     through faster); otherwise the batch grows first when requests wait, and the chunk climbs back to
+ *     max_chunk when nothing else asks for room (larger chunks make prefill cheaper per token).
+ * One change per step, each followed by the hold.
  * Pure: no clock, no threads; unit-tested step by step.
  */
 #ifndef WAFER_SERVER_SLO_CONTROL_H
@@ -26,11 +35,13 @@ struct slo_params {
     double window_s;    /* measures' window and hold after a change (default 10) */
     double hysteresis;  /* fraction under the target before growing (default 0.2) */
     int min_batch, max_batch;
+    int min_chunk, max_chunk; /* prefill chunk range; max_chunk <= 0: the chunk is not adapted */
 };
 
 /* What was measured over the last window (NaN: no samples). */
 struct slo_input {
     double itl_p95_ms, ttft_p95_ms, output_tps;
+    double itl_p50_ms; /* <= 0 or NaN: unknown (then the chunk is never blamed for the tail) */
     int running, waiting;
 };
 
@@ -42,12 +53,15 @@ struct slo_control {
     double tps_before_increase;
     int ceiling;         /* increases capped here until ceiling_until */
     double ceiling_until;
+    int chunk;               /* prefill chunk now (0 when not adapted) */
+    int chunk_ceiling;       /* chunk increases capped here until chunk_ceiling_until */
+    double chunk_ceiling_until;
     char reason[96];     /* why the last change was made, for the log */
 };
 
 void slo_control_init(struct slo_control *c, const struct slo_params *p, int initial, double now);
-/* One decision at time now (seconds). Returns the new limit (== c->limit); c->reason says why when it
- * changed. */
+/* One decision at time now (seconds). Returns the new limit (== c->limit); c->chunk is the prefill chunk
+ * to use; c->reason says why when either changed. */
 int slo_control_step(struct slo_control *c, const struct slo_input *in, double now);
 
 #endif

@@ -112,6 +112,75 @@ static void test_ttft_target(void **state)
     assert_int_equal(slo_control_step(&c, &in, 2), 3); /* met: keep */
 }
 
+/* A server whose decode steps fit the target (p50 = 0.5 + 0.25 ms per running sequence) but whose steps
+ * carrying a prompt chunk add `per_token` ms per chunk token to the tail (p95). */
+static struct slo_input sim_chunk(const struct slo_control *c, double per_token, double ttft)
+{
+    struct slo_input in = {.itl_p50_ms = 0.5 + 0.25 * c->limit, .ttft_p95_ms = ttft, .running = c->limit,
+                           .waiting = 10, .output_tps = 300.0 * c->limit};
+    in.itl_p95_ms = in.itl_p50_ms + per_token * c->chunk;
+    return in;
+}
+
+static void test_prefill_chunk(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.itl_p95_ms = 4.0, .window_s = 10, .min_batch = 1, .max_batch = 8, .max_chunk = 256};
+    slo_control_init(&c, &p, 8, 0);
+    assert_int_equal(c.chunk, 256);
+    assert_int_equal(c.p.min_chunk, 16);
+    /* p50 2.5 ms fits, p95 2.5 + 5.12 does not: the chunk halves, the batch stays */
+    struct slo_input in = sim_chunk(&c, 0.02, NAN);
+    assert_int_equal(slo_control_step(&c, &in, 10), 8);
+    assert_int_equal(c.chunk, 128);
+    assert_non_null(strstr(c.reason, "smaller prompt chunks"));
+    in = sim_chunk(&c, 0.02, NAN);
+    assert_int_equal(slo_control_step(&c, &in, 15), 8); /* hold */
+    assert_int_equal(c.chunk, 128);
+    in = sim_chunk(&c, 0.02, NAN); /* 2.5 + 2.56 > 4 */
+    slo_control_step(&c, &in, 20);
+    assert_int_equal(c.chunk, 64); /* 2.5 + 1.28 = 3.78: met, inside the band */
+    for (double t = 30; t < 200; t += 10) {
+        in = sim_chunk(&c, 0.02, NAN);
+        assert_int_equal(slo_control_step(&c, &in, t), 8);
+        assert_int_equal(c.chunk, 64); /* stable, also after the cap expired (no room to grow) */
+    }
+    /* the median itself misses: the batch goes down, not the chunk */
+    struct slo_control d;
+    slo_control_init(&d, &p, 8, 0);
+    in = (struct slo_input){.itl_p50_ms = 3.9, .itl_p95_ms = 5, .ttft_p95_ms = NAN, .running = 8, .waiting = 4,
+                            .output_tps = 100};
+    assert_int_equal(slo_control_step(&d, &in, 10), 6);
+    assert_int_equal(d.chunk, 256);
+    /* cheap chunks and a missed TTFT with requests waiting: the chunk doubles back before the batch grows */
+    struct slo_params pt = p;
+    pt.ttft_p95_ms = 1000;
+    slo_control_init(&d, &pt, 4, 0);
+    in = sim_chunk(&d, 0.01, NAN);
+    slo_control_step(&d, &in, 10);
+    assert_int_equal(d.chunk, 128); /* 1.5 + 2.56 > 4 */
+    for (double t = 20; t < 70; t += 10) { /* capped for six windows */
+        in = sim_chunk(&d, 0.001, 5000);
+        slo_control_step(&d, &in, t);
+        assert_true(d.chunk == 128);
+    }
+    in = sim_chunk(&d, 0.001, 5000);
+    int limit = d.limit;
+    slo_control_step(&d, &in, 70);
+    assert_int_equal(d.chunk, 256);
+    assert_int_equal(d.limit, limit);
+    assert_non_null(strstr(d.reason, "TTFT"));
+    /* without max_chunk the chunk is left alone */
+    struct slo_params q = p;
+    q.max_chunk = 0;
+    slo_control_init(&d, &q, 8, 0);
+    in = sim_chunk(&d, 0.02, NAN);
+    in.itl_p95_ms = 10;
+    assert_int_equal(slo_control_step(&d, &in, 10), 6);
+    assert_int_equal(d.chunk, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -119,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_grows_when_room),
         cmocka_unit_test(test_throughput_plateau),
         cmocka_unit_test(test_ttft_target),
+        cmocka_unit_test(test_prefill_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
