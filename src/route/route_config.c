@@ -7,6 +7,7 @@
  * lists of mappings, walked by hand. Messages carry "file:line: section.key:"; a list or mapping node has no
  * line of its own in libfyaml's document API, so it is reported at the line of the key that holds it.
  */
+#include "core/alert.h"
 #include "route/route_config.h"
 
 #include "core/err.h"
@@ -141,6 +142,10 @@ void route_config_deinit(struct route_config *c)
     pools_free(c);
     routes_free(c);
     keys_free(c);
+    if (c->alerts) {
+        alert_config_deinit(c->alerts);
+        free(c->alerts);
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -651,6 +656,47 @@ static int rc_limits(struct rc_ctx *x, struct fy_node *map, int line)
     return 0;
 }
 
+/* ---- alerts ---------------------------------------------------------------------------------------- */
+
+/* Whether the router measures m: it sees requests, their status and their timing at the proxy, not the
+ * backends' engines (no tokens, inter-token gaps, queues, KV cache, batch, energy or cost). */
+static bool rc_alert_measure_ok(const struct alert_rule *r)
+{
+    switch (r->measure.kind) {
+    case AM_QUANTILE:
+    case AM_MEAN: return r->measure.hist == ALERT_H_E2E || r->measure.hist == ALERT_H_TTFT;
+    case AM_ERROR_RATE:
+    case AM_REQUESTS_PS:
+    case AM_RUNNING: return true;
+    case AM_BURN_RATE: return r->burn.latency_hist < 0 || r->burn.latency_hist == ALERT_H_E2E ||
+                              r->burn.latency_hist == ALERT_H_TTFT;
+    default: return false;
+    }
+}
+
+static int rc_alerts(struct rc_ctx *x, struct fy_node *v)
+{
+    struct route_config *c = x->c;
+    if (!c->alerts) {
+        if (!(c->alerts = malloc(sizeof *c->alerts)))
+            return err_set(x->err, ERR_NOMEM, "out of memory");
+        alert_config_init(c->alerts);
+    }
+    int rc = alert_config_parse(c->alerts, v, x->name, x->base, x->err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < c->alerts->n_rules; i++) {
+        const struct alert_rule *r = &c->alerts->rules[i];
+        if (!rc_alert_measure_ok(r))
+            return rc_err(x, r->line,
+                          "alerts.rules[%d].measure: '%s' is not measured by wafer route (it has error_rate, "
+                          "requests_per_second, e2e_pNN_ms, ttft_pNN_ms (time to first byte), e2e_mean_ms, "
+                          "ttft_mean_ms, running, burn_rate)",
+                          i, r->measure_name);
+    }
+    return 0;
+}
+
 /* ---- document -------------------------------------------------------------------------------------- */
 
 static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
@@ -675,6 +721,8 @@ static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
             rc = rc_routes(x, v, line);
         else if (!strcmp(key, "limits"))
             rc = rc_limits(x, v, line);
+        else if (!strcmp(key, "alerts"))
+            rc = rc_alerts(x, v);
         else if (!strcmp(key, "cache") && v && fy_node_is_mapping(v) &&
                  fy_node_mapping_lookup_by_string(v, "url", (size_t)-1))
             rc = rc_err(x, line, "cache.url: a shared (Redis) cache is not supported yet; use max_bytes and ttl_s");
@@ -684,7 +732,7 @@ static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
                 known |= !strcmp(rk_sections[i], key);
             if (!known)
                 return rc_err(x, line, "unknown section '%s' (known: server, pools, routes, retries, timeouts, "
-                                       "health, cache, limits, resume, dns)", key);
+                                       "health, cache, limits, resume, dns, alerts)", key);
             rc = rc_flat_section(x, key, v, line);
         }
         if (rc)

@@ -14,6 +14,9 @@
  *   limits:   {keys: [{key, rpm, tpm, concurrent}, ...], key_file}
  *   resume:   {enabled}
  *   dns:      {refresh_s}
+ *   alerts:   the rules and receivers of `wafer serve` (core/alert.h), on the measures the router has:
+ *             error_rate, requests_per_second, e2e_*, ttft_* (time to first byte), running (in flight),
+ *             burn_rate (on errors, or on e2e / ttft latency)
  */
 #ifndef WAFER_ROUTE_ROUTE_CONFIG_H
 #define WAFER_ROUTE_ROUTE_CONFIG_H
@@ -49,6 +52,8 @@ struct route_rule_conf {
     char *sticky_header; /* lower case, for ROUTE_STICKY_HEADER */
     int line;
 };
+
+struct alert_config;
 
 struct route_key_conf {
     char *key;
@@ -93,6 +98,8 @@ struct route_config {
 
     bool resume;
     double dns_refresh_s; /* 0: resolve host names once */
+
+    struct alert_config *alerts; /* the alerts: section; NULL when there is none */
 };
 
 /* Defaults (port 8080, retries 2 x 25..250 ms, health /ready every 2 s, ...). Release with _deinit. */

@@ -34,6 +34,7 @@
 #define RT_MAX_ADDRS 16        /* addresses kept per backend host name */
 #define RT_MAX_TRIED 16        /* attempts remembered per request (log line) */
 #define RT_HIST_BUCKETS 16
+#define RT_SHARE_RING 11       /* seconds of per-backend attempt counts kept for the dashboard's shares, + 1 */
 
 /* Kinds of backend failure, as counted in wafer_route_backend_errors_total{kind}. */
 enum rt_err_kind { RT_ERR_CONNECT, RT_ERR_TIMEOUT, RT_ERR_5XX, RT_ERR_429, RT_ERR_BROKEN, RT_ERR_GARBAGE, RT_ERR_COUNT_ };
@@ -92,6 +93,8 @@ struct rt_backend {
     uint64_t m_errors[RT_ERR_COUNT_];
     uint64_t m_ejections;
     struct rt_hist ttfb;                /* request start to the response head */
+    uint64_t share_requests[RT_SHARE_RING]; /* m_requests and failures at each of the last seconds */
+    uint64_t share_failures[RT_SHARE_RING]; /* (route_observe.c) */
 
     struct rt_backend *next; /* registry */
 };
@@ -153,6 +156,7 @@ struct rt_table {
 void rt_table_unref(struct rt_table *t);
 
 struct rt_req;
+struct rt_observe;
 
 struct router {
     struct http_server *http;
@@ -179,6 +183,7 @@ struct router {
     uint64_t m_reloads, m_reload_errors;
     struct rt_hist duration;       /* client request start to the last byte handed over */
     struct rt_hist ttfb;           /* client request start to the first byte handed over */
+    struct rt_observe *observe;    /* alert rules, notifications, the dashboard's data (route_observe.c) */
 };
 
 /* ---- route.c ---- */

@@ -69,6 +69,10 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
     bool itl_room = c->p.itl_p95_ms <= 0 || (have_itl && in->itl_p95_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis));
     bool ttft_over = c->p.ttft_p95_ms > 0 && !isnan(in->ttft_p95_ms) && in->ttft_p95_ms > c->p.ttft_p95_ms;
     bool demand = in->waiting > 0 && in->running >= c->limit;
+    bool ttft_wait = ttft_over && in->waiting > 0;
+    /* a missed TTFT target with requests waiting is a missed SLO too: it may grow while the ITL p95 is
+     * within its target, not only under the band (the ITL side backs off if that overshoots) */
+    bool ttft_room = ttft_wait && have_itl && in->itl_p95_ms <= c->p.itl_p95_ms;
 
     /* an increase that bought no throughput is undone, and capped for a while */
     if (c->last_was_increase && !isnan(in->output_tps) && !isnan(c->tps_before_increase) && !itl_over &&
@@ -80,9 +84,10 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         return c->limit;
     }
     c->last_was_increase = false;
-    if (itl_over && c->chunk > c->p.min_chunk && in->itl_p50_ms > 0 &&
+    if ((itl_over || (!itl_room && (demand || ttft_wait) && c->limit < c->ceiling)) && c->chunk > c->p.min_chunk && in->itl_p50_ms > 0 &&
         in->itl_p50_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis)) {
-        /* the tail, not the median, misses: the steps carrying prompt chunks are the slow ones */
+        /* the tail, not the median, misses (or stands in the way of growth the load asks for): the steps
+         * carrying prompt chunks are the slow ones */
         int v = c->chunk / 2 > c->p.min_chunk ? c->chunk / 2 : c->p.min_chunk;
         c->chunk_ceiling = v;
         c->chunk_ceiling_until = now + 6 * c->p.window_s;
@@ -97,14 +102,18 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
     }
     if (itl_over) {
         int base = in->running > 0 && in->running < c->limit ? in->running : c->limit;
-        int v = clamp(c, (int)floor(base * 0.75));
+        /* far over the target, a bigger cut (the ITL grows about linearly with the batch): target / measured,
+         * between 1/2 and 3/4 */
+        double f = c->p.itl_p95_ms / in->itl_p95_ms;
+        f = f < 0.5 ? 0.5 : f > 0.75 ? 0.75 : f;
+        int v = clamp(c, (int)floor(base * f));
         if (v >= c->limit)
             v = clamp(c, c->limit - 1);
         if (v != c->limit)
             set_limit(c, v, now, false, NAN, "ITL p95 above the target");
         return c->limit;
     }
-    if (demand && itl_room && (have_itl || ttft_over) && c->limit < c->ceiling) {
+    if (((demand && itl_room && (have_itl || ttft_over)) || ttft_room) && c->limit < c->ceiling) {
         int step = c->limit / 8 > 1 ? c->limit / 8 : 1;
         int v = clamp(c, c->limit + step);
         if (v > c->ceiling)

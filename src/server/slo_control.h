@@ -6,17 +6,20 @@
  *
  * Policy, once per step (the caller steps it every second or so with the window's measures):
  *   - after a change, hold for one window, so the measures reflect the new limit;
- *   - ITL p95 above target: decrease multiplicatively, to 3/4 of the running batch (at least one less);
+ *   - ITL p95 above target: decrease multiplicatively, to target/measured of the running batch, between
+ *     1/2 and 3/4 (at least one less);
  *   - ITL p95 below (1 - hysteresis) of the target and requests waiting at the limit: increase by one
  *     eighth (at least one); the TTFT target, when set, only asks for more room when it is missed while
- *     requests wait (queueing is what a bigger batch cures);
+ *     requests wait (queueing is what a bigger batch cures), and then the ITL p95 need only be within its
+ *     target (a missed TTFT is a missed SLO too; should the ITL overshoot, it backs off);
  *   - after an increase, if output tokens per second did not grow by at least 3%, the batch has stopped
  *     paying: go back and cap increases there for six windows;
  *   - in between (the hysteresis band), or without ITL samples: keep.
  * The prefill chunk (prompt tokens a step may carry, when max_chunk is set): a step that carries a prompt
  * chunk is longer than a decode step, so a large chunk shows as a tail on the ITL while the median stays
  * low. So:
- *   - ITL p95 above target while the ITL p50 is inside the band (the steady decode fits; the spikes do not):
+ *   - ITL p95 above target, or without room while the load asks for more (requests waiting at the limit,
+ *     or a missed TTFT), while the ITL p50 is inside the band (the steady decode fits; the spikes do not):
  *     halve the chunk (down to min_chunk) before touching the batch, and cap its growth for six windows;
  *   - ITL p95 with room: a missed TTFT target while requests wait first doubles the chunk (prompts go
  *     through faster); otherwise the batch grows first when requests wait, and the chunk climbs back to

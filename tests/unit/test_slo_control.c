@@ -27,13 +27,14 @@ static void test_converges(void **state)
     slo_control_init(&c, &p, 32, 0);
     assert_int_equal(c.limit, 32);
     double t = 0;
-    /* 32 sequences: ITL 8.5 ms > 4: decreases to 24, then 18, ... */
+    /* 32 sequences: ITL 8.5 ms, over twice the 4 ms target: the cut is the largest, to 1/2 (16); nearer the
+     * target, to target / measured, at most 3/4 */
     t += 10;
     struct slo_input in = sim(c.limit, 1e9);
-    assert_int_equal(slo_control_step(&c, &in, t), 24);
+    assert_int_equal(slo_control_step(&c, &in, t), 16);
     /* within the hold window nothing changes, even if the measure is still over */
     in = sim(c.limit, 1e9);
-    assert_int_equal(slo_control_step(&c, &in, t + 5), 24);
+    assert_int_equal(slo_control_step(&c, &in, t + 5), 16);
     for (int i = 0; i < 40; i++) {
         t += 10;
         in = sim(c.limit, 1e9);
@@ -110,6 +111,20 @@ static void test_ttft_target(void **state)
     in.running = 3;
     in.output_tps = 200;
     assert_int_equal(slo_control_step(&c, &in, 2), 3); /* met: keep */
+    /* with an ITL target too: a missed TTFT grows the batch while the ITL p95 is within its target, even
+     * inside the band (3.5 of 4 ms); not once the ITL is over */
+    struct slo_params p2 = {.itl_p95_ms = 4, .ttft_p95_ms = 200, .window_s = 1, .min_batch = 1, .max_batch = 8};
+    slo_control_init(&c, &p2, 4, 0);
+    in = (struct slo_input){.itl_p95_ms = 3.5, .itl_p50_ms = 3, .ttft_p95_ms = 900, .output_tps = 100, .running = 4,
+                            .waiting = 5};
+    assert_int_equal(slo_control_step(&c, &in, 1), 5);
+    in.ttft_p95_ms = 150; /* TTFT met, ITL in the band: keep */
+    in.running = 5;
+    in.output_tps = 200;
+    assert_int_equal(slo_control_step(&c, &in, 2), 5);
+    in.ttft_p95_ms = 900;
+    in.itl_p95_ms = 4.2; /* over: back off (to 3/4) */
+    assert_int_equal(slo_control_step(&c, &in, 3), 3);
 }
 
 /* A server whose decode steps fit the target (p50 = 0.5 + 0.25 ms per running sequence) but whose steps
@@ -146,6 +161,17 @@ static void test_prefill_chunk(void **state)
         assert_int_equal(slo_control_step(&c, &in, t), 8);
         assert_int_equal(c.chunk, 64); /* stable, also after the cap expired (no room to grow) */
     }
+    /* below the top of its range, with requests waiting, the tail that stands in the way of growth is cut
+     * too (p95 3.78 in the band, no room; the median has room): 32, then the batch may grow */
+    struct slo_params p16 = p;
+    p16.max_batch = 16;
+    slo_control_init(&c, &p16, 8, 0);
+    c.chunk = c.chunk_ceiling = 64;
+    in = sim_chunk(&c, 0.02, NAN);
+    assert_int_equal(slo_control_step(&c, &in, 10), 8);
+    assert_int_equal(c.chunk, 32);
+    in = sim_chunk(&c, 0.02, NAN); /* 2.5 + 0.64 = 3.14: room */
+    assert_int_equal(slo_control_step(&c, &in, 20), 9);
     /* the median itself misses: the batch goes down, not the chunk */
     struct slo_control d;
     slo_control_init(&d, &p, 8, 0);
@@ -177,7 +203,7 @@ static void test_prefill_chunk(void **state)
     slo_control_init(&d, &q, 8, 0);
     in = sim_chunk(&d, 0.02, NAN);
     in.itl_p95_ms = 10;
-    assert_int_equal(slo_control_step(&d, &in, 10), 6);
+    assert_int_equal(slo_control_step(&d, &in, 10), 4);
     assert_int_equal(d.chunk, 0);
 }
 
