@@ -281,6 +281,10 @@ bool api_jobs_path(const struct http_request *req);
 void api_jobs_handle(struct server *srv, struct http_conn *c, const struct http_request *req);
 /* On the I/O thread at each wake: starts the lines the runner handed over, cancels those it asked to stop. */
 void api_jobs_pump(struct server *srv);
+/* The dashboard's view of the batch jobs: {batches: {<status>: count, ...} (every process sharing the store),
+ * in_progress: [{id, status, total, completed, failed, created_at}] (the unfinished ones among the 50
+ * newest), queue_lines}; NULL when the Batch API is off or the store cannot be read. Caller owns it. */
+json_t *api_jobs_progress(struct server *srv);
 /* The body limit of a request: the upload limit for POST /v1/files, else 0 (the server's). */
 size_t api_jobs_body_limit(struct server *srv, const struct http_request *req);
 /* The jobs' metrics in Prometheus text (wafer_batches, wafer_batch_lines_total, wafer_batch_queue_lines),

@@ -507,6 +507,43 @@ void api_jobs_handle(struct server *srv, struct http_conn *c, const struct http_
 
 /* ---------------------------------------------------------------- metrics */
 
+json_t *api_jobs_progress(struct server *srv)
+{
+    struct api_jobs *j = srv->jobs;
+    if (!j)
+        return NULL;
+    struct jobs_stats js;
+    struct jobs_err e;
+    if (jobs_store_stats(j->store, &js, &e))
+        return NULL;
+    json_t *out = json_object(), *counts = json_object(), *running = json_array();
+    for (int s = 0; s < JOBS_STATUS_COUNT; s++)
+        json_object_set_new(counts, jobs_status_name((enum jobs_status)s), json_integer((json_int_t)js.batches[s]));
+    json_object_set_new(out, "batches", counts);
+    json_object_set_new(out, "queue_lines", json_integer((json_int_t)js.queue_lines));
+    json_t *list = NULL;
+    if (!jobs_batch_list(j->store, 50, NULL, &list, &e)) {
+        size_t i;
+        json_t *b;
+        json_array_foreach(json_object_get(list, "data"), i, b)
+        {
+            const char *st = json_string_value(json_object_get(b, "status"));
+            if (!st || (strcmp(st, "validating") && strcmp(st, "in_progress") && strcmp(st, "finalizing") &&
+                        strcmp(st, "cancelling")))
+                continue;
+            json_t *rc = json_object_get(b, "request_counts");
+            json_array_append_new(running, json_pack("{sOsOsOsOsOsO}", "id", json_object_get(b, "id"), "status",
+                                                     json_object_get(b, "status"), "total", json_object_get(rc, "total"),
+                                                     "completed", json_object_get(rc, "completed"), "failed",
+                                                     json_object_get(rc, "failed"), "created_at",
+                                                     json_object_get(b, "created_at")));
+        }
+        json_decref(list);
+    }
+    json_object_set_new(out, "in_progress", running);
+    return out;
+}
+
 char *api_jobs_metrics_text(struct server *srv)
 {
     struct api_jobs *j = srv->jobs;

@@ -7,7 +7,8 @@
  * preemptions, cost per million tokens and tokens per joule (measured, or labelled estimated) when
  * configured; charts of throughput, the three latency percentiles, load, cache use and error rate (canvas,
  * drawn by the script, the first five minutes from the server's own history); the active alerts; answers
- * by kind. Each number sits in an element with
+ * by kind; the batch jobs (batches in progress, lines queued, and per unfinished batch its lines done of
+ * its total, as a bar) when the Batch API is on. Each number sits in an element with
  * data-metric="<measure name>" (the names of core/alert.h) holding it formatted as text and raw in
  * data-value, so a test or a scraper can read the page. The grid reflows to one column at phone width.
  * `?window=S` changes the measures' window, `?interval=MS` the polling period.
@@ -46,6 +47,8 @@ static const char dashboard_page[] =
     ".chart { background: var(--panel); border-radius: 6px; padding: 8px; }\n"
     ".chart h2 { font-size: 13px; margin: 0 0 4px; color: var(--dim); font-weight: normal; }\n"
     ".chart canvas { width: 100%; height: 160px; display: block; }\n"
+    ".progress { display: inline-block; width: 120px; height: 8px; background: #2a333d; border-radius: 2px; margin-right: 8px; vertical-align: middle; }\n"
+    ".progress span { display: block; height: 100%; background: #3fb950; border-radius: 2px; }\n"
     "table { border-collapse: collapse; }\n"
     "td, th { text-align: left; padding: 2px 24px 2px 0; font-variant-numeric: tabular-nums; }\n"
     "th { color: var(--dim); font-weight: normal; }\n"
@@ -63,6 +66,10 @@ static const char dashboard_page[] =
     "  <section id=\"alerts\"><div class=\"noalerts\">no active alerts</div></section>\n"
     "  <section class=\"tiles\" id=\"tiles\"></section>\n"
     "  <section class=\"charts\" id=\"charts\"></section>\n"
+    "  <section class=\"chart\" id=\"jobs\" style=\"margin-top:8px; display:none\">\n"
+    "    <h2>batch jobs: <span data-metric=\"batches_in_progress\">-</span> in progress, <span data-metric=\"batch_queue_lines\">-</span> lines queued</h2>\n"
+    "    <table><thead><tr><th>batch</th><th>status</th><th>lines done / total</th><th>failed</th></tr></thead><tbody id=\"batches\"></tbody></table>\n"
+    "  </section>\n"
     "  <section class=\"chart\" style=\"margin-top:8px\">\n"
     "    <h2>answers of the generation endpoints</h2>\n"
     "    <table><tbody id=\"answers\"></tbody></table>\n"
@@ -205,9 +212,36 @@ static const char dashboard_page[] =
     "  var tb = document.getElementById(\"answers\");\n"
     "  tb.textContent = \"\";\n"
     "  rows.forEach(function (r) { var tr = el(\"tr\"); tr.appendChild(el(\"th\", {}, r[0])); tr.appendChild(el(\"td\", {}, String(r[1]))); tb.appendChild(tr); });\n"
+    "  renderJobs(d.jobs);\n"
     "  hist.push(m);\n"
     "  if (hist.length > HISTORY) hist.shift();\n"
     "  CHARTS.forEach(draw);\n"
+    "}\n"
+    "function setMetric(node, v, text) { node.textContent = text; node.setAttribute(\"data-value\", v === null || v === undefined ? \"\" : v); }\n"
+    "function renderJobs(j) {\n"
+    "  var box = document.getElementById(\"jobs\");\n"
+    "  if (!j) { box.style.display = \"none\"; return; }\n"
+    "  box.style.display = \"\";\n"
+    "  var c = j.batches, active = (c.validating || 0) + (c.in_progress || 0) + (c.finalizing || 0) + (c.cancelling || 0);\n"
+    "  setMetric(box.querySelector(\"[data-metric=batches_in_progress]\"), active, String(active));\n"
+    "  setMetric(box.querySelector(\"[data-metric=batch_queue_lines]\"), j.queue_lines, String(j.queue_lines));\n"
+    "  var tb = document.getElementById(\"batches\");\n"
+    "  tb.textContent = \"\";\n"
+    "  if (!j.in_progress.length) { var tr0 = el(\"tr\"); tr0.appendChild(el(\"td\", {\"class\": \"noalerts\", colspan: \"4\"}, \"no batch in progress\")); tb.appendChild(tr0); }\n"
+    "  j.in_progress.forEach(function (b) {\n"
+    "    var done = b.completed + b.failed, tr = el(\"tr\", {\"data-batch\": b.id});\n"
+    "    tr.appendChild(el(\"td\", {}, b.id));\n"
+    "    tr.appendChild(el(\"td\", {}, b.status));\n"
+    "    var td = el(\"td\"), bar = el(\"span\", {\"class\": \"progress\"}), fill = el(\"span\");\n"
+    "    fill.style.width = (b.total ? Math.round(100 * done / b.total) : 0) + \"%\";\n"
+    "    bar.appendChild(fill); td.appendChild(bar);\n"
+    "    td.appendChild(el(\"span\", {\"data-metric\": \"batch_lines_done\", \"data-value\": done}, String(done)));\n"
+    "    td.appendChild(document.createTextNode(\" / \"));\n"
+    "    td.appendChild(el(\"span\", {\"data-metric\": \"batch_lines_total\", \"data-value\": b.total}, String(b.total)));\n"
+    "    tr.appendChild(td);\n"
+    "    tr.appendChild(el(\"td\", {\"data-metric\": \"batch_lines_failed\", \"data-value\": b.failed}, String(b.failed)));\n"
+    "    tb.appendChild(tr);\n"
+    "  });\n"
     "}\n"
     "var first = true;\n"
     "function poll() {\n"

@@ -405,7 +405,7 @@ static json_t *stats_history(struct observe *o, double window_s, int n, const st
     return h;
 }
 
-char *observe_stats_json(struct observe *o, double window_s, int history, size_t *len)
+char *observe_stats_json(struct observe *o, double window_s, int history, json_t *jobs, size_t *len)
 {
     static const char *const windowed[] = {
         "output_tokens_per_second", "prompt_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms",
@@ -490,6 +490,7 @@ char *observe_stats_json(struct observe *o, double window_s, int history, size_t
                         o->cfg->slo_ttft_p95_ms > 0 ? json_real(o->cfg->slo_ttft_p95_ms) : json_null());
     json_object_set_new(slo, "auto", json_boolean(o->cfg->batch_auto));
     json_object_set_new(root, "slo", slo);
+    json_object_set_new(root, "jobs", jobs ? jobs : json_null());
     if (history > 1)
         json_object_set_new(root, "history", stats_history(o, window_s, history, &s));
     return dump(root, len);

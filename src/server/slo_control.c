@@ -52,6 +52,7 @@ static void set_limit(struct slo_control *c, int v, double now, bool increase, d
     c->last_change = now;
     c->last_was_increase = increase;
     c->tps_before_increase = tps;
+    c->decreased_from = 0;
     snprintf(c->reason, sizeof c->reason, "%s", why);
 }
 
@@ -84,6 +85,16 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         return c->limit;
     }
     c->last_was_increase = false;
+    /* a decrease that did not lower the ITL is undone, and the batch kept from going below for a while */
+    if (c->decreased_from > 0 && !isnan(in->itl_p95_ms) && !isnan(c->itl_before_decrease) &&
+        in->itl_p95_ms > c->itl_before_decrease * 0.9) {
+        int back = c->decreased_from;
+        c->floor = back;
+        c->floor_until = now + 6 * c->p.window_s;
+        set_limit(c, back, now, false, NAN, "a smaller batch did not lower the ITL p95");
+        return c->limit;
+    }
+    c->decreased_from = 0;
     if ((itl_over || (!itl_room && (demand || ttft_wait) && c->limit < c->ceiling)) && c->chunk > c->p.min_chunk && in->itl_p50_ms > 0 &&
         in->itl_p50_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis)) {
         /* the tail, not the median, misses (or stands in the way of growth the load asks for): the steps
@@ -109,8 +120,14 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         int v = clamp(c, (int)floor(base * f));
         if (v >= c->limit)
             v = clamp(c, c->limit - 1);
-        if (v != c->limit)
+        if (now < c->floor_until && v < c->floor)
+            v = c->floor;
+        if (v < c->limit) {
+            int from = c->limit;
             set_limit(c, v, now, false, NAN, "ITL p95 above the target");
+            c->decreased_from = from;
+            c->itl_before_decrease = in->itl_p95_ms;
+        }
         return c->limit;
     }
     if (((demand && itl_room && (have_itl || ttft_over)) || ttft_room) && c->limit < c->ceiling) {

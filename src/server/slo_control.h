@@ -14,6 +14,9 @@
  *     target (a missed TTFT is a missed SLO too; should the ITL overshoot, it backs off);
  *   - after an increase, if output tokens per second did not grow by at least 3%, the batch has stopped
  *     paying: go back and cap increases there for six windows;
+ *   - after a decrease, if the ITL p95 did not fall by at least 10%, the latency is not the batch's (another
+ *     process takes the CPU, the tail is prompt chunks): go back and keep the batch from going below that
+ *     for six windows (a smaller batch would only cost throughput and queueing);
  *   - in between (the hysteresis band), or without ITL samples: keep.
  * The prefill chunk (prompt tokens a step may carry, when max_chunk is set): a step that carries a prompt
  * chunk is longer than a decode step, so a large chunk shows as a tail on the ITL while the median stays
@@ -54,6 +57,10 @@ struct slo_control {
     double last_change; /* seconds (caller's clock) */
     bool last_was_increase;
     double tps_before_increase;
+    int decreased_from;      /* the limit before the last decrease (0: the last change was not one) */
+    double itl_before_decrease;
+    int floor;               /* decreases stop here until floor_until */
+    double floor_until;
     int ceiling;         /* increases capped here until ceiling_until */
     double ceiling_until;
     int chunk;               /* prefill chunk now (0 when not adapted) */

@@ -207,6 +207,29 @@ static void test_prefill_chunk(void **state)
     assert_int_equal(d.chunk, 0);
 }
 
+/* The ITL is not the batch's (another process takes the CPU): a cut that does not lower it is undone, and
+ * the batch is kept from going below for six windows; a cut that does lower it stays. */
+static void test_decrease_that_does_not_help(void **state)
+{
+    (void)state;
+    struct slo_control c;
+    struct slo_params p = {.itl_p95_ms = 4.0, .window_s = 10, .min_batch = 1, .max_batch = 32};
+    slo_control_init(&c, &p, 32, 0);
+    struct slo_input in = {.itl_p95_ms = 10, .ttft_p95_ms = NAN, .output_tps = 1000, .running = 32, .waiting = 5};
+    assert_int_equal(slo_control_step(&c, &in, 10), 16);
+    in.running = 16;
+    in.itl_p95_ms = 9.5; /* not 10% lower */
+    assert_int_equal(slo_control_step(&c, &in, 20), 32);
+    assert_non_null(strstr(c.reason, "did not lower"));
+    in.running = 32;
+    for (double t = 30; t < 80; t += 10)
+        assert_int_equal(slo_control_step(&c, &in, t), 32); /* held at the floor */
+    assert_int_equal(slo_control_step(&c, &in, 80), 16);    /* then it tries again */
+    in.running = 16;
+    in.itl_p95_ms = 5; /* this time it helped: keep cutting */
+    assert_int_equal(slo_control_step(&c, &in, 90), 12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_throughput_plateau),
         cmocka_unit_test(test_ttft_target),
         cmocka_unit_test(test_prefill_chunk),
+        cmocka_unit_test(test_decrease_that_does_not_help),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
