@@ -330,6 +330,9 @@ def test_slo_controller_moves_the_limit(make_server):
                     "--prefill-chunk", "96")
     assert s.metrics()["wafer_batch_limit"] == 16
     assert s.metrics()["wafer_prefill_chunk"] == 96  # the controller's other choice, exported from the start
+    deadline = time.time() + 5  # /v1/stats reads the sampling thread's last sample (once a second)
+    while s.client.get("/v1/stats").json()["measures"]["prefill_chunk"] is None and time.time() < deadline:
+        time.sleep(0.1)
     assert s.client.get("/v1/stats").json()["measures"]["prefill_chunk"] == 96
     ts = load(s, 6, threads=8, max_tokens=60)
     limit = s.wait_metric("wafer_batch_limit", lambda v: v <= 6, timeout=12)
