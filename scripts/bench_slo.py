@@ -92,8 +92,7 @@ def run_setup(name, a, tmp):
         proc.terminate()
         proc.wait(timeout=60)
     changes = len(re.findall(r"slo: (batch limit|prefill chunk)", open(log, errors="replace").read()))
-    os.unlink(log)
-    return {"setup": name, "goodput_rps": run["goodput"]["request_goodput"],
+    return {"log": log,"setup": name, "goodput_rps": run["goodput"]["request_goodput"],
             "goodput_tps": run["goodput"]["output_goodput"], "good": run["goodput"]["good"],
             "completed": run["completed"], "throughput_tps": run["output_throughput"],
             "itl_p95_ms": run["itl_ms"]["p95"], "itl_p50_ms": run["itl_ms"]["p50"],

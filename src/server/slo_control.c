@@ -85,7 +85,19 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
         return c->limit;
     }
     c->last_was_increase = false;
-    /* a decrease that did not lower the ITL is undone, and the batch kept from going below for a while */
+    /* a decrease that did not lower the ITL is undone, and the batch kept from going below for a while;
+     * judged one window after the running batch has come down to the new limit (running sequences are not
+     * preempted: until they finish, the window measures the old batch), or after six windows at most */
+    if (c->decreased_from > 0 && now - c->last_change < 6 * c->p.window_s) {
+        if (in->running > c->limit) {
+            c->cut_effective = 0;
+            return c->limit;
+        }
+        if (!(c->cut_effective > 0))
+            c->cut_effective = now;
+        if (now - c->cut_effective < c->p.window_s)
+            return c->limit;
+    }
     if (c->decreased_from > 0 && !isnan(in->itl_p95_ms) && !isnan(c->itl_before_decrease) &&
         in->itl_p95_ms > c->itl_before_decrease * 0.9) {
         int back = c->decreased_from;
@@ -127,6 +139,7 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
             set_limit(c, v, now, false, NAN, "ITL p95 above the target");
             c->decreased_from = from;
             c->itl_before_decrease = in->itl_p95_ms;
+            c->cut_effective = 0;
         }
         return c->limit;
     }

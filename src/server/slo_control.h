@@ -59,6 +59,7 @@ struct slo_control {
     double tps_before_increase;
     int decreased_from;      /* the limit before the last decrease (0: the last change was not one) */
     double itl_before_decrease;
+    double cut_effective;    /* when the running batch first fitted under the cut limit (0: not yet) */
     int floor;               /* decreases stop here until floor_until */
     double floor_until;
     int ceiling;         /* increases capped here until ceiling_until */

@@ -217,17 +217,21 @@ static void test_decrease_that_does_not_help(void **state)
     slo_control_init(&c, &p, 32, 0);
     struct slo_input in = {.itl_p95_ms = 10, .ttft_p95_ms = NAN, .output_tps = 1000, .running = 32, .waiting = 5};
     assert_int_equal(slo_control_step(&c, &in, 10), 16);
+    /* the 32 running sequences finish first: no judgement while more than 16 run, nor in the window after */
+    assert_int_equal(slo_control_step(&c, &in, 20), 16);
     in.running = 16;
     in.itl_p95_ms = 9.5; /* not 10% lower */
-    assert_int_equal(slo_control_step(&c, &in, 20), 32);
+    assert_int_equal(slo_control_step(&c, &in, 25), 16);
+    assert_int_equal(slo_control_step(&c, &in, 35), 32);
     assert_non_null(strstr(c.reason, "did not lower"));
     in.running = 32;
-    for (double t = 30; t < 80; t += 10)
+    for (double t = 45; t < 95; t += 10)
         assert_int_equal(slo_control_step(&c, &in, t), 32); /* held at the floor */
-    assert_int_equal(slo_control_step(&c, &in, 80), 16);    /* then it tries again */
+    assert_int_equal(slo_control_step(&c, &in, 95), 16);    /* then it tries again */
     in.running = 16;
     in.itl_p95_ms = 5; /* this time it helped: keep cutting */
-    assert_int_equal(slo_control_step(&c, &in, 90), 12);
+    assert_int_equal(slo_control_step(&c, &in, 105), 16);
+    assert_int_equal(slo_control_step(&c, &in, 115), 12);
 }
 
 int main(void)
