@@ -33,7 +33,7 @@
 
 #define RT_MAX_ADDRS 16        /* addresses kept per backend host name */
 #define RT_MAX_TRIED 16        /* attempts remembered per request (log line) */
-#define RT_HIST_BUCKETS 16
+#define RT_HIST_BUCKETS 18
 #define RT_SHARE_RING 11       /* seconds of per-backend attempt counts kept for the dashboard's shares, + 1 */
 
 /* Kinds of backend failure, as counted in wafer_route_backend_errors_total{kind}. */
