@@ -129,6 +129,7 @@ struct rt_observe *rt_observe_create(struct router *r, struct rt_conf *conf, con
         return NULL;
     }
     o->r = r;
+    ev_timer_init(&o->tick, ro_tick); /* before any goto fail: destroy cancels it */
     o->conf = rt_conf_ref(conf);
     alert_config_init(&o->none);
     o->acfg = conf->c.alerts ? conf->c.alerts : &o->none;
@@ -157,7 +158,6 @@ struct rt_observe *rt_observe_create(struct router *r, struct rt_conf *conf, con
             goto fail;
         }
     }
-    ev_timer_init(&o->tick, ro_tick);
     evloop_timer_set(r->loop, &o->tick, evloop_now_ms() + RO_TICK_MS);
     if (o->acfg->n_rules)
         log_info("route: alerts: %d rule(s) every %.3g s, %d receiver(s)%s%s", o->acfg->n_rules, o->acfg->interval_s,
