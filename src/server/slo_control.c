@@ -108,7 +108,7 @@ int slo_control_step(struct slo_control *c, const struct slo_input *in, double n
     }
     c->decreased_from = 0;
     if ((itl_over || (!itl_room && (demand || ttft_wait) && c->limit < c->ceiling)) && c->chunk > c->p.min_chunk && in->itl_p50_ms > 0 &&
-        in->itl_p50_ms < c->p.itl_p95_ms * (1 - c->p.hysteresis)) {
+        in->itl_p50_ms < c->p.itl_p95_ms * 0.5) {
         /* the tail, not the median, misses (or stands in the way of growth the load asks for): the steps
          * carrying prompt chunks are the slow ones */
         int v = c->chunk / 2 > c->p.min_chunk ? c->chunk / 2 : c->p.min_chunk;

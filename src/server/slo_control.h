@@ -22,7 +22,8 @@
  * chunk is longer than a decode step, so a large chunk shows as a tail on the ITL while the median stays
  * low. So:
  *   - ITL p95 above target, or without room while the load asks for more (requests waiting at the limit,
- *     or a missed TTFT), while the ITL p50 is inside the band (the steady decode fits; the spikes do not):
+ *     or a missed TTFT), while the ITL p50 is under half the target (the steady decode fits with room to
+ *     spare; the spikes do not; a median nearer the target says the batch itself is too large):
  *     halve the chunk (down to min_chunk) before touching the batch, and cap its growth for six windows;
  *   - ITL p95 with room: a missed TTFT target while requests wait first doubles the chunk (prompts go
  *     through faster); otherwise the batch grows first when requests wait, and the chunk climbs back to

@@ -127,11 +127,11 @@ static void test_ttft_target(void **state)
     assert_int_equal(slo_control_step(&c, &in, 3), 3);
 }
 
-/* A server whose decode steps fit the target (p50 = 0.5 + 0.25 ms per running sequence) but whose steps
+/* A server whose decode steps fit the target (p50 = 0.5 + 0.15 ms per running sequence) but whose steps
  * carrying a prompt chunk add `per_token` ms per chunk token to the tail (p95). */
 static struct slo_input sim_chunk(const struct slo_control *c, double per_token, double ttft)
 {
-    struct slo_input in = {.itl_p50_ms = 0.5 + 0.25 * c->limit, .ttft_p95_ms = ttft, .running = c->limit,
+    struct slo_input in = {.itl_p50_ms = 0.5 + 0.15 * c->limit, .ttft_p95_ms = ttft, .running = c->limit,
                            .waiting = 10, .output_tps = 300.0 * c->limit};
     in.itl_p95_ms = in.itl_p50_ms + per_token * c->chunk;
     return in;
@@ -145,32 +145,32 @@ static void test_prefill_chunk(void **state)
     slo_control_init(&c, &p, 8, 0);
     assert_int_equal(c.chunk, 256);
     assert_int_equal(c.p.min_chunk, 16);
-    /* p50 2.5 ms fits, p95 2.5 + 5.12 does not: the chunk halves, the batch stays */
-    struct slo_input in = sim_chunk(&c, 0.02, NAN);
+    /* p50 1.7 ms fits, p95 1.7 + 6.4 does not: the chunk halves, the batch stays */
+    struct slo_input in = sim_chunk(&c, 0.025, NAN);
     assert_int_equal(slo_control_step(&c, &in, 10), 8);
     assert_int_equal(c.chunk, 128);
     assert_non_null(strstr(c.reason, "smaller prompt chunks"));
-    in = sim_chunk(&c, 0.02, NAN);
+    in = sim_chunk(&c, 0.025, NAN);
     assert_int_equal(slo_control_step(&c, &in, 15), 8); /* hold */
     assert_int_equal(c.chunk, 128);
-    in = sim_chunk(&c, 0.02, NAN); /* 2.5 + 2.56 > 4 */
+    in = sim_chunk(&c, 0.025, NAN); /* 1.7 + 3.2 > 4 */
     slo_control_step(&c, &in, 20);
-    assert_int_equal(c.chunk, 64); /* 2.5 + 1.28 = 3.78: met, inside the band */
+    assert_int_equal(c.chunk, 64); /* 1.7 + 1.6 = 3.3: met, inside the band */
     for (double t = 30; t < 200; t += 10) {
-        in = sim_chunk(&c, 0.02, NAN);
+        in = sim_chunk(&c, 0.025, NAN);
         assert_int_equal(slo_control_step(&c, &in, t), 8);
         assert_int_equal(c.chunk, 64); /* stable, also after the cap expired (no room to grow) */
     }
     /* below the top of its range, with requests waiting, the tail that stands in the way of growth is cut
-     * too (p95 3.78 in the band, no room; the median has room): 32, then the batch may grow */
+     * too (p95 3.3 in the band, no room; the median has room): 32, then the batch may grow */
     struct slo_params p16 = p;
     p16.max_batch = 16;
     slo_control_init(&c, &p16, 8, 0);
     c.chunk = c.chunk_ceiling = 64;
-    in = sim_chunk(&c, 0.02, NAN);
+    in = sim_chunk(&c, 0.025, NAN);
     assert_int_equal(slo_control_step(&c, &in, 10), 8);
     assert_int_equal(c.chunk, 32);
-    in = sim_chunk(&c, 0.02, NAN); /* 2.5 + 0.64 = 3.14: room */
+    in = sim_chunk(&c, 0.025, NAN); /* 1.7 + 0.8 = 2.5: room */
     assert_int_equal(slo_control_step(&c, &in, 20), 9);
     /* the median itself misses: the batch goes down, not the chunk */
     struct slo_control d;
@@ -183,9 +183,9 @@ static void test_prefill_chunk(void **state)
     struct slo_params pt = p;
     pt.ttft_p95_ms = 1000;
     slo_control_init(&d, &pt, 4, 0);
-    in = sim_chunk(&d, 0.01, NAN);
+    in = sim_chunk(&d, 0.012, NAN);
     slo_control_step(&d, &in, 10);
-    assert_int_equal(d.chunk, 128); /* 1.5 + 2.56 > 4 */
+    assert_int_equal(d.chunk, 128); /* 1.1 + 3.07 > 4 */
     for (double t = 20; t < 70; t += 10) { /* capped for six windows */
         in = sim_chunk(&d, 0.001, 5000);
         slo_control_step(&d, &in, t);
@@ -201,7 +201,7 @@ static void test_prefill_chunk(void **state)
     struct slo_params q = p;
     q.max_chunk = 0;
     slo_control_init(&d, &q, 8, 0);
-    in = sim_chunk(&d, 0.02, NAN);
+    in = sim_chunk(&d, 0.025, NAN);
     in.itl_p95_ms = 10;
     assert_int_equal(slo_control_step(&d, &in, 10), 4);
     assert_int_equal(d.chunk, 0);
