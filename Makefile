@@ -6,6 +6,7 @@
 #   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
 #   make deps       installs the Debian packages the build and tests need (apt-get; root or sudo)
 #   make bench      speed benchmarks (see docs/performance.md)
+#   make bench-slo  goodput of max_batch_size: auto against fixed 32 and fixed 4 (docs/observability.md)
 #   make examples   the C client library's example programs (build/examples/)
 #   make install    PREFIX=/usr/local DESTDIR=: binary, client library and header, man pages, systemd unit
 #   make soak       wafer serve under a mixed and hostile load (SOAK_SECONDS, default 1800; docs/reliability.md)
