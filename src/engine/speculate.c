@@ -183,7 +183,7 @@ void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand
         return;
     /* add drafted tokens one at a time, each to the candidate whose next token is likeliest to be accepted,
      * and keep the prefix of those additions with the best expected tokens per unit of cost */
-    double e = n_dec, base = e / cost[n_dec], best = base;
+    double e = n_dec, base = e / cost[n_dec], best = base, drafting = 0;
     int t = n_dec, len = 0, best_len = 0;
     while (len < max_total) {
         int bi = -1;
@@ -195,9 +195,10 @@ void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand
         e += next[bi];
         next[bi] *= p[bi];
         cand[bi].k++;
+        drafting += cand[bi].tok_ns;
         t++;
         order[len++] = bi;
-        double r = e / cost[t];
+        double r = e / (cost[t] + drafting);
         if (r > best) {
             best = r;
             best_len = len;

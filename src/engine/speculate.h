@@ -80,11 +80,13 @@ struct spec_cand {
     float alpha; /* estimated acceptance rate (spec_accept_rate) */
     int cap;     /* drafted tokens available (and allowed: max_tokens, context) */
     bool probe;  /* off for a while: consider a short draft at an optimistic rate */
+    double tok_ns; /* cost of drafting each token (a draft model's pass; 0 for lookups), in the unit of cost */
     int k;       /* out: drafted tokens to verify (0: none) */
 };
 
 /* Chooses cand[i].k for a step that decodes n_dec sequences (the candidates among them), maximising the
- * expected tokens per unit of cost; cost[1..n_dec + max_total] from spec_cost_curve. At most max_total
+ * expected tokens per unit of cost; cost[1..n_dec + max_total] from spec_cost_curve, plus each drafted
+ * token's tok_ns. At most max_total
  * drafted tokens in all; a candidate's k is 0 or at least draft_min (a probe's is at most
  * max(draft_min, 1)). */
 void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand, int max_total, int draft_min);
