@@ -58,6 +58,9 @@ enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
 #define SCHED_PROBE_EVERY 16   /* steps a sequence with drafts but no speculation waits before a probe */
 #define SCHED_NGRAM_MIN 2      /* n-gram lookup: shortest and longest suffix matched */
 #define SCHED_NGRAM_MAX 4
+#define SCHED_PRIOR 0.5f       /* acceptance a sequence's first drafts are planned with: n-gram, draft model */
+#define SCHED_PRIOR_PRED 0.8f  /* ... from a prediction: the client expects that text, and realignments need a
+                                  match (speculate.h), so its drafts are usually right */
 
 struct sched_seq {
     int slot; /* engine sequence, -1 when not holding one */
@@ -994,7 +997,8 @@ static void plan_drafts(struct scheduler *s, int n_dec)
             }
             if (n <= 0)
                 continue;
-            s->cand[n_cand] = (struct spec_cand){.alpha = spec_accept_rate(&q->acc),
+            s->cand[n_cand] = (struct spec_cand){.alpha = spec_accept_rate(&q->acc, q->step_from_pred ? SCHED_PRIOR_PRED
+                                                                                               : SCHED_PRIOR),
                                                  .cap = n,
                                                  .probe = q->spec_idle >= SCHED_PROBE_EVERY,
                                                  .tok_ns = q->step_from_model ? s->draft_pass_ns : 0};
