@@ -101,7 +101,8 @@ def test_run_speculation_prints_the_same(name):
         assert r.stdout == plain.stdout, (extra, r.stdout, plain.stdout)
         if extra[0] == "--prediction" and extra[-1] == "--draft-fixed" and len(text) > 8:
             assert "drafted:" in r.stderr, r.stderr
-        if extra[0] == "--draft-model":  # the model drafting for itself: every drafted token accepted
+        if extra[0] == "--draft-model" and name == "greedy-0":  # the model drafting for itself, greedy:
+            # every drafted token accepted (a stop string or sampling may end or reject a draft)
             assert "drafted:" in r.stderr and "accepted (100%)" in r.stderr, r.stderr
     r = wafer("run", "--model", STORIES, "--prompt", "x", "--spec", "draft")
     assert r.returncode == 2 and "--spec draft needs --draft-model FILE" in r.stderr, r.stderr
