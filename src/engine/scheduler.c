@@ -58,6 +58,7 @@ enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
 #define SCHED_PROBE_EVERY 16   /* steps a sequence with drafts but no speculation waits before a probe */
 #define SCHED_NGRAM_MIN 2      /* n-gram lookup: shortest and longest suffix matched */
 #define SCHED_NGRAM_MAX 4
+#define SCHED_COST_REFRESH 64 /* steps after which the cost of a pass one token longer is timed again */
 #define SCHED_PRIOR 0.5f       /* acceptance a sequence's first drafts are planned with: n-gram, draft model */
 #define SCHED_PRIOR_PRED 0.8f  /* ... from a prediction: the client expects that text, and realignments need a
                                   match (speculate.h), so its drafts are usually right */
@@ -176,6 +177,8 @@ struct scheduler {
     struct batch dbatch;    /* its passes */
     float *dlogits;         /* [max_seqs][n_vocab]: its logits rows */
     double draft_pass_ns;   /* measured time of one of its drafting passes (lower-edge EMA, 0: never) */
+    bool draft_warned;      /* a failed pass of it was logged */
+    uint64_t *cost_at;      /* [cost.n + 1]: the step when a pass of each size was last timed */
     struct sampler_logprob *top_buf;
     char *piece, *textbuf;
     int piece_cap, textbuf_cap;
@@ -948,7 +951,9 @@ static void draft_model_run(struct scheduler *s, int n_cand)
     }
     return;
 fail:
-    log_warn("speculation: the draft model's pass failed (%s); no drafts from it this step", err);
+    if (!s->draft_warned) /* once: a KV pool too small would fail every step */
+        log_warn("speculation: a pass of the draft model failed (%s); no drafts from it in such steps", err);
+    s->draft_warned = true;
     for (int i = 0; i < n_cand; i++)
         if (s->cand_seq[i]->step_from_model)
             s->cand[i].k = 0;
@@ -1007,9 +1012,12 @@ static void plan_drafts(struct scheduler *s, int n_dec)
     }
     if (!n_cand)
         return;
-    if (s->p.draft_adaptive && !(s->cost.ns[n_dec + 1] > 0)) {
-        /* a pass of one token more than n_dec decodes was never timed: the likeliest candidate verifies a
-         * draft of draft_min (at least 1) tokens, once, so the plan has a measured cost to go by */
+    uint64_t now = atomic_load(&s->st_steps);
+    if (s->p.draft_adaptive && (!(s->cost.ns[n_dec + 1] > 0) || now - s->cost_at[n_dec + 1] > SCHED_COST_REFRESH)) {
+        /* a pass of one token more than n_dec decodes was never timed, or not for a while: the likeliest
+         * candidate verifies a draft of draft_min (at least 1) tokens, so the plan has a measured cost to go
+         * by. The refresh keeps one unlucky measure (a pass another process slowed) from turning
+         * speculation off for good: the plan would never pick that size again to measure it anew. */
         int best = 0, k = s->p.draft_min > 1 ? s->p.draft_min : 1;
         for (int i = 1; i < n_cand; i++)
             if (s->cand[i].alpha > s->cand[best].alpha)
@@ -1282,8 +1290,11 @@ static bool step(struct scheduler *s)
     char err[ERR_MSG_MAX];
     int64_t t0 = clock_now_ns();
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
-    if (!rc && s->step_decode_only) /* the cost curve is of passes whose every token has logits */
+    if (!rc && s->step_decode_only) { /* the cost curve is of passes whose every token has logits */
         spec_cost_record(&s->cost, s->batch.n, (double)(clock_now_ns() - t0));
+        if (s->batch.n <= s->cost.n)
+            s->cost_at[s->batch.n] = atomic_load(&s->st_steps);
+    }
     atomic_fetch_add(&s->st_steps, 1);
     obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);
     if (rc) {
@@ -1592,7 +1603,8 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     if (p->draft_max > 0 && !(s->draft = malloc((size_t)s->max_seqs * (size_t)p->draft_max * sizeof *s->draft)))
         goto oom;
     if (!s->row_req || !s->row_choice || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
-        spec_cost_init(&s->cost, ep->max_batch_tokens))
+        spec_cost_init(&s->cost, ep->max_batch_tokens) ||
+        !(s->cost_at = calloc((size_t)ep->max_batch_tokens + 1, sizeof *s->cost_at)))
         goto oom;
     s->top_buf = malloc(64 * sizeof *s->top_buf);
     s->piece_cap = 256;
@@ -1668,6 +1680,7 @@ void scheduler_destroy(struct scheduler *s)
     free(s->cand);
     free(s->cand_seq);
     spec_cost_deinit(&s->cost);
+    free(s->cost_at);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
