@@ -54,8 +54,13 @@ int spec_draft_prediction(const int32_t *pred, int n_pred, const int32_t *gen, i
             if (c < 0 && strong)
                 c = first;
         }
-        if (c < 0)
+        if (c < 0) {
+            /* no match: the token took the place of the predicted one at the cursor, which steps over it,
+             * so after an edit that replaces text by as many tokens the drafts resume at once */
+            if (*cursor < n_pred)
+                (*cursor)++;
             return 0;
+        }
     }
     *cursor = c;
     int n = n_pred - c < max ? n_pred - c : max;

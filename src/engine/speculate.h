@@ -34,8 +34,8 @@
  * token it matched; it is updated. When the last generated token does not continue the prediction at the
  * cursor, the longest suffix of gen (up to 8 tokens) found in pred moves the cursor after it (the first
  * occurrence at or after the old cursor, else the first): a suffix of 3 tokens or more (or all of gen)
- * anywhere, a shorter one only a few tokens past the old cursor (a small edit). Returns the tokens drafted
- * (0: no match; the cursor stays). */
+ * anywhere, a shorter one only a few tokens past the old cursor (a small edit); with no match the cursor
+ * steps over one predicted token (the generated one replaced it). Returns the tokens drafted (0: none). */
 int spec_draft_prediction(const int32_t *pred, int n_pred, const int32_t *gen, int n_gen, int *cursor, int32_t *out,
                           int max);
 

@@ -214,12 +214,22 @@ static void test_draft_lookups(void **state)
     cur = 3;
     const int32_t g6[] = {1, 2, 3, 60, 61, 62, 63, 64, 65, 12};
     assert_int_equal(spec_draft_prediction(pred2, 16, g6, 10, &cur, out, 16), 0);
-    assert_int_equal(cur, 3);
+    assert_int_equal(cur, 4); /* stepped over the token 12 replaced */
     const int32_t g7[] = {1, 2, 3, 60, 61, 62, 63, 64, 65, 12, 50, 51};
     n = spec_draft_prediction(pred2, 16, g7, 12, &cur, out, 16);
     assert_int_equal(n, 2);
     assert_int_equal(out[0], 52);
     assert_int_equal(cur, 14);
+    /* a chunk replaced by as many tokens: the cursor steps along, and the drafts resume right after it */
+    const int32_t pred3[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const int32_t g8[] = {1, 2, 90, 91, 92, 6};
+    cur = 2; /* after 1 2 */
+    for (int i = 3; i <= 5; i++)
+        assert_int_equal(spec_draft_prediction(pred3, 8, g8, i, &cur, out, 16), 0);
+    assert_int_equal(cur, 5);
+    n = spec_draft_prediction(pred3, 8, g8, 6, &cur, out, 16);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0], 7);
     /* the end of the prediction: nothing left to draft */
     const int32_t g5[] = {16, 17};
     assert_int_equal(spec_draft_prediction(pred, 8, g5, 2, &cur, out, 16), 0);
