@@ -23,7 +23,8 @@
  * its own continuation.
  *
  * Speculation. In a step without prompt work, a decoding sequence may feed k drafted tokens after its
- * pending one (plan_drafts: from the request's prediction, else n-gram lookup; k from speculate.h's plan),
+ * pending one (plan_drafts: from the request's prediction, else n-gram lookup or the draft model, whose
+ * own KV is rolled back with the target's (draft_model_run); k from speculate.h's plan),
  * at the next positions, logits for each. Its rows are then sampled in order exactly as k + 1 decode steps
  * would sample them (the same sampler calls, the same RNG draws, penalties updated token by token), and a
  * drafted token is accepted while it equals what the sampler drew at its position: the row after it is

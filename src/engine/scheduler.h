@@ -13,7 +13,7 @@
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
  * Speculative decoding (docs/speculative.md): a decoding sequence may feed, after its pending token, tokens
- * drafted from the request's prediction or by n-gram lookup, verified in the same forward pass; the output
+ * drafted from the request's prediction, by n-gram lookup or by a draft model, verified in the same forward pass; the output
  * is the same token for token as without speculation (greedy and seeded sampling alike), only faster when
  * drafts are accepted. Draft lengths follow each sequence's acceptance and the measured cost of the pass
  * (speculate.h), so speculation stays off under load and when drafts fail.
