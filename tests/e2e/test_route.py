@@ -21,14 +21,14 @@ from route_standin import Standin, generate, text_of
 class Router:
     """One wafer route process on a free port, configured by a YAML file it can be told to reload."""
 
-    def __init__(self, yaml_text, *args, wait_ready=True, timeout=15):
+    def __init__(self, yaml_text, *args, wait_ready=True, timeout=15, wrap=()):
         self.dir = tempfile.mkdtemp(prefix="wafer-route-")
         self.cfg = os.path.join(self.dir, "route.yaml")
         with open(self.cfg, "w") as f:
             f.write(yaml_text)
         self.log_path = os.path.join(self.dir, "route.log")
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([WAFER_BIN, "route", "--config", self.cfg, "--port", "0", *args],
+        self.proc = subprocess.Popen([*wrap, WAFER_BIN, "route", "--config", self.cfg, "--port", "0", *args],
                                      stdout=self.log_file, stderr=subprocess.STDOUT)
         self.base = None
         deadline = time.time() + timeout
