@@ -368,6 +368,25 @@ def test_sticky_split_by_header_and_admin_key(standin, router):
     assert 160 <= n_canary <= 240, n_canary
 
 
+def test_sticky_split_by_api_key(standin, router):
+    stable, canary = standin(), standin()
+    r = router(pools_yaml({"stable": [stable.url], "canary": [canary.url]}) +
+               "routes:\n  - model: '*'\n    split: {stable: 50, canary: 50}\n    sticky: api_key\n")
+    fc = FastClient(r.base)
+
+    def backend_of(key, how="authorization"):
+        h = {"authorization": "Bearer " + key} if how == "authorization" else {"x-api-key": key}
+        status, headers, _ = fc.post("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 1}, h)
+        assert status == 200
+        return headers["x-wafer-backend"]
+
+    first = {k: backend_of("sk-%d" % k) for k in range(60)}
+    assert 10 <= sum(1 for b in first.values() if b.endswith(":%d" % canary.port)) <= 50
+    for k in range(60):  # the same key, the same pool, whichever header carries it
+        assert backend_of("sk-%d" % k, "x-api-key" if k % 2 else "authorization") == first[k]
+    fc.close()
+
+
 def test_sighup_reload_drops_no_request(standin, router):
     old, new = standin(), standin()
     old.token_s = new.token_s = 0.1
