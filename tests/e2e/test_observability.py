@@ -335,7 +335,9 @@ def test_slo_controller_moves_the_limit(make_server):
         time.sleep(0.1)
     assert s.client.get("/v1/stats").json()["measures"]["prefill_chunk"] == 96
     ts = load(s, 6, threads=8, max_tokens=60)
-    limit = s.wait_metric("wafer_batch_limit", lambda v: v <= 6, timeout=12)
+    # the first cut halves (the target is missed a thousandfold); a cut that does not lower the ITL may be
+    # undone later, so only the first one is certain
+    limit = s.wait_metric("wafer_batch_limit", lambda v: v <= 8, timeout=12)
     for t in ts:
         t.join()
     assert limit < 16
