@@ -119,7 +119,7 @@ static const struct cfg_item cfg_items[] = {
     {"jobs", "max_lines", "--max-batch-lines", CK_INT, OFF(jobs_max_lines), 0, 1, 10000000,
      "requests per batch input file (default 50000)"},
     {"jobs", "max_inflight", "--batch-inflight", CK_INT, OFF(jobs_max_inflight), 0, 0, 100000,
-     "batch lines running at once (default: max-batch-size; 0: batch jobs off)"},
+     "batch lines started at once (default: 2 x max-batch-size; 0: batch jobs off)"},
     {"jobs", "lease", "--batch-lease", CK_SECONDS, OFF(jobs_lease), 0, 0.1, 86400,
      "Redis queue: seconds a line stays with a worker that stopped renewing it (default 30)"},
     {"slo", "itl_p95_ms", "--slo-itl-p95-ms", CK_DOUBLE, OFF(slo_itl_p95_ms), 0, 0, 1e6,

@@ -290,3 +290,31 @@ def test_batch_lines_wait_under_live_load(make_server):
     by_id = {r["custom_id"]: r["body"] for r in reqs}
     for x in out[::5]:
         assert x["response"]["body"]["choices"][0]["text"] == alone(srv, by_id[x["custom_id"]])
+
+
+def test_expiry_returns_what_finished(make_server):
+    """A batch whose completion window closes while it runs ends `expired`: the lines that finished are in the
+    output file, the rest are batch_expired error lines; each custom_id exactly once."""
+    srv = make_server(STORIES, "--batch-inflight", "1", "--max-batch-size", "1")
+    reqs = lines(400, max_tokens=100)
+    f = upload(srv, reqs).json()
+    b = srv.client.post("/v1/batches", json={"input_file_id": f["id"], "endpoint": "/v1/completions",
+                                             "completion_window": "2s"})
+    assert b.status_code == 200, b.text
+    b = wait_final(srv, b.json()["id"], timeout=60)
+    assert b["status"] == "expired" and b["expired_at"] is not None, b
+    err = content(srv, b["error_file_id"])
+    assert err and all(x["error"]["code"] == "batch_expired" and x["response"] is None for x in err)
+    out = content(srv, b["output_file_id"]) if b["output_file_id"] else []
+    assert out, "no line finished within the window: make the lines shorter"
+    assert sorted(x["custom_id"] for x in out + err) == sorted(r["custom_id"] for r in reqs)
+    assert b["request_counts"] == {"total": 400, "completed": len(out), "failed": len(err)}
+
+
+def test_redis_unreachable_at_start():
+    need(STORIES)
+    p = subprocess.run([WAFER_BIN, "serve", "--model", STORIES, "--port", "0", "--threads", "1", "--queue",
+                        "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    msg = p.stdout + p.stderr
+    assert "Redis at 127.0.0.1:1 is unreachable" in msg and "start redis-server" in msg, msg
