@@ -101,6 +101,7 @@ struct sched_req_state {
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
     int draft_tokens, accepted_tokens, pred_draft_tokens, pred_accepted_tokens; /* sched_req_status */
+    int preemptions; /* sched_req_status */
 
     /* engine thread only */
     struct sched_seq *seqs; /* [n_choices] */
@@ -305,6 +306,7 @@ void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
     out->accepted_tokens = r->st->accepted_tokens;
     out->prediction_draft_tokens = r->st->pred_draft_tokens;
     out->prediction_accepted_tokens = r->st->pred_accepted_tokens;
+    out->preemptions = r->st->preemptions;
     out->t_admitted = r->st->t_admitted;
     out->t_first_token = r->st->t_first_token;
     out->t_finished = r->st->t_finished;
@@ -751,6 +753,9 @@ static bool preempt_at(struct scheduler *s, int idx)
     s->waiting[at] = v;
     s->n_waiting++;
     queued_add(s, v, 1);
+    pthread_mutex_lock(&v->st->mu);
+    v->st->preemptions++;
+    pthread_mutex_unlock(&v->st->mu);
     obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
     log_debug("scheduler: preempted request %llu (priority %d)", (unsigned long long)v->id, v->priority);
     return true;

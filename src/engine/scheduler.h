@@ -133,6 +133,7 @@ struct sched_req_status {
     int accepted_tokens;           /* ... of them accepted */
     int prediction_draft_tokens;   /* drafted tokens taken from the prediction */
     int prediction_accepted_tokens; /* ... of them accepted */
+    int preemptions;    /* times its slots were taken (for a more urgent request or for KV) and it waited again */
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;   /* changes at every append: readers skip unchanged requests */
 };

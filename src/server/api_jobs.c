@@ -551,7 +551,8 @@ char *api_jobs_metrics_text(struct server *srv)
             "wafer_batch_lines_total{outcome=\"failed\"} %llu\n"
             "wafer_batch_lines_total{outcome=\"preempted\"} %llu\n"
             "wafer_batch_lines_total{outcome=\"reclaimed\"} %llu\n",
-            (unsigned long long)rs.completed, (unsigned long long)rs.failed, (unsigned long long)rs.preempted,
+            (unsigned long long)rs.completed, (unsigned long long)rs.failed,
+            (unsigned long long)(rs.preempted + atomic_load(&srv->line_preemptions)),
             (unsigned long long)rs.reclaimed);
     }
 #undef OUT

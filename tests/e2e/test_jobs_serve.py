@@ -256,8 +256,8 @@ def test_cli_against_serve(make_server, tmp_path):
 def test_batch_lines_wait_under_live_load(make_server):
     """Live load that keeps the bounded wait queue full (max_queue 2, many concurrent live requests: some get
     429) while a batch runs: batch lines wait for capacity instead. No line ends with an error, none is
-    refused (handed back) even once, every live 429 is a live request's, and results equal the requests
-    sent alone."""
+    refused (handed back) even once, every 429 counted went to a live client, and results equal the
+    requests sent alone."""
     srv = make_server(STORIES, "--max-batch-size", "2", "--max-queue", "2", "--batch-inflight", "4")
     stop = threading.Event()
     statuses = []
@@ -284,8 +284,11 @@ def test_batch_lines_wait_under_live_load(make_server):
     assert statuses.count(429) > 0, "the live load never filled the queue: make it heavier"
     assert b["status"] == "completed" and b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, b
     m = srv.metrics()
-    assert m['wafer_batch_lines_total{outcome="preempted"}'] == 0  # never refused and handed back
-    assert m['wafer_requests_rejected_total'] == statuses.count(429)
+    assert m['wafer_requests_rejected_total'] == statuses.count(429)  # every refusal was a live request's
+    refused = [x for x in srv.log().splitlines() if "peer=batch" in x and "status=200" not in x]
+    assert not refused, refused[:3]  # no batch line was refused (and handed back) even once
+    # live requests took running batch lines' slots (counted as preempted; the lines resumed and completed)
+    assert m['wafer_batch_lines_total{outcome="preempted"}'] >= 1
     out = content(srv, b["output_file_id"])
     by_id = {r["custom_id"]: r["body"] for r in reqs}
     for x in out[::5]:
