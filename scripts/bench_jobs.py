@@ -212,7 +212,7 @@ def main():
             print(f"round {r + 1}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                                   for k, v in rec.items()), flush=True)
         pre = srv.metric('wafer_batch_lines_total{outcome="preempted"}')
-        print(f"batch lines handed back by the server (runner preemptions): {pre:.0f}")
+        print(f"batch line preemptions (a live request took the slot, or the server handed the line back): {pre:.0f}")
     finally:
         srv.close()
         os.unlink(ds.name)

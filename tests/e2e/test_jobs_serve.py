@@ -321,3 +321,12 @@ def test_redis_unreachable_at_start():
     assert p.returncode != 0
     msg = p.stdout + p.stderr
     assert "Redis at 127.0.0.1:1 is unreachable" in msg and "start redis-server" in msg, msg
+
+
+def test_lines_wait_past_request_timeout(make_server):
+    """server.request_timeout bounds live requests, not batch lines: lines waiting for the one slot longer
+    than it still complete (the completion window bounds them)."""
+    srv = make_server(STORIES, "--request-timeout", "0.5", "--max-batch-size", "1", "--batch-inflight", "24")
+    b = create(srv, upload(srv, lines(24, max_tokens=100)).json()["id"]).json()
+    b = wait_final(srv, b["id"], timeout=120)
+    assert b["status"] == "completed" and b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, b
