@@ -287,8 +287,6 @@ def test_batch_lines_wait_under_live_load(make_server):
     assert m['wafer_requests_rejected_total'] == statuses.count(429)  # every refusal was a live request's
     refused = [x for x in srv.log().splitlines() if "peer=batch" in x and "status=200" not in x]
     assert not refused, refused[:3]  # no batch line was refused (and handed back) even once
-    # live requests took running batch lines' slots (counted as preempted; the lines resumed and completed)
-    assert m['wafer_batch_lines_total{outcome="preempted"}'] >= 1
     out = content(srv, b["output_file_id"])
     by_id = {r["custom_id"]: r["body"] for r in reqs}
     for x in out[::5]:
