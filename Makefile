@@ -49,7 +49,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-jobs soak clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-jobs soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -165,6 +165,14 @@ bench: $(BUILD)/wafer
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench: set BENCH_MODELS="model.gguf ..." (see docs/performance.md)'; exit 2; }
 	$(BUILD)/wafer bench --membw
 	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer $(foreach l,$(LLAMA_BENCH),--llama $(l)) $(BENCH_ARGS) $(BENCH_MODELS)
+
+# make bench-vs-llama LLAMA_BIN=/path/llama-bench BENCH_MODELS="a.gguf b.gguf" [BENCH_ARGS="-r 3 --rounds 5 -d 4096"]
+# wafer bench and llama-bench interleaved on the same files (round by round), medians of the per-round ratios.
+LLAMA_BIN ?=
+bench-vs-llama: $(BUILD)/wafer
+	@test -n "$(LLAMA_BIN)" || { echo 'make bench-vs-llama: set LLAMA_BIN=/path/to/llama-bench (docs/performance.md says how to build it)'; exit 2; }
+	@test -n "$(BENCH_MODELS)" || { echo 'make bench-vs-llama: set BENCH_MODELS="model.gguf ..."'; exit 2; }
+	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer --llama native=$(LLAMA_BIN) $(BENCH_ARGS) $(BENCH_MODELS)
 
 # make bench-jobs [BENCH_JOBS_MODEL=path.gguf] [BENCH_JOBS_ARGS="--rounds 5"]: live TTFT p95 with and without a batch
 # running, and batch throughput vs wafer bench serve at full concurrency (scripts/bench_jobs.py, docs/jobs.md).

@@ -76,3 +76,23 @@ def test_bench_usage_errors(tmp_path):
 def test_bench_context_too_long():
     r = bench("--model", STORIES, "-p", "100000", "-n", "8", "--no-membw")
     assert r.returncode == 1 and "more than the model's context" in r.stderr
+
+
+@need_stories
+def test_bench_depth():
+    """--depth D measures ppN and tgN after D tokens in the cache (llama-bench's -d): labelled "@ dD", the KV
+    pool is sized for D more tokens, the JSON records the depth and the CPU it ran on."""
+    base = bench("--model", STORIES, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--no-membw", "--json")
+    r = bench("--model", STORIES, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--no-membw", "--json", "-d", "100")
+    assert base.returncode == 0 and r.returncode == 0, r.stderr
+    j0 = json.loads(base.stdout.strip().splitlines()[-1])
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j0["depth"] == 0 and j["depth"] == 100
+    assert "| pp16 @ d100 |" in r.stdout and "| tg4 @ d100 |" in r.stdout and "@ d" not in base.stdout
+    assert j["kv_bytes"] > 3 * j0["kv_bytes"]
+    assert j["pp_tps"] > 0 and j["tg_tps"] > 0
+    assert j["cpu"] and j["cpu"] != "unknown CPU" and "cpu:" in r.stderr
+    r = bench("--model", STORIES, "-p", "16", "-n", "4", "-d", "100000", "--no-membw")
+    assert r.returncode == 1 and "-d 100000" in r.stderr and "more than the model's context" in r.stderr
+    r = bench("--model", STORIES, "-d", "-1")
+    assert r.returncode == 2 and "--depth" in r.stderr
