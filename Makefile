@@ -6,6 +6,7 @@
 #   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
 #   make deps       installs the Debian packages the build and tests need (apt-get; root or sudo)
 #   make bench      speed benchmarks (see docs/performance.md)
+#   make bench-route  the latency wafer route adds, against nginx proxy_pass (docs/route.md)
 #   make examples   the C client library's example programs (build/examples/)
 #   make install    PREFIX=/usr/local DESTDIR=: binary, client library and header, man pages, systemd unit
 #   make soak       wafer serve under a mixed and hostile load (SOAK_SECONDS, default 1800; docs/reliability.md)
@@ -49,7 +50,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-jobs soak clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-route bench-jobs soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -173,6 +174,15 @@ bench-vs-llama: $(BUILD)/wafer
 	@test -n "$(LLAMA_BIN)" || { echo 'make bench-vs-llama: set LLAMA_BIN=/path/to/llama-bench (docs/performance.md says how to build it)'; exit 2; }
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench-vs-llama: set BENCH_MODELS="model.gguf ..."'; exit 2; }
 	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer --llama native=$(LLAMA_BIN) $(BENCH_ARGS) $(BENCH_MODELS)
+
+# make bench-route [BENCH_ROUTE_ARGS="--rate 1000 --seconds 5 --rounds 3 --idle 10000"]: wafer route and nginx
+# proxy_pass in front of the same nginx backend, open-loop load from scripts/route_loadgen.c (docs/route.md).
+BENCH_ROUTE_ARGS ?=
+bench-route: $(BUILD)/wafer $(BUILD)/bench/route_loadgen
+	$(PYTHON) scripts/bench_route.py --wafer $(BUILD)/wafer --loadgen $(BUILD)/bench/route_loadgen $(BENCH_ROUTE_ARGS)
+$(BUILD)/bench/route_loadgen: scripts/route_loadgen.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror $< -o $@
 
 # make bench-jobs [BENCH_JOBS_MODEL=path.gguf] [BENCH_JOBS_ARGS="--rounds 5"]: live TTFT p95 with and without a batch
 # running, and batch throughput vs wafer bench serve at full concurrency (scripts/bench_jobs.py, docs/jobs.md).

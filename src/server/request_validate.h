@@ -89,7 +89,7 @@ struct gen_request {
     int32_t *tokens;    /* detokenize input, owned */
     int n_tokens;
     char *prediction;   /* completions, chat: OpenAI's prediction.content (owned), or NULL */
-    int spec;           /* "speculation": -1 not given, 0 off, 1 ngram (enum sched_spec) */
+    int spec;           /* "speculation": -1 not given, else enum sched_spec (off, ngram, draft) */
 };
 
 void gen_defaults_init(struct gen_defaults *d);
