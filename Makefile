@@ -51,7 +51,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-route bench-slo soak clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-route bench-slo bench-jobs soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -190,6 +190,13 @@ bench-route: $(BUILD)/wafer $(BUILD)/bench/route_loadgen
 $(BUILD)/bench/route_loadgen: scripts/route_loadgen.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror $< -o $@
+
+# make bench-jobs [BENCH_JOBS_MODEL=path.gguf] [BENCH_JOBS_ARGS="--rounds 5"]: live TTFT p95 with and without a batch
+# running, and batch throughput vs wafer bench serve at full concurrency (scripts/bench_jobs.py, docs/jobs.md).
+BENCH_JOBS_MODEL ?= $(SHARED)/models/llama-19M/llama-19M-Q8_0.gguf
+BENCH_JOBS_ARGS ?=
+bench-jobs: $(BUILD)/wafer
+	WAFER_BIN=$(abspath $(BUILD)/wafer) $(PYTHON) scripts/bench_jobs.py $(BENCH_JOBS_MODEL) $(BENCH_JOBS_ARGS)
 
 # make soak [SOAK_SECONDS=1800] [SOAK_MODEL=path.gguf] [SOAK_ARGS="--sighup 20 -- --threads 2"]: a mixed load with
 # hostile requests, disconnects, slow readers and SIGHUPs against a real wafer serve; fails on a lost request,

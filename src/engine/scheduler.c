@@ -110,6 +110,7 @@ struct sched_req_state {
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
     int draft_tokens, accepted_tokens, pred_draft_tokens, pred_accepted_tokens; /* sched_req_status */
+    int preemptions; /* sched_req_status */
 
     /* engine thread only */
     struct sched_seq *seqs; /* [n_choices] */
@@ -143,6 +144,7 @@ struct scheduler {
     bool stop;
     atomic_bool draining;
     atomic_int n_queued; /* submitted and not yet admitted (inbox + wait queue) */
+    atomic_int n_queued_batch; /* of those, batch requests (priority > live): not bounded by max_queue */
     atomic_int cancel_all;
     atomic_int max_running; /* admission limit on running sequences, 1..max_seqs (scheduler_set_max_running) */
     atomic_int prefill_budget; /* prompt tokens per step now, 1..p.prefill_chunk (scheduler_set_prefill_chunk) */
@@ -321,6 +323,7 @@ void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
     out->accepted_tokens = r->st->accepted_tokens;
     out->prediction_draft_tokens = r->st->pred_draft_tokens;
     out->prediction_accepted_tokens = r->st->pred_accepted_tokens;
+    out->preemptions = r->st->preemptions;
     out->t_admitted = r->st->t_admitted;
     out->t_first_token = r->st->t_first_token;
     out->t_finished = r->st->t_finished;
@@ -428,6 +431,16 @@ static void choice_append_tail(struct sched_req *r, int c, const char *text, siz
 
 /* ---------------------------------------------------------------- engine-side helpers */
 
+/* n_queued moves with every request entering or leaving the wait queue; n_queued_batch with the batch
+ * ones, so that max_queue bounds live requests only (batch lines are bounded by their runner's in-flight
+ * limit and must wait for capacity, never be refused for it, nor take a live request's place). */
+static void queued_add(struct scheduler *s, const struct sched_req *r, int d)
+{
+    atomic_fetch_add(&s->n_queued, d);
+    if (r->priority > SCHED_PRIORITY_LIVE)
+        atomic_fetch_add(&s->n_queued_batch, d);
+}
+
 static void sched_stats_update(struct scheduler *s)
 {
     atomic_store(&s->st_running, s->n_running);
@@ -503,7 +516,7 @@ static void req_finish(struct scheduler *s, struct sched_req *r, int error, cons
         running_remove(s, r);
     else if (r->st->state == RS_QUEUED) {
         waiting_remove(s, r);
-        atomic_fetch_sub(&s->n_queued, 1);
+        queued_add(s, r, -1);
     }
     r->st->state = RS_DONE;
     pthread_mutex_lock(&r->st->mu);
@@ -760,7 +773,10 @@ static bool preempt_at(struct scheduler *s, int idx)
     memmove(&s->waiting[at + 1], &s->waiting[at], (size_t)(s->n_waiting - at) * sizeof *s->waiting);
     s->waiting[at] = v;
     s->n_waiting++;
-    atomic_fetch_add(&s->n_queued, 1);
+    queued_add(s, v, 1);
+    pthread_mutex_lock(&v->st->mu);
+    v->st->preemptions++;
+    pthread_mutex_unlock(&v->st->mu);
     obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
     log_debug("scheduler: preempted request %llu (priority %d)", (unsigned long long)v->id, v->priority);
     return true;
@@ -812,7 +828,7 @@ static void admit(struct scheduler *s)
         }
         memmove(&s->waiting[0], &s->waiting[1], (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
-        atomic_fetch_sub(&s->n_queued, 1);
+        queued_add(s, r, -1);
     }
 }
 
@@ -1698,7 +1714,8 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
         pthread_mutex_unlock(&s->mu);
         return ERR_UNAVAILABLE;
     }
-    if (atomic_load(&s->n_queued) >= s->p.max_queue) {
+    if (r->priority <= SCHED_PRIORITY_LIVE &&
+        atomic_load(&s->n_queued) - atomic_load(&s->n_queued_batch) >= s->p.max_queue) {
         pthread_mutex_unlock(&s->mu);
         obs_count(s, SCHED_CTR_REJECTED_QUEUE_FULL, 1);
         return ERR_QUEUE_FULL;
@@ -1715,7 +1732,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
     sched_req_ref(r);
     r->st->state = RS_QUEUED;
     s->inbox[s->n_inbox++] = r;
-    atomic_fetch_add(&s->n_queued, 1);
+    queued_add(s, r, 1);
     atomic_store(&s->st_waiting, atomic_load(&s->n_queued));
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);

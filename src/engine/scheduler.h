@@ -136,6 +136,7 @@ struct sched_req_status {
     int accepted_tokens;           /* ... of them accepted */
     int prediction_draft_tokens;   /* drafted tokens taken from the prediction */
     int prediction_accepted_tokens; /* ... of them accepted */
+    int preemptions;    /* times its slots were taken (for a more urgent request or for KV) and it waited again */
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;   /* changes at every append: readers skip unchanged requests */
 };
@@ -152,7 +153,8 @@ bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const stru
 
 struct sched_params {
     int max_batch_size; /* running sequences = engine slots (engine max_seqs must be at least this) */
-    int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
+    int max_queue;      /* live requests waiting for admission before submit says ERR_QUEUE_FULL (batch
+                           requests are not counted and never refused: their submitter bounds them) */
     int prefill_chunk;  /* prompt tokens per step */
     bool prefix_cache;  /* reuse KV blocks across requests (default true) */
     enum sched_spec spec; /* drafts for requests that do not choose (default off) */
@@ -243,7 +245,8 @@ void scheduler_destroy(struct scheduler *s);
 /* Starts the engine thread. 0 or ERR_NOMEM/ERR_INTERNAL. */
 int scheduler_start(struct scheduler *s);
 
-/* Queues r (takes a reference). ERR_QUEUE_FULL when max_queue requests wait, ERR_UNAVAILABLE once
+/* Queues r (takes a reference). ERR_QUEUE_FULL when r is live and max_queue live requests wait (a batch
+ * request always queues: it waits for capacity below live traffic), ERR_UNAVAILABLE once
  * draining; on error no reference is taken. Any thread. */
 int scheduler_submit(struct scheduler *s, struct sched_req *r);
 /* Marks r cancelled with reason (ERR_CANCELLED, ERR_TIMEOUT, ...): the engine drops it at its next step,

@@ -465,8 +465,11 @@ struct jobs_backend *jobs_redis_open(const char *url, const char *consumer, int 
         snprintf(b->consumer, sizeof b->consumer, "%s:%d:%.6s", host, (int)getpid(), rnd);
     }
     redisReply *r;
-    if (rd_cmd(b, &r, err, "PING"))
+    if (rd_cmd(b, &r, err, "PING")) {
+        size_t n = strlen(err);
+        snprintf(err + n, ERR_MSG_MAX - n, "; start redis-server there, or correct the queue URL (--queue, jobs.queue)");
         goto fail;
+    }
     freeReplyObject(r);
     return &b->base;
 fail:

@@ -99,6 +99,7 @@ struct server {
     /* Where the answer of a batch line goes instead of a connection (api_jobs.c sets it): status, the JSON
      * body the live endpoint would send, and the request id (NULL when none was made). I/O thread. */
     void (*line_answer)(struct server *srv, uint64_t ticket, int status, const char *body, const char *request_id);
+    atomic_uint_fast64_t line_preemptions; /* scheduler preemptions of batch lines' requests (I/O thread writes) */
     _Atomic(struct server_config *) reload; /* SIGHUP: a configuration read again, applied by the I/O thread */
     atomic_bool trim_queued;     /* a malloc_trim job waits in the pool (api_call.c) */
 };

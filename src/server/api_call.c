@@ -379,6 +379,8 @@ void api_call_finish(struct api_call *call)
         sched_req_status_get(r, &st);
         prompt += r->n_prompt;
         gen += st.n_generated;
+        if (call->batch)
+            atomic_fetch_add(&srv->line_preemptions, (uint64_t)st.preemptions);
         if (!finish)
             sched_req_read(r, first_finish, &finish);
         if (st.t_first_token && (ttft == 0 || (double)(st.t_first_token - r->t_arrival) / 1e6 < ttft))

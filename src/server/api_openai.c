@@ -398,8 +398,11 @@ void api_completions(struct api_call *call)
         struct sched_req *r = NULL;
         if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
             r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
-        if (r && call->batch)
+        if (r && call->batch) {
             r->priority = SCHED_PRIORITY_BATCH;
+            r->deadline = 0; /* a line waits below live traffic for as long as that takes: its batch's
+                                completion window bounds it, not server.request_timeout */
+        }
         if (r && g.echo && p) {
             if (p->text) {
                 call->echo_text[i] = strdup(p->text);

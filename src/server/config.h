@@ -84,7 +84,8 @@ struct server_config {
     char *jobs_queue;             /* NULL: SQLite under the data dir; redis://...: Redis */
     int64_t jobs_max_file_bytes;  /* largest upload -> 413 (default 200 MB) */
     int jobs_max_lines;           /* requests per input file (default 50,000) */
-    int jobs_max_inflight;        /* batch lines running at once; -1: max_batch_size; 0: no runner */
+    int jobs_max_inflight;        /* batch lines started at once; -1: 2 x max_batch_size; 0: no runner */
+    double jobs_lease;            /* seconds before another worker may take a line not renewed; 0: default */
     /* observability (docs/observability.md) */
     struct alert_config *alerts; /* the alerts: section; NULL when absent */
     bool batch_auto;             /* server.max_batch_size: auto (slots: slo_max_batch, limit by the controller) */
