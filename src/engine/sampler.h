@@ -47,6 +47,13 @@ void sampler_reset(struct sampler *s);
 /* Adds a token to the penalty history (prompt tokens and generated ones). */
 void sampler_accept(struct sampler *s, int32_t token);
 
+/* OpenAI's logit_bias entry: bias is added to the token's logit before sampling (-100 bans it in practice,
+ * +100 forces it wherever it is allowed). */
+struct sampler_bias {
+    int32_t token;
+    float bias;
+};
+
 struct sampler_logprob {
     int32_t token;
     float logprob; /* natural log of the probability under the model's distribution (after penalties,

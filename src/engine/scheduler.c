@@ -253,6 +253,20 @@ int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n)
     return 0;
 }
 
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n)
+{
+    if (n <= 0)
+        return 0;
+    struct sampler_bias *p = malloc((size_t)n * sizeof *p);
+    if (!p)
+        return ERR_NOMEM;
+    memcpy(p, b, (size_t)n * sizeof *p);
+    free(r->logit_bias);
+    r->logit_bias = p;
+    r->n_logit_bias = n;
+    return 0;
+}
+
 void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->st->refs, 1); }
 
 static void sched_seq_free(struct sched_seq *q)
@@ -284,6 +298,7 @@ void sched_req_unref(struct sched_req *r)
     free(r->prompt);
     grammar_entry_unref(r->constraint);
     free(r->prediction);
+    free(r->logit_bias);
     pthread_mutex_destroy(&r->st->mu);
     free(r); /* and its state: r heads their sched_req_box */
 }
@@ -1013,6 +1028,9 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
+    for (int i = 0; i < r->n_logit_bias; i++) /* before the mask: a bias never lifts a token it forbids */
+        if (r->logit_bias[i].token < s->n_vocab)
+            logits[r->logit_bias[i].token] += r->logit_bias[i].bias;
     if (q->gm) {
         int rc = constraint_mask(s, q, logits);
         if (rc)

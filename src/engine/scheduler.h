@@ -98,6 +98,10 @@ struct sched_req {
      * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
      * invalid output. ignore_eos does not apply. */
     struct grammar_entry *constraint;
+    struct sampler_bias *logit_bias; /* [n_logit_bias], owned (sched_req_set_logit_bias): added to the logits
+                                        of every choice before the grammar's mask and the sampler (ids are
+                                        inside the vocabulary) */
+    int n_logit_bias;
     int32_t *prediction; /* [n_prediction], owned (sched_req_set_prediction): the output the client expects
                             (OpenAI's predicted outputs), used as drafts; NULL: none */
     int n_prediction;
@@ -118,6 +122,8 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
 int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop);
 /* Copies the prediction's tokens (n > 0) into r. 0 or ERR_NOMEM. */
 int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n);
+/* Copies n logit_bias entries into r. 0 or ERR_NOMEM. */
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n);
 void sched_req_ref(struct sched_req *r);
 /* Drops a reference; the last one frees the request. */
 void sched_req_unref(struct sched_req *r);

@@ -413,6 +413,13 @@ void api_call_finish(struct api_call *call)
     free(call->reqs);
     free(call->echo_text);
     free(call->item_errs);
+    for (int i = 0; i < call->n_tools; i++) {
+        free((char *)call->tools[i].name);
+        free((char *)call->tools[i].json);
+        free(call->tool_params[i]);
+    }
+    free(call->tools);
+    free(call->tool_params);
     free(call->sent);
     free(call->sent_text);
     free(call->fin_sent);

@@ -78,14 +78,15 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, boo
     return t;
 }
 
-int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
-                           int *n_out, struct api_error *e)
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs,
+                           const struct chat_tool *tools, int n_tools, bool add_generation_prompt, int *n_out,
+                           struct api_error *e)
 {
     char err[ERR_MSG_MAX];
     struct tok_span *content = NULL;
     size_t n_content = 0;
-    char *text = chat_template_render(srv->chat, msgs, n_msgs, add_generation_prompt, srv->bos_text, srv->eos_text,
-                                      &content, &n_content, err);
+    char *text = chat_template_render_tools(srv->chat, msgs, n_msgs, tools, n_tools, add_generation_prompt,
+                                            srv->bos_text, srv->eos_text, &content, &n_content, err);
     if (!text) {
         api_error_set(e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
         return NULL;
@@ -210,6 +211,22 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
             sched_req_unref(r);
             api_error_set(e, rc == ERR_NOMEM ? ERR_NOMEM : rc == ERR_UNSUPPORTED ? ERR_UNSUPPORTED : ERR_INVALID_ARG,
                           g->constraint_param, NULL, "invalid '%s': %s", g->constraint_param, err);
+            return NULL;
+        }
+    }
+    if (g->n_logit_bias) {
+        int n_vocab = tokenizer_n_vocab(srv->model->tok);
+        for (int i = 0; i < g->n_logit_bias; i++)
+            if (g->logit_bias[i].token >= n_vocab) {
+                sched_req_unref(r);
+                api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL,
+                              "'logit_bias' names token id %d, outside the vocabulary [0, %d)", g->logit_bias[i].token,
+                              n_vocab);
+                return NULL;
+            }
+        if (sched_req_set_logit_bias(r, g->logit_bias, g->n_logit_bias)) {
+            sched_req_unref(r);
+            api_error_set(e, ERR_NOMEM, "", NULL, "out of memory");
             return NULL;
         }
     }
