@@ -69,6 +69,11 @@ struct sampler_logprob {
 int32_t sampler_sample(struct sampler *s, float *logits, float *chosen_logprob, struct sampler_logprob *top,
                        int n_top);
 
+/* Scores a token that is already known (a prompt token): its logprob under logits[n_vocab] as they are (no
+ * penalties, temperature or truncation; logits are not modified), and the n_top most likely tokens in top
+ * as sampler_sample fills them. Uses s's buffers only (no RNG draw, no history). */
+float sampler_score(struct sampler *s, const float *logits, int32_t token, struct sampler_logprob *top, int n_top);
+
 /* Stop strings over streamed text. */
 struct stop_matcher {
     char **stops; /* owned copies */

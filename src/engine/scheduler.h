@@ -61,6 +61,9 @@ struct sched_choice {
     int n_toks, cap_toks;
     struct sampler_logprob *top; /* [n_toks * n_top] when logprobs were asked */
     int n_top_used, cap_top;
+    struct sched_token *ptoks; /* prompt_logprobs, choice 0 only: [n_ptoks] entries for prompt tokens 1, 2, ...
+                                  (id, logprob, top_off into top[]; text_off/text_len unused) */
+    int n_ptoks, cap_ptoks;
     enum sched_finish finish;
 };
 
@@ -91,6 +94,9 @@ struct sched_req {
     char **stop; /* [n_stop], owned */
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
+    bool prompt_logprobs; /* also score the prompt (OpenAI's echo with logprobs): choice 0's ptoks get each
+                             prompt token's logprob after the first, with n_logprobs alternatives, under the
+                             model's raw distribution; its prompt never comes from the prefix cache */
     bool ignore_eos;
     /* Structured output: when set (a reference the request owns, released with it), every choice samples
      * only tokens the grammar allows (the others' logits become -inf), ends with SCHED_STOP once the grammar

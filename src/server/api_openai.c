@@ -200,7 +200,59 @@ struct read_ctx {
     int i;
     json_t *choices; /* respond_full: the array being filled */
     char err[ERR_MSG_MAX + 64]; /* a tool answer that cannot be read back ("" when none) */
+    json_t *prompt_lp;          /* echo with logprobs: the prompt's part, built at choice 0, copied into each */
 };
+
+/* echo with logprobs (OpenAI's legacy shape): the prompt tokens' entries, from choice 0's scores (ptoks). The
+ * first token has no logprob (null), as OpenAI's; offsets count bytes of the echoed prompt text (the space a
+ * SentencePiece vocabulary puts before the first word is not in it). */
+static json_t *prompt_logprobs_json(struct api_call *call, int i, const struct sched_choice *ch)
+{
+    const struct sched_req *r = call->reqs[i];
+    int n_top = call->logprobs > 0 ? call->logprobs : 0;
+    size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+    json_t *lp = json_object(), *toks = json_array(), *lps = json_array(), *offs = json_array();
+    json_t *tops = n_top ? json_array() : json_null();
+    size_t off = 0;
+    bool first_piece = true, strip = false;
+    for (int k = 0; k < r->n_prompt; k++) {
+        char piece[256];
+        int n = token_piece(call->srv, r->prompt[k], piece, sizeof piece);
+        if (first_piece && n > 0) {
+            strip = piece[0] == ' ' && !(echo_len && call->echo_text[i][0] == ' ');
+            first_piece = false;
+            json_array_append_new(offs, json_integer(0));
+            off = (size_t)n - (strip ? 1 : 0);
+        } else {
+            json_array_append_new(offs, json_integer((json_int_t)(off < echo_len ? off : echo_len)));
+            off += (size_t)n;
+        }
+        json_array_append_new(toks, api_json_text(piece, (size_t)n));
+        const struct sched_token *t = k > 0 && k - 1 < ch->n_ptoks ? &ch->ptoks[k - 1] : NULL;
+        json_array_append_new(lps, t ? json_real(t->logprob) : json_null());
+        if (!n_top)
+            continue;
+        if (!t || t->top_off < 0) {
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_t *o = json_object();
+        for (int j = 0; j < n_top; j++) {
+            const struct sampler_logprob *sl = &ch->top[t->top_off + j];
+            char p2[256];
+            int n2 = token_piece(call->srv, sl->token, p2, sizeof p2);
+            json_t *key = api_json_text(p2, (size_t)n2);
+            json_object_set_new(o, json_string_value(key), json_real(sl->logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, o);
+    }
+    json_object_set_new(lp, "tokens", toks);
+    json_object_set_new(lp, "token_logprobs", lps);
+    json_object_set_new(lp, "top_logprobs", tops);
+    json_object_set_new(lp, "text_offset", offs);
+    return lp;
+}
 
 /* The request id without its "chatcmpl-" prefix: tool call ids are "call_" + this + indexes. */
 static const char *call_id_tail(const struct api_call *call)
@@ -346,6 +398,13 @@ static bool full_choice(void *ctx, int c, const struct sched_choice *ch)
     int i = rc->i;
     json_t *lp = NULL;
     size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+    if (call->route != ROUTE_CHAT && call->echo && call->logprobs >= 0) {
+        if (c == 0) {
+            json_decref(rc->prompt_lp);
+            rc->prompt_lp = prompt_logprobs_json(call, i, ch);
+        }
+        lp = json_deep_copy(rc->prompt_lp);
+    }
     for (int t = 0; call->logprobs >= 0 && t < ch->n_toks; t++)
         logprobs_add(call->srv, call, ch, &ch->toks[t], echo_len + ch->toks[t].text_off, &lp);
     json_t *choice = json_object();
@@ -400,7 +459,9 @@ static void respond_full(struct api_call *call)
     json_t *choices = json_array();
     for (int i = 0; i < call->n_reqs; i++) {
         struct read_ctx rc = {.call = call, .i = i, .choices = choices};
-        if (!sched_req_read(call->reqs[i], full_choice, &rc) && rc.err[0]) {
+        bool ok = sched_req_read(call->reqs[i], full_choice, &rc);
+        json_decref(rc.prompt_lp);
+        if (!ok && rc.err[0]) {
             log_error("%s: %s", call->id, rc.err);
             json_decref(o);
             json_decref(choices);

@@ -121,6 +121,8 @@ bool api_reserve_generation(struct api_call *call, struct api_error *e)
         total += (int64_t)r->n_choices * r->max_tokens * per_token;
         if (call->echo_text && call->echo_text[i])
             total += (int64_t)r->n_choices * (int64_t)strlen(call->echo_text[i]) * 2;
+        if (r->prompt_logprobs) /* echo with logprobs: an entry per prompt token in every choice */
+            total += (int64_t)r->n_choices * r->n_prompt * per_token;
     }
     char what[192];
     int n = snprintf(what, sizeof what, "%d prompt%s x %d choice%s x %d max_tokens", prompts, prompts == 1 ? "" : "s",
@@ -231,6 +233,7 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
         }
     }
     r->n_logprobs = g->logprobs;
+    r->prompt_logprobs = g->echo && g->logprobs >= 0 && g->kind == API_COMPLETIONS;
     r->ignore_eos = g->ignore_eos;
     if (g->spec >= 0)
         r->spec = g->spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
