@@ -129,7 +129,9 @@ struct api_call {
     /* chat tools (tool_choice not none): the answers are read back as tool calls (tool_call.h); the
      * arrays are the request's, moved here (owned) */
     bool tools_active;
-    int tool_fmt; /* enum chat_tool_format */
+    bool tool_auto;  /* tool_choice auto: an answer may be text */
+    bool *tool_text; /* [n_reqs * n] the choice's answer is known to be text: streamed as it comes */
+    int tool_fmt;    /* enum chat_tool_format */
     struct chat_tool *tools;
     char **tool_params;
     int n_tools;

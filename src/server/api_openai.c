@@ -13,7 +13,8 @@
  * Tools (chat, tool_choice not none): the answer is generated under the tool grammar (tool_call.h) and read
  * back when its choice ends: calls become message.tool_calls (finish_reason "tool_calls"), text stays
  * content. A stream holds a tool answer's tokens back and sends, when the choice ends, one tool_calls delta
- * per call (index, id, type, function {name, arguments}) or the text as one content delta.
+ * per call (index, id, type, function {name, arguments}) or the text as one content delta; an auto answer
+ * whose first bytes show it is text (not the call marker) streams token by token like any other.
  */
 #include "core/err.h"
 #include "core/log.h"
@@ -330,8 +331,13 @@ static bool stream_choice(void *ctx, int c, const struct sched_choice *ch)
     struct read_ctx *rc = ctx;
     struct api_call *call = rc->call;
     int k = rc->i * call->n + c;
-    if (call->tools_active)
-        return stream_tool_choice(call, k, ch);
+    if (call->tools_active && !call->tool_text[k]) {
+        /* auto: once the answer shows it is text, it streams as any text does (nothing was sent yet) */
+        if (call->tool_auto && tool_answer_is_text((enum chat_tool_format)call->tool_fmt, ch->text, ch->text_len))
+            call->tool_text[k] = true;
+        else
+            return stream_tool_choice(call, k, ch);
+    }
     while (call->sent[k] < ch->n_toks) {
         if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
             return false;
@@ -565,6 +571,7 @@ void api_completions(struct api_call *call)
         g.constraint_text = gbnf;
         g.constraint_param = "tools";
         call->tools_active = true;
+        call->tool_auto = g.tool_choice == GEN_TOOLS_AUTO;
     }
     for (int i = 0; i < n_prompts; i++) {
         const struct gen_prompt *p = chat ? NULL : &g.prompts[i];

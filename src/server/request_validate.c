@@ -576,6 +576,7 @@ static int jmessages(json_t *o, struct gen_request *r, struct api_error *e)
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return api_error_set(e, ERR_INVALID_ARG, param, NULL,
                                  "'%s' must be one of system, developer, user, assistant, tool; got '%.64s'", param, rs);
+        r->n_messages = (int)i + 1; /* from here on deinit frees what this message holds */
         int rc = jmessage_tools(m, i, rs, &r->messages[i], e);
         if (rc)
             return rc;

@@ -283,6 +283,17 @@ int tool_grammar_build(enum chat_tool_format fmt, const struct gen_request *g, c
 
 /* ---- reading calls back ---- */
 
+bool tool_answer_is_text(enum chat_tool_format fmt, const char *text, size_t len)
+{
+    const char *marker = fmt == CHAT_TOOLS_HERMES ? "<tool_call>" : fmt == CHAT_TOOLS_MISTRAL ? "[TOOL_CALLS]" : "{";
+    if (fmt == CHAT_TOOLS_GENERIC || !len)
+        return false;
+    if (fmt == CHAT_TOOLS_LLAMA3) /* a call may begin with whitespace, text may not (the grammar's tc-free) */
+        return !strchr("{ \t\n\r", text[0]);
+    size_t n = strlen(marker);
+    return memcmp(text, marker, len < n ? len : n) != 0;
+}
+
 static const char *skip_ws(const char *p, const char *end)
 {
     while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
@@ -372,7 +383,8 @@ int tool_calls_parse(enum chat_tool_format fmt, const char *text, size_t len, co
             p = skip_ws(next, end);
             if (!rc && !starts(p, end, "</tool_call>"))
                 rc = err_set(err, ERR_INVALID_ARG, "a <tool_call> block without its </tool_call>");
-            p = skip_ws(p + 12, end);
+            if (!rc)
+                p = skip_ws(p + 12, end);
         }
         if (!rc && p < end)
             rc = err_set(err, ERR_INVALID_ARG, "text after the tool calls");

@@ -24,6 +24,11 @@
  * (ERR_INVALID_ARG / ERR_UNSUPPORTED with the compiler's JSON pointer), ERR_NOMEM. */
 int tool_grammar_build(enum chat_tool_format fmt, const struct gen_request *g, char **gbnf, struct api_error *e);
 
+/* tool_choice auto: whether the answer begun in text[0..len) is already known to be text, not calls (it
+ * does not begin with the format's call marker). Always false for the generic form (its text is inside a
+ * JSON object). */
+bool tool_answer_is_text(enum chat_tool_format fmt, const char *text, size_t len);
+
 /* Reads an answer text[0..len) written under tool_grammar_build's grammar. *calls gets a new JSON array of
  * OpenAI tool calls [{id, type: "function", function: {name, arguments: JSON text}}] (empty when the answer
  * is text); *content a new JSON string when the text part is not the answer itself (the generic form's

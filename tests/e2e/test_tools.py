@@ -111,8 +111,21 @@ def test_auto_and_none(server):
             if server.family == "chatml":
                 assert not msg["content"].startswith("<tool_call>")
             kinds.add("text")
+            text_seed = seed
     if server.family == "zephyr":  # the generic form's choice is a JSON key: both come up
         assert kinds == {"calls", "text"}, kinds
+    if server.family in ("chatml", "mistral-v3", "llama3"):
+        # an auto answer that shows it is text streams token by token, as without tools
+        body = dict(tools=TOOLS, temperature=1.0, seed=text_seed, max_tokens=30, messages=USER)
+        want = chat(server, **body).json()["choices"][0]["message"]["content"]
+        deltas = []
+        with server.client.stream("POST", "/v1/chat/completions", json=dict(body, stream=True)) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    for ch in json.loads(line[6:])["choices"]:
+                        if ch["delta"].get("content"):
+                            deltas.append(ch["delta"]["content"])
+        assert "".join(deltas) == want and len(deltas) > 3, deltas
     r = chat(server, tools=TOOLS, tool_choice="none", temperature=1.0, seed=1, max_tokens=20)
     ch = r.json()["choices"][0]
     assert ch["finish_reason"] in ("stop", "length") and "tool_calls" not in ch["message"], ch
