@@ -5,11 +5,13 @@ table (the one in docs/performance.md).
 The machine is shared and its speed drifts by 10% or more between minutes, so each round runs wafer and then
 every llama-bench build on one model before moving on, rounds repeat the whole set, and the table reports
 for each program its best round (the one least disturbed by other work: a busy neighbour costs llama.cpp,
-whose threads spin, far more than wafer) and the ratios of those. wafer's bench measures the read bandwidth
+whose threads spin, far more than wafer) and, as the ratios, the median over rounds of each round's
+wafer/llama.cpp ratio (the two runs of a round are seconds apart, so they saw the same machine). --depth D
+measures both after D tokens in the cache (llama-bench -d). The CPU's model name heads the table. wafer's bench measures the read bandwidth
 in the same run; a round's generation GB/s is set against the bandwidth wafer measured in that round.
 
 usage: scripts/bench_vs_llama.py [--wafer build/wafer] [--llama NAME=PATH/llama-bench ...] [-t 2] [-p 512]
-                                 [-n 128] [-r 3] [--rounds 2] [--batch 8] [--json out.json] MODEL.gguf ...
+                                 [-n 128] [-d 0] [-r 3] [--rounds 2] [--batch 8] [--json out.json] MODEL.gguf ...
 """
 import argparse
 import json
@@ -22,6 +24,8 @@ import sys
 def run_wafer(args, model):
     cmd = [args.wafer, "bench", "--model", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r),
            "-t", str(args.t), "--json"]
+    if args.d:
+        cmd += ["-d", str(args.d)]
     if args.batch > 1:
         cmd += ["--batch", str(args.batch)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -30,6 +34,8 @@ def run_wafer(args, model):
 
 def run_llama(path, args, model):
     cmd = [path, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-t", str(args.t), "-o", "json"]
+    if args.d:
+        cmd += ["-d", str(args.d)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
     res = {"pp_tps": None, "tg_tps": None}
     for e in json.loads(out.stdout):
@@ -57,6 +63,7 @@ def main():
     ap.add_argument("-t", type=int, default=2)
     ap.add_argument("-p", type=int, default=512)
     ap.add_argument("-n", type=int, default=128)
+    ap.add_argument("-d", type=int, default=0, help="depth: tokens already in the cache (llama-bench -d)")
     ap.add_argument("-r", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch", type=int, default=8)
@@ -84,6 +91,9 @@ def main():
            "batch gain", "peak RSS MiB (limit)", "load ms"]
     for ln, _ in llamas:
         hdr += [f"{ln} pp", f"{ln} tg", f"{ln} tg % bw", f"pp wafer/{ln}", f"tg wafer/{ln}"]
+    first = next(iter(raw.values()))["wafer"][0]
+    print(f"CPU: {first.get('cpu', 'unknown CPU')} ({first.get('cpu_flags', '')}), {args.t} threads"
+          + (f", depth {args.d}" if args.d else ""))
     print("| " + " | ".join(hdr) + " |")
     print("|" + "---|" * len(hdr))
     for m in args.models:
@@ -103,8 +113,10 @@ def main():
             ls = raw[name][ln]
             lpp, ltg = best([r["pp_tps"] for r in ls]), best([r["tg_tps"] for r in ls])
             lpct = best([100 * r["tg_tps"] * wgb / r["membw_gbs"] for r in ls if r["tg_tps"] and r["membw_gbs"]])
-            row += [fmt(lpp), fmt(ltg, 2), fmt(lpct, 0) + "%", "-" if not (pp and lpp) else f"{pp / lpp:.2f}x",
-                    "-" if not (tg and ltg) else f"{tg / ltg:.2f}x"]
+            rpp = [w["pp_tps"] / r["pp_tps"] for w, r in zip(ws, ls) if w["pp_tps"] and r["pp_tps"]]
+            rtg = [w["tg_tps"] / r["tg_tps"] for w, r in zip(ws, ls) if w["tg_tps"] and r["tg_tps"]]
+            row += [fmt(lpp), fmt(ltg, 2), fmt(lpct, 0) + "%",
+                    f"{statistics.median(rpp):.2f}x" if rpp else "-", f"{statistics.median(rtg):.2f}x" if rtg else "-"]
         print("| " + " | ".join(row) + " |")
     print("\ncommands (MODEL = each file above):")
     for c in sorted(commands):

@@ -7,10 +7,16 @@
  *   tgN  one sequence, N tokens decoded one per forward pass from an empty cache (the cache is cleared
  *        before each repetition), logits every step; tokens/s = N / time.
  *   tgN xB  B sequences decoded together, one token each per forward pass; aggregate tokens/s = B*N / time.
+ *   @ dD    (--depth D) ppN and tgN measured after D tokens already in the sequence's cache, as llama-bench's
+ *        -d: the D tokens are evaluated once, untimed, and each repetition truncates back to them, so the
+ *        figure is the cost of attending over a long context. The batched test runs from empty caches.
  *   verify  (--verify K) the cost of a speculative decoding verify pass: one sequence with 32 tokens of
  *        context evaluates 1 + k tokens in one pass (logits for each), k = 0..K, sizes interleaved within
  *        each repetition; the cost relative to one token is the median over repetitions of the ratio, and
  *        (1 + k) / cost is the ceiling of speculation with k drafted tokens all accepted.
+ *   spec  (--spec SRC) speculative decoding end to end through the scheduler instead of pp/tg (bench_spec.h):
+ *        greedy answers of N tokens with and without speculation, interleaved, checked equal; the median of
+ *        the rounds' decode-speed ratios.
  * Each test runs once untimed first (warm-up: pages the weights in, wakes the threads), then --repeat times;
  * the report gives mean and sample standard deviation.
  *
@@ -23,10 +29,12 @@
  */
 #include "bench/bench_model.h"
 
+#include "bench/bench_spec.h"
 #include "bench/membw.h"
 #include "core/flags.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/sysinfo.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
 #include "engine/engine_setup.h"
@@ -55,6 +63,8 @@ static void bench_model_usage(FILE *f)
             "  -m, --model PATH      GGUF model file\n"
             "  -p, --n-prompt N      prompt tokens for ppN (default 512; 0 skips it)\n"
             "  -n, --n-gen N         generated tokens for tgN (default 128; 0 skips it)\n"
+            "  -d, --depth D         measure ppN and tgN after D tokens already in the cache (llama-bench's\n"
+            "                        -d: long-context cost; default 0)\n"
             "  -t, --threads N       compute threads (default: all cores)\n"
             "  -b, --batch B         also decode B sequences together and report aggregate tokens/s\n"
             "                        (default 1: no batched test)\n"
@@ -70,6 +80,12 @@ static void bench_model_usage(FILE *f)
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
+            "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
+            "                        tokens with and without speculation, interleaved, -r rounds, each answer\n"
+            "                        checked equal; SRC: exact, half, wrong (predictions built from the model's\n"
+            "                        own answer), ngram, or draft (--draft-model)\n"
+            "      --draft-model F   the draft model for --spec draft (a small GGUF with the same vocabulary)\n"
+            "      --draft-fixed     --spec: verify every draft whole (the ceiling; default: adaptive lengths)\n"
             "      --json            print one JSON object as the last line of stdout\n"
             "  -h, --help            this help\n\n"
             "example: wafer bench -m llama-1b-q4_0.gguf -p 512 -n 128 -t 2 -r 3 --batch 8\n");
@@ -77,8 +93,9 @@ static void bench_model_usage(FILE *f)
 
 struct bench_opts {
     const char *model_path;
-    long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch, verify;
-    bool json, no_membw, membw_only, use_mmap;
+    long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch, verify, depth;
+    bool json, no_membw, membw_only, use_mmap, draft_fixed;
+    const char *spec, *draft_model; /* --spec SRC, --draft-model FILE */
     struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
 
@@ -164,6 +181,8 @@ static uint64_t bench_rng_next(uint64_t *s)
 struct bench_ctx {
     struct model *m;
     struct engine *e;
+    struct model *dm;  /* --draft-model's, or NULL */
+    struct engine *de;
     struct batch b;
     float *logits; /* [batch][n_vocab] */
     int32_t bos;
@@ -173,31 +192,42 @@ struct bench_ctx {
 
 static int32_t bench_token(struct bench_ctx *c) { return (int32_t)(bench_rng_next(&c->rng) % (uint64_t)c->m->hp.n_vocab); }
 
-/* Prompt of n tokens into sequence 0 from an empty cache; returns seconds or -1. */
-static double bench_pp(struct bench_ctx *c, int n)
+/* n prompt tokens into sequence 0 at positions depth..depth+n-1, after truncating it to depth (the first
+ * depth positions must hold tokens already: bench_fill); logits of the last only. Returns seconds or -1. */
+static double bench_pp(struct bench_ctx *c, int n, int depth)
 {
-    engine_seq_truncate(c->e, 0, 0);
+    engine_seq_truncate(c->e, 0, depth);
     double t0 = clock_now_s();
     for (int i = 0; i < n; i += c->b.cap) {
         batch_clear(&c->b);
         for (int j = i; j < n && j < i + c->b.cap; j++)
-            batch_add(&c->b, j == 0 && c->bos >= 0 ? c->bos : bench_token(c), j, 0, j == n - 1);
+            batch_add(&c->b, j + depth == 0 && c->bos >= 0 ? c->bos : bench_token(c), depth + j, 0, j == n - 1);
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
     return clock_now_s() - t0;
 }
 
-/* n decode steps of n_seqs sequences (one token each per step) from empty caches; returns seconds or -1. */
-static double bench_tg(struct bench_ctx *c, int n, int n_seqs)
+/* Sequence 0 holds depth tokens afterwards (untimed setup of --depth); 0 or -1. */
+static int bench_fill(struct bench_ctx *c, int depth)
+{
+    engine_seq_truncate(c->e, 0, 0);
+    return depth > 0 && bench_pp(c, depth, 0) < 0 ? -1 : 0;
+}
+
+/* n decode steps of n_seqs sequences (one token each per step); sequence 0 starts from depth tokens (see
+ * bench_fill), the others (and sequence 0 when depth is 0) from empty caches. Returns seconds or -1. */
+static double bench_tg(struct bench_ctx *c, int n, int n_seqs, int depth)
 {
     for (int s = 0; s < n_seqs; s++)
-        engine_seq_truncate(c->e, s, 0);
+        engine_seq_truncate(c->e, s, s == 0 ? depth : 0);
     double t0 = clock_now_s();
     for (int i = 0; i < n; i++) {
         batch_clear(&c->b);
-        for (int s = 0; s < n_seqs; s++)
-            batch_add(&c->b, i == 0 && c->bos >= 0 ? c->bos : bench_token(c), i, s, true);
+        for (int s = 0; s < n_seqs; s++) {
+            int pos = (s == 0 ? depth : 0) + i;
+            batch_add(&c->b, pos == 0 && c->bos >= 0 ? c->bos : bench_token(c), pos, s, true);
+        }
         if (engine_forward(c->e, &c->b, c->logits, c->err))
             return -1;
     }
@@ -279,6 +309,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
         {"mmap", no_argument, 0, 7},            {"ubatch", required_argument, 0, 'u'},
         {"backend", required_argument, 0, 8},   {"verify", required_argument, 0, 9},
+        {"spec", required_argument, 0, 10},     {"draft-model", required_argument, 0, 11},
+        {"draft-fixed", no_argument, 0, 12},    {"depth", required_argument, 0, 'd'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -292,7 +324,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     char err[ERR_MSG_MAX];
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:t:b:r:u:d:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': o->model_path = optarg; break;
         case 'p': if (flags_parse_int("bench", "--n-prompt", optarg, 0, 1 << 20, &o->n_prompt)) return 2; break;
@@ -301,6 +333,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 'b': if (flags_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
         case 'r': if (flags_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
         case 'u': if (flags_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
+        case 'd': if (flags_parse_int("bench", "--depth", optarg, 0, 1 << 20, &o->depth)) return 2; break;
         case 1:
             if (engine_opts_set_kv_type(&o->eo, optarg, err)) {
                 fprintf(stderr, "wafer bench: --kv-type: %s\n", err);
@@ -320,6 +353,15 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             }
             break;
         case 9: if (flags_parse_int("bench", "--verify", optarg, 0, 64, &o->verify)) return 2; break;
+        case 10:
+            if (!bench_spec_known(optarg)) {
+                fprintf(stderr, "wafer bench: --spec: '%s' is not one of exact, half, wrong, ngram, draft\n", optarg);
+                return 2;
+            }
+            o->spec = optarg;
+            break;
+        case 11: o->draft_model = optarg; break;
+        case 12: o->draft_fixed = true; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -336,6 +378,14 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     }
     if (o->membw_only && o->no_membw) {
         fprintf(stderr, "wafer bench: --membw and --no-membw contradict each other\n");
+        return 2;
+    }
+    if (o->spec && !strcmp(o->spec, "draft") && !o->draft_model) {
+        fprintf(stderr, "wafer bench: --spec draft needs --draft-model FILE\n");
+        return 2;
+    }
+    if (o->spec && o->n_gen < 2) {
+        fprintf(stderr, "wafer bench: --spec needs -n of at least 2 (the answer's length)\n");
         return 2;
     }
     if (!o->membw_only && o->n_prompt == 0 && o->n_gen == 0 && o->verify == 0) {
@@ -393,22 +443,28 @@ int bench_model_main(int argc, char **argv)
     const struct model_hparams *hp = &c.m->hp;
     o.eo.n_threads = (int)o.threads;
     o.eo.max_seqs = (int)o.batch;
-    o.eo.max_batch_tokens = (int)(o.n_prompt > 0 && o.n_prompt < o.ubatch ? o.n_prompt : o.ubatch);
+    long longest_prompt = o.n_prompt > o.depth ? o.n_prompt : o.depth;
+    o.eo.max_batch_tokens = (int)(longest_prompt > 0 && longest_prompt < o.ubatch ? longest_prompt : o.ubatch);
     if (o.batch > o.eo.max_batch_tokens)
         o.eo.max_batch_tokens = (int)o.batch;
     if (o.verify + 1 > o.eo.max_batch_tokens)
         o.eo.max_batch_tokens = (int)o.verify + 1;
     if (BENCH_VERIFY_CTX > o.eo.max_batch_tokens && o.verify)
         o.eo.max_batch_tokens = BENCH_VERIFY_CTX;
+    if (o.spec) { /* the scheduler's passes: a short prompt, then decodes with up to 16 drafted tokens */
+        o.n_prompt = 0;
+        if (o.eo.max_batch_tokens < 64)
+            o.eo.max_batch_tokens = 64;
+    }
     /* a context just large enough for the longest test, as llama-bench sizes it */
-    long ctx = o.n_prompt + o.n_gen;
+    long ctx = o.depth + o.n_prompt + o.n_gen + (o.spec ? 64 : 0);
     if (o.verify && ctx < BENCH_VERIFY_CTX + o.verify + 1)
         ctx = BENCH_VERIFY_CTX + o.verify + 1;
     if (ctx < 1)
         ctx = 1;
     if (ctx > hp->ctx_train) {
-        fprintf(stderr, "wafer bench: -p %ld + -n %ld is more than the model's context of %d\n", o.n_prompt, o.n_gen,
-                hp->ctx_train);
+        fprintf(stderr, "wafer bench: -d %ld + -p %ld + -n %ld is more than the model's context of %d\n", o.depth,
+                o.n_prompt, o.n_gen, hp->ctx_train);
         goto out;
     }
     o.eo.n_ctx = (int)ctx;
@@ -442,6 +498,10 @@ int bench_model_main(int argc, char **argv)
     /* the instruction set of the kernels the engine runs for the model's main weight type */
     const char *simd = desc.isa[c.m->main_type] ? desc.isa[c.m->main_type] : "scalar";
     double wgb = (double)c.m->weight_bytes / 1e9;
+    char cpu[256], cpu_flags[256];
+    sysinfo_cpu_name(cpu, sizeof cpu);
+    sysinfo_cpu_flags(cpu_flags, sizeof cpu_flags);
+    fprintf(stderr, "cpu: %s (%s)\n", cpu, cpu_flags[0] ? cpu_flags : "flags unknown");
     fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
                     "KV %s %.1f MiB, loaded in %.0f ms\n",
             o.model_path, dtype_name(c.m->main_type), c.m->file_bytes / 1e6, wgb * 1e3, p->n_threads, simd,
@@ -451,37 +511,43 @@ int bench_model_main(int argc, char **argv)
                 bw.passes, bw.best_gbs, bw.threads);
 
     struct bench_stat pp = {0}, tg = {0}, bt = {0};
+    char at[32] = ""; /* " @ d4096": the depth label llama-bench prints */
+    if (o.depth)
+        snprintf(at, sizeof at, " @ d%ld", o.depth);
+    if ((o.n_prompt > 0 || o.n_gen > 0) && bench_fill(&c, (int)o.depth))
+        goto fail_run;
     if (o.n_prompt > 0) {
-        if (bench_pp(&c, (int)o.n_prompt) < 0)
+        if (bench_pp(&c, (int)o.n_prompt, (int)o.depth) < 0)
             goto fail_run;
         for (int r = 0; r < o.repeat; r++) {
-            double s = bench_pp(&c, (int)o.n_prompt);
+            double s = bench_pp(&c, (int)o.n_prompt, (int)o.depth);
             if (s < 0)
                 goto fail_run;
             tps[r] = o.n_prompt / s;
         }
         pp = bench_stat_of(tps, (int)o.repeat);
-        fprintf(stderr, "pp%-6ld %9.2f +- %6.2f tok/s\n", o.n_prompt, pp.mean, pp.sd);
+        fprintf(stderr, "pp%ld%s %9.2f +- %6.2f tok/s\n", o.n_prompt, at, pp.mean, pp.sd);
     }
-    if (o.n_gen > 0) {
-        if (bench_tg(&c, 1, 1) < 0)
+    if (o.n_gen > 0 && !o.spec) {
+        if (bench_tg(&c, 1, 1, (int)o.depth) < 0)
             goto fail_run;
         for (int r = 0; r < o.repeat; r++) {
-            double s = bench_tg(&c, (int)o.n_gen, 1);
+            double s = bench_tg(&c, (int)o.n_gen, 1, (int)o.depth);
             if (s < 0)
                 goto fail_run;
             tps[r] = o.n_gen / s;
         }
         tg = bench_stat_of(tps, (int)o.repeat);
-        fprintf(stderr, "tg%-6ld %9.2f +- %6.2f tok/s   %6.2f GB/s of weights", o.n_gen, tg.mean, tg.sd, tg.mean * wgb);
+        fprintf(stderr, "tg%ld%s %9.2f +- %6.2f tok/s   %6.2f GB/s of weights", o.n_gen, at, tg.mean, tg.sd,
+                tg.mean * wgb);
         if (have_bw)
             fprintf(stderr, " = %.0f%% of %.1f GB/s", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
         fputc('\n', stderr);
         if (o.batch > 1) {
-            if (bench_tg(&c, 1, (int)o.batch) < 0)
+            if (bench_tg(&c, 1, (int)o.batch, 0) < 0)
                 goto fail_run;
             for (int r = 0; r < o.repeat; r++) {
-                double s = bench_tg(&c, (int)o.n_gen, (int)o.batch);
+                double s = bench_tg(&c, (int)o.n_gen, (int)o.batch, 0);
                 if (s < 0)
                     goto fail_run;
                 tps[r] = (double)o.n_gen * o.batch / s;
@@ -499,6 +565,21 @@ int bench_model_main(int argc, char **argv)
             fprintf(stderr, "verify 1+%-2d  %5.2fx the time of one token   ceiling %5.2fx tokens/s (all %d drafts accepted)\n",
                     k, verify[k], (1 + k) / verify[k], k);
     }
+    struct bench_spec_result sr = {0};
+    if (o.spec) {
+        if (o.draft_model && !(c.de = engine_create_draft(o.draft_model, o.use_mmap, c.e, &o.eo, &c.dm, c.err)))
+            goto fail_run;
+        if (c.dm)
+            fprintf(stderr, "draft model: %s (%s, %.1f MB of weights read per token)\n", o.draft_model,
+                    dtype_name(c.dm->main_type), c.dm->weight_bytes / 1e6);
+        engine_seq_truncate(c.e, 0, 0); /* the scheduler starts from empty slots (--verify left a context) */
+        if (bench_spec_run(c.e, c.de, o.spec, (int)o.n_gen, (int)o.repeat, o.draft_fixed, &sr, c.err))
+            goto fail_run;
+        fprintf(stderr, "spec %s: %.2fx decode tokens/s (median of %d rounds' ratios; plain %.2f, speculative %.2f "
+                        "tok/s), drafted %d tokens, %d accepted (%.0f%%)\n",
+                o.spec, sr.ratio, sr.rounds, sr.plain_tps, sr.spec_tps, sr.drafted, sr.accepted,
+                sr.drafted ? 100.0 * sr.accepted / sr.drafted : 0.0);
+    }
     size_t rss = bench_peak_rss();
     fprintf(stderr, "peak RSS: %.1f MiB (file %.1f MiB + KV %.1f MiB + %.1f MiB other)\n", rss / 1048576.0,
             c.m->file_bytes / 1048576.0, kv_bytes / 1048576.0,
@@ -508,11 +589,11 @@ int bench_model_main(int argc, char **argv)
     printf("| model | type | threads | test | t/s | GB/s | %% of read bw |\n|---|---|---|---|---|---|---|\n");
     const char *base = strrchr(o.model_path, '/') ? strrchr(o.model_path, '/') + 1 : o.model_path;
     if (pp.valid)
-        printf("| %s | %s | %d | pp%ld | %.2f ± %.2f | | |\n", base, dtype_name(c.m->main_type), p->n_threads, o.n_prompt,
-               pp.mean, pp.sd);
+        printf("| %s | %s | %d | pp%ld%s | %.2f ± %.2f | | |\n", base, dtype_name(c.m->main_type), p->n_threads,
+               o.n_prompt, at, pp.mean, pp.sd);
     if (tg.valid) {
-        printf("| %s | %s | %d | tg%ld | %.2f ± %.2f | %.2f | ", base, dtype_name(c.m->main_type), p->n_threads, o.n_gen,
-               tg.mean, tg.sd, tg.mean * wgb);
+        printf("| %s | %s | %d | tg%ld%s | %.2f ± %.2f | %.2f | ", base, dtype_name(c.m->main_type), p->n_threads,
+               o.n_gen, at, tg.mean, tg.sd, tg.mean * wgb);
         if (have_bw)
             printf("%.0f%% of %.1f |\n", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
         else
@@ -524,6 +605,9 @@ int bench_model_main(int argc, char **argv)
     for (int k = 1; k <= o.verify; k++)
         printf("| %s | %s | %d | verify 1+%d | %.2fx one token | | |\n", base, dtype_name(c.m->main_type), p->n_threads,
                k, verify[k]);
+    if (o.spec)
+        printf("| %s | %s | %d | spec %s tg%ld | %.2f (%.2fx plain %.2f) | | |\n", base, dtype_name(c.m->main_type),
+               p->n_threads, o.spec, o.n_gen, sr.spec_tps, sr.ratio, sr.plain_tps);
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(base));
@@ -531,9 +615,12 @@ int bench_model_main(int argc, char **argv)
         json_object_set_new(j, "model_bytes", json_integer((json_int_t)c.m->file_bytes));
         json_object_set_new(j, "weight_bytes", json_integer((json_int_t)c.m->weight_bytes));
         json_object_set_new(j, "threads", json_integer(p->n_threads));
+        json_object_set_new(j, "cpu", json_string(cpu));
+        json_object_set_new(j, "cpu_flags", json_string(cpu_flags));
         json_object_set_new(j, "simd", json_string(simd));
         json_object_set_new(j, "n_prompt", json_integer(o.n_prompt));
         json_object_set_new(j, "n_gen", json_integer(o.n_gen));
+        json_object_set_new(j, "depth", json_integer(o.depth));
         json_object_set_new(j, "repeat", json_integer(o.repeat));
         bench_json_stat(j, "pp_tps", "pp_tps_sd", pp);
         bench_json_stat(j, "tg_tps", "tg_tps_sd", tg);
@@ -549,6 +636,16 @@ int bench_model_main(int argc, char **argv)
         for (int k = 0; k <= o.verify; k++)
             json_array_append_new(vc, json_real(k ? verify[k] : 1.0));
         json_object_set_new(j, "verify_cost", o.verify ? vc : (json_decref(vc), json_null()));
+        if (o.spec) {
+            json_t *sj = json_object();
+            json_object_set_new(sj, "source", json_string(o.spec));
+            json_object_set_new(sj, "speedup", json_real(sr.ratio));
+            json_object_set_new(sj, "plain_tps", json_real(sr.plain_tps));
+            json_object_set_new(sj, "spec_tps", json_real(sr.spec_tps));
+            json_object_set_new(sj, "drafted", json_integer(sr.drafted));
+            json_object_set_new(sj, "accepted", json_integer(sr.accepted));
+            json_object_set_new(j, "spec", sj);
+        }
         json_object_set_new(j, "kv_bytes", json_integer((json_int_t)kv_bytes));
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
         json_object_set_new(j, "load_ms", json_real(load_s * 1e3));
@@ -572,5 +669,7 @@ out:
     batch_deinit(&c.b);
     engine_destroy(c.e);
     model_destroy(c.m);
+    engine_destroy(c.de);
+    model_destroy(c.dm);
     return rc;
 }

@@ -93,6 +93,7 @@ struct serve_options {
     bool ignore_eos;
     double temperature;       /* NAN: not sent */
     bool calibrate;           /* try POST /tokenize to size synthetic prompts */
+    bool reuse_prompts;       /* every load point sends the same prompts (prefix-cache studies); default: new ones */
     bool detailed;            /* --json also lists every request's measurements */
     bool progress;            /* draw a progress bar (stderr is a terminal) */
 };

@@ -219,7 +219,7 @@ int serve_prompts_load_quality(struct serve_prompt_set *out, const char *path, i
     return prompts_load_jsonl(out, path, default_max_tokens, true, err);
 }
 
-int serve_prompts_take(struct serve_prompt_set *out, const struct serve_prompt_set *src, int n, char *err)
+int serve_prompts_take(struct serve_prompt_set *out, const struct serve_prompt_set *src, int first, int n, char *err)
 {
     out->items = NULL;
     out->n = 0;
@@ -229,7 +229,7 @@ int serve_prompts_take(struct serve_prompt_set *out, const struct serve_prompt_s
     if (!out->items)
         return err_set(err, ERR_NOMEM, "out of memory for %d prompts", n);
     for (int i = 0; i < n; i++) {
-        const struct serve_prompt *s = &src->items[i % src->n];
+        const struct serve_prompt *s = &src->items[((long long)first + i) % src->n];
         out->items[i].text = strdup(s->text);
         out->items[i].max_tokens = s->max_tokens;
         out->items[i].approx_tokens = s->approx_tokens;

@@ -23,8 +23,8 @@ int serve_prompts_load_dataset(struct serve_prompt_set *out, const char *path, i
 /* Reads a JSONL quality set: {"prompt": "...", "expected_keywords": ["...", ...], "max_tokens": N}. */
 int serve_prompts_load_quality(struct serve_prompt_set *out, const char *path, int default_max_tokens, char *err);
 
-/* Copies the first n prompts of src, cycling when src has fewer. */
-int serve_prompts_take(struct serve_prompt_set *out, const struct serve_prompt_set *src, int n, char *err);
+/* Copies n prompts of src starting at index first (mod src->n), cycling when src has fewer. */
+int serve_prompts_take(struct serve_prompt_set *out, const struct serve_prompt_set *src, int first, int n, char *err);
 
 void serve_prompts_free(struct serve_prompt_set *s);
 

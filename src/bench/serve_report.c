@@ -388,6 +388,7 @@ int serve_report_write_json(const struct serve_report *rep, const char *path, ch
     json_writer_key_int(&w, "num_prompts", rep->n_runs ? rep->runs[0].s.sent : 0);
     json_writer_key_string(&w, "dataset", o->dataset);
     json_writer_key_int(&w, "seed", (long long)o->seed);
+    json_writer_key_bool(&w, "reuse_prompts", o->reuse_prompts);
     json_writer_key_double(&w, "timeout_s", o->timeout_s);
     json_writer_key_bool(&w, "ignore_eos", o->ignore_eos);
     json_writer_key_double(&w, "temperature", o->temperature);

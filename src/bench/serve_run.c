@@ -1,9 +1,11 @@
 /*
  * serve_run: `wafer bench serve` from options to reports. Inputs are checked before the first request (a
- * bad dataset fails in milliseconds, not after a ten-minute sweep). Synthetic prompts are regenerated from
- * the seed for each prompt length, so every load point of a sweep sends the same prompts and the only
- * variable is the load. Per-request results are reduced to a summary after each run; the summary keeps the
- * sorted samples the HTML charts need.
+ * bad dataset fails in milliseconds, not after a ten-minute sweep). Each load point of a sweep sends prompts
+ * it has never sent before (synthetic ones from the seed mixed with the point's index, dataset lines from
+ * the next slice of the file): a server with a prefix cache would otherwise answer later points' prompts from
+ * cache and the sweep would measure the cache, not prefill. --reuse-prompts sends the same prompts at every
+ * point (for cache studies). Same seed, same requests. Per-request results are reduced to a summary after
+ * each run; the summary keeps the sorted samples the HTML charts need.
  */
 #include "bench/serve.h"
 
@@ -277,22 +279,22 @@ int serve_bench_main(const struct serve_options *opt)
     }
     long long completed_total = 0;
     for (int li = 0; li < n_lens && n_runs; li++) {
-        struct serve_prompt_set prompts = {0};
-        int rc;
         int input_len = o.dataset ? 0 : o.input_len[li];
-        if (o.dataset) {
-            rc = serve_prompts_take(&prompts, &dataset, num_prompts, err);
-        } else {
-            int words = (int)lround(input_len / rep.tokens_per_word);
-            rc = serve_prompts_synthetic(&prompts, num_prompts, words < 1 ? 1 : words, input_len, o.output_len, o.seed,
-                                         err);
-        }
-        if (rc) {
-            fprintf(stderr, "wafer bench serve: %s\n", err);
-            status = 1;
-            goto out_curl;
-        }
         for (int k = 0; k < n_loads; k++) {
+            struct serve_prompt_set prompts = {0};
+            int rc, point = o.reuse_prompts ? 0 : li * n_loads + k; /* which fresh set this load point sends */
+            if (o.dataset) {
+                rc = serve_prompts_take(&prompts, &dataset, point * num_prompts, num_prompts, err);
+            } else {
+                int words = (int)lround(input_len / rep.tokens_per_word);
+                rc = serve_prompts_synthetic(&prompts, num_prompts, words < 1 ? 1 : words, input_len, o.output_len,
+                                             o.seed ^ ((uint64_t)point * 0x9e3779b97f4a7c15ull), err);
+            }
+            if (rc) {
+                fprintf(stderr, "wafer bench serve: %s\n", err);
+                status = 1;
+                goto out_curl;
+            }
             struct serve_run *run = &rep.runs[rep.n_runs];
             run->concurrency = o.n_request_rate ? 0 : o.concurrency[k];
             run->request_rate = o.n_request_rate ? o.request_rate[k] : 0;
@@ -327,8 +329,8 @@ int serve_bench_main(const struct serve_options *opt)
             completed_total += run->s.completed;
             serve_report_print_run(stdout, &rep, rep.n_runs - 1);
             fflush(stdout);
+            serve_prompts_free(&prompts);
         }
-        serve_prompts_free(&prompts);
     }
     if (rep.n_runs > 1)
         serve_report_print_sweep(stdout, &rep);

@@ -56,6 +56,9 @@ static void bench_serve_usage(FILE *f)
             "  --ignore-eos            send \"ignore_eos\": true so every answer is --output-len tokens\n"
             "  --temperature T         sampling temperature to send (default: not sent)\n"
             "  --no-calibrate          do not size synthetic prompts with the server's POST /tokenize\n"
+            "  --reuse-prompts         send the same prompts at every load point (default: new prompts for\n"
+            "                          each point, so a prefix cache cannot answer later points' prefill;\n"
+            "                          a --dataset is read in consecutive slices of --num-prompts lines)\n"
             "checks and costs:\n"
             "  --slo SPEC              goodput objectives, e.g. ttft=500ms,tpot=50ms,e2e=10s (keys ttft, tpot,\n"
             "                          itl, e2e; units us, ms, s)\n"
@@ -167,7 +170,7 @@ static int parse_rate_list(const char *s, double *out, int *n)
 enum {
     OPT_URL = 1000, OPT_API_KEY, OPT_MODEL, OPT_ENDPOINT, OPT_CONCURRENCY, OPT_RATE, OPT_NUM_PROMPTS, OPT_INPUT_LEN,
     OPT_OUTPUT_LEN, OPT_DATASET, OPT_SEED, OPT_JSON, OPT_HTML, OPT_SLO, OPT_TIMEOUT, OPT_QUALITY, OPT_COST, OPT_LABEL,
-    OPT_IGNORE_EOS, OPT_TEMPERATURE, OPT_NO_CALIBRATE, OPT_NO_PROGRESS, OPT_COST_A, OPT_COST_B, OPT_DETAILED,
+    OPT_IGNORE_EOS, OPT_TEMPERATURE, OPT_NO_CALIBRATE, OPT_REUSE_PROMPTS, OPT_NO_PROGRESS, OPT_COST_A, OPT_COST_B, OPT_DETAILED,
 };
 
 static int bench_serve_cli(int argc, char **argv)
@@ -194,6 +197,7 @@ static int bench_serve_cli(int argc, char **argv)
         {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"no-calibrate", no_argument, NULL, OPT_NO_CALIBRATE},
+        {"reuse-prompts", no_argument, NULL, OPT_REUSE_PROMPTS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
         {"detailed", no_argument, NULL, OPT_DETAILED},
         {"help", no_argument, NULL, 'h'},
@@ -228,6 +232,7 @@ static int bench_serve_cli(int argc, char **argv)
         case OPT_HTML: o.html_path = optarg; break;
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
         case OPT_NO_CALIBRATE: o.calibrate = false; break;
+        case OPT_REUSE_PROMPTS: o.reuse_prompts = true; break;
         case OPT_NO_PROGRESS: no_progress = true; break;
         case OPT_DETAILED: o.detailed = true; break;
         case OPT_ENDPOINT:

@@ -16,6 +16,7 @@
 #include "core/err.h"
 #include "core/json_writer.h"
 #include "core/stats.h"
+#include "core/sysinfo.h"
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/grammar.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -291,27 +292,6 @@ done:
     return rc;
 }
 
-static void bg_cpu_name(char *buf, size_t n)
-{
-    snprintf(buf, n, "unknown CPU");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (!strncmp(line, "model name", 10)) {
-            char *p = strchr(line, ':');
-            if (p) {
-                p += 1 + (p[1] == ' ');
-                p[strcspn(p, "\n")] = 0;
-                snprintf(buf, n, "%s", p);
-            }
-            break;
-        }
-    }
-    fclose(f);
-}
-
 int cmd_bench_grammar_main(int argc, char **argv)
 {
     struct bg_opts o = {.runs = 5, .tokens = 256, .free_tokens = 64, .seed = 1};
@@ -419,7 +399,7 @@ int cmd_bench_grammar_main(int argc, char **argv)
     size_t n_ws = n_user ? n_user : sizeof bg_builtin / sizeof bg_builtin[0];
     struct bg_result res[BG_MAX_WORKLOADS];
     char cpu[256];
-    bg_cpu_name(cpu, sizeof cpu);
+    sysinfo_cpu_name(cpu, sizeof cpu);
     if (!o.json) {
         printf("wafer bench grammar: %s, %d tokens (trie built in %.0f ms), %ld runs of at most %ld tokens, seed %llu\n"
                "CPU: %s\n\n", o.model, token_trie_n_vocab(t), trie_ms, o.runs, o.tokens, (unsigned long long)o.seed, cpu);

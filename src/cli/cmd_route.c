@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/redis_url.h"
 #include "route/route.h"
 #include "route/route_config.h"
 
@@ -28,6 +29,7 @@ static void route_usage(FILE *f)
             "  --retries N            attempts after the first (default 2)\n"
             "  --health-interval SEC  seconds between health checks (default 2; 0: only one at start)\n"
             "  --cache-bytes SIZE     result cache size, e.g. 64M (default 0: off)\n"
+            "  --cache-url URL        share the result cache in Redis, redis://HOST:PORT[/DB], between routers\n"
             "  --log-requests BOOL    one log line per request (default true)\n"
             "  -h, --help             this help\n");
 }
@@ -96,6 +98,14 @@ int cmd_route_main(int argc, char **argv)
             if (flags_parse_size("route", a, v, &u))
                 goto usage;
             c.cache_max_bytes = (int64_t)u;
+        } else if (!strcmp(a, "--cache-url")) {
+            struct redis_url ru;
+            if (redis_url_parse(v, &ru, err)) {
+                fprintf(stderr, "wafer route: --cache-url: %s\n", err);
+                goto usage;
+            }
+            free(c.cache_url);
+            c.cache_url = strdup(v);
         } else if (!strcmp(a, "--log-requests")) {
             if (strcmp(v, "true") && strcmp(v, "false")) {
                 fprintf(stderr, "wafer route: --log-requests: expected true or false, got '%s'\n", v);

@@ -13,7 +13,7 @@
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
  * Speculative decoding (docs/speculative.md): a decoding sequence may feed, after its pending token, tokens
- * drafted from the request's prediction or by n-gram lookup, verified in the same forward pass; the output
+ * drafted from the request's prediction, by n-gram lookup or by a draft model, verified in the same forward pass; the output
  * is the same token for token as without speculation (greedy and seeded sampling alike), only faster when
  * drafts are accepted. Draft lengths follow each sequence's acceptance and the measured cost of the pass
  * (speculate.h), so speculation stays off under load and when drafts fail.
@@ -77,6 +77,8 @@ struct grammar_entry;   /* engine/grammar/grammar_cache.h */
 enum sched_spec {
     SCHED_SPEC_OFF = 0, /* no n-gram lookup */
     SCHED_SPEC_NGRAM,   /* n-gram lookup over the prompt and the text generated so far */
+    SCHED_SPEC_DRAFT,   /* the draft model (sched_params.draft_engine): its greedy continuation; nothing
+                           drafted when the scheduler has none */
 };
 
 /* A generation request. The submitter fills the input, submits, and from then on reaches the request only
@@ -111,7 +113,8 @@ struct sched_req {
     int32_t *prediction; /* [n_prediction], owned (sched_req_set_prediction): the output the client expects
                             (OpenAI's predicted outputs), used as drafts; NULL: none */
     int n_prediction;
-    int spec;            /* n-gram drafts: -1 as the scheduler's params say (default), else enum sched_spec */
+    int spec;            /* drafts besides the prediction: -1 as the scheduler's params say (default), else
+                            enum sched_spec */
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
@@ -164,13 +167,18 @@ struct sched_params {
     int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
     int prefill_chunk;  /* prompt tokens per step */
     bool prefix_cache;  /* reuse KV blocks across requests (default true) */
-    enum sched_spec spec; /* n-gram drafts for requests that do not choose (default off) */
+    enum sched_spec spec; /* drafts for requests that do not choose (default off) */
     int draft_max;      /* most drafted tokens a sequence verifies per step, 0..SCHED_DRAFT_MAX (default 16;
                            0: no speculation, predictions ignored) */
     int draft_min;      /* drafts shorter than this are not verified (default 1) */
     bool draft_adaptive; /* default true: draft lengths follow acceptance and the measured cost of a pass
                             (speculate.h); false: every draft is verified at its full length up to draft_max
                             (tests; measuring the ceiling) */
+    /* The draft model (SCHED_SPEC_DRAFT), NULL: none. Not owned: it must outlive the scheduler and be used
+     * by nobody else (the engine thread runs it). Created with max_seqs >= max_batch_size (a sequence's
+     * draft KV lives in the slot of the same number) and max_batch_tokens >= max_batch_size; its model
+     * must have the target's vocabulary (scheduler_create refuses another, naming both). */
+    struct engine *draft_engine;
 };
 
 #define SCHED_DRAFT_MAX 64
@@ -235,7 +243,8 @@ struct scheduler;
 /* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
  * max_batch_size; drafted tokens take the room of prompt chunks) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
  * measures; its ctx must outlive the scheduler. notify(ctx) is called from the engine thread whenever
- * requests have new output or finished. NULL and a message on failure. */
+ * requests have new output or finished. NULL and a message on failure (ERR_INVALID_ARG naming both
+ * vocabularies when p->draft_engine's model does not share the target's). */
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
                                    const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
                                    char *err);

@@ -35,6 +35,9 @@
 
 #define ROUTE_DRAIN_MS 30000
 
+/* Two optional strings are equal (both NULL counts). */
+static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
+
 
 
 
@@ -312,12 +315,27 @@ static void table_install(struct router *r, struct rt_table *t)
         }
     }
     const struct route_config *oc = r->table ? &r->table->conf->c : NULL;
-    if (!oc || oc->cache_max_bytes != c->cache_max_bytes || oc->cache_ttl_s != c->cache_ttl_s) {
+    struct route_rcache *old_rcache = NULL;
+    if (!oc || oc->cache_max_bytes != c->cache_max_bytes || oc->cache_ttl_s != c->cache_ttl_s ||
+        !str_eq(oc->cache_url, c->cache_url) || !str_eq(oc->cache_prefix, c->cache_prefix) ||
+        oc->cache_timeout_ms != c->cache_timeout_ms) {
         route_cache_destroy(r->cache);
-        r->cache = c->cache_max_bytes > 0 ? route_cache_create(c->cache_max_bytes, c->cache_ttl_s) : NULL;
+        r->cache = !c->cache_url && c->cache_max_bytes > 0 ? route_cache_create(c->cache_max_bytes, c->cache_ttl_s)
+                                                            : NULL;
+        old_rcache = r->rcache;
+        r->rcache = NULL;
+        if (c->cache_url) {
+            char err[ERR_MSG_MAX];
+            r->rcache = route_rcache_create(r->loop, c->cache_url, c->cache_prefix, c->cache_ttl_s,
+                                            c->cache_timeout_ms, c->cache_max_bytes, err);
+            if (!r->rcache)
+                log_error("route: cache: %s (running without a cache)", err);
+        }
     }
     rt_table_unref(r->table);
     r->table = t;
+    /* Last: its lookups still waiting complete now (as unavailable) and go on with the new table in place. */
+    route_rcache_destroy(old_rcache);
     rt_health_sync(r);
 }
 
@@ -859,6 +877,7 @@ out:
     }
     rt_table_unref(r->table);
     route_cache_destroy(r->cache);
+    route_rcache_destroy(r->rcache);
     route_limits_destroy(r->limits);
     evloop_destroy(r->loop);
     rt_conf_unref(conf);

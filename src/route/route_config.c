@@ -10,6 +10,7 @@
 #include "route/route_config.h"
 
 #include "core/err.h"
+#include "core/redis_url.h"
 #include "core/yaml.h"
 
 #include <ctype.h>
@@ -22,7 +23,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum rk_kind { RK_STR, RK_INT, RK_FLOAT, RK_BOOL, RK_BYTES, RK_PATH };
+enum rk_kind { RK_STR, RK_INT, RK_FLOAT, RK_BOOL, RK_BYTES, RK_PATH, RK_REDIS_URL };
 
 struct rk_item {
     const char *section, *key;
@@ -54,6 +55,9 @@ static const struct rk_item rk_items[] = {
     {"health", "cooldown_max_s", RK_FLOAT, ROFF(cooldown_max_s), 0.001, 86400 * 7},
     {"cache", "max_bytes", RK_BYTES, ROFF(cache_max_bytes), 0, 1e12},
     {"cache", "ttl_s", RK_FLOAT, ROFF(cache_ttl_s), 0.001, 86400 * 365},
+    {"cache", "url", RK_REDIS_URL, ROFF(cache_url), 0, 0},
+    {"cache", "prefix", RK_STR, ROFF(cache_prefix), 0, 0},
+    {"cache", "timeout_ms", RK_INT, ROFF(cache_timeout_ms), 1, 60000},
     {"resume", "enabled", RK_BOOL, ROFF(resume), 0, 0},
     {"dns", "refresh_s", RK_FLOAT, ROFF(dns_refresh_s), 0, 86400},
 };
@@ -85,6 +89,8 @@ void route_config_init(struct route_config *c)
     c->cooldown_max_s = 300;
     c->cache_max_bytes = 0;
     c->cache_ttl_s = 600;
+    c->cache_prefix = strdup("wafer:route:cache:");
+    c->cache_timeout_ms = 100;
     c->resume = true;
     c->dns_refresh_s = 30;
 }
@@ -138,6 +144,8 @@ void route_config_deinit(struct route_config *c)
     free(c->host);
     free(c->admin_key);
     free(c->health_path);
+    free(c->cache_url);
+    free(c->cache_prefix);
     pools_free(c);
     routes_free(c);
     keys_free(c);
@@ -176,11 +184,16 @@ static int rk_apply(struct route_config *c, const struct rk_item *it, const char
     char *p = (char *)c + it->off;
     switch (it->kind) {
     case RK_STR:
-    case RK_PATH: {
+    case RK_PATH:
+    case RK_REDIS_URL: {
         if (!*v)
             return err_set(err, ERR_INVALID_ARG, "%s: must not be empty", where);
         if (it->kind == RK_PATH && v[0] != '/')
             return err_set(err, ERR_INVALID_ARG, "%s: '%s' must be a path starting with /", where, v);
+        struct redis_url u;
+        char e2[ERR_MSG_MAX];
+        if (it->kind == RK_REDIS_URL && redis_url_parse(v, &u, e2))
+            return err_set(err, ERR_INVALID_ARG, "%s: %s", where, e2);
         char *s = strdup(v);
         if (!s)
             return ERR_NOMEM;
@@ -675,9 +688,6 @@ static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
             rc = rc_routes(x, v, line);
         else if (!strcmp(key, "limits"))
             rc = rc_limits(x, v, line);
-        else if (!strcmp(key, "cache") && v && fy_node_is_mapping(v) &&
-                 fy_node_mapping_lookup_by_string(v, "url", (size_t)-1))
-            rc = rc_err(x, line, "cache.url: a shared (Redis) cache is not supported yet; use max_bytes and ttl_s");
         else {
             bool known = false;
             for (int i = 0; i < RK_N_SECTIONS; i++)

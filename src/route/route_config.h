@@ -10,7 +10,7 @@
  *   retries:  {max, base_ms, cap_ms}
  *   timeouts: {connect_ms, header_ms, idle_ms}
  *   health:   {path, interval_s, timeout_ms, eject_after, cooldown_s, cooldown_max_s}
- *   cache:    {max_bytes, ttl_s} (max_bytes 0: off)
+ *   cache:    {max_bytes, ttl_s} (max_bytes 0: off), or {url: redis://..., ttl_s, prefix, timeout_ms} (shared)
  *   limits:   {keys: [{key, rpm, tpm, concurrent}, ...], key_file}
  *   resume:   {enabled}
  *   dns:      {refresh_s}
@@ -87,6 +87,9 @@ struct route_config {
 
     int64_t cache_max_bytes; /* 0: no cache */
     double cache_ttl_s;
+    char *cache_url;      /* redis://...: the cache is shared in Redis (max_bytes then caps one entry); NULL: in memory */
+    char *cache_prefix;   /* Redis key prefix */
+    int cache_timeout_ms; /* a Redis lookup slower than this is a miss (and Redis is taken for down) */
 
     struct route_key_conf *keys; /* [n_keys]; when any, only these keys are accepted */
     int n_keys;

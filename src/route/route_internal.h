@@ -21,6 +21,7 @@
 #include "route/route_cache.h"
 #include "route/route_config.h"
 #include "route/route_limits.h"
+#include "route/route_rcache.h"
 #include "route/upstream.h"
 #include "core/clock.h"
 #include "core/http.h"
@@ -160,7 +161,8 @@ struct router {
     struct rt_table *table;        /* current */
     _Atomic(struct rt_plan *) pending; /* posted by the main thread */
     struct rt_backend *backends;   /* registry */
-    struct route_cache *cache;     /* NULL: off */
+    struct route_cache *cache;     /* NULL: off (or shared in Redis) */
+    struct route_rcache *rcache;   /* the shared cache (cache.url), or NULL */
     struct route_limits *limits;   /* NULL: no keys */
     uint64_t limits_gen;           /* bumped when limits is replaced (a reload renumbers the keys) */
     struct rt_req *reqs;           /* in flight */
@@ -174,6 +176,7 @@ struct router {
     uint64_t m_requests;
     uint64_t m_retries, m_fallbacks, m_resumes_ok, m_resumes_failed, m_stream_errors;
     uint64_t m_cache_hits, m_cache_misses, m_cache_bypass;
+    uint64_t m_cache_unavailable;  /* the shared cache could not be asked: bypassed */
     uint64_t m_limited[RT_LIM_COUNT_];
     uint64_t m_no_backend;         /* 503: nothing available */
     uint64_t m_reloads, m_reload_errors;

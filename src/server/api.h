@@ -81,6 +81,8 @@ struct server {
     int64_t max_response;        /* bytes one buffered answer may reach (server.max_response, resolved) */
     struct model *model;         /* NULL while loading */
     struct engine *engine;
+    struct model *draft_model;   /* speculative decoding's (server.draft_model), NULL: none */
+    struct engine *draft_engine;
     struct scheduler *sched;
     struct grammar_cache *grammars; /* compiled response formats and grammars, shared by requests */
     atomic_int state;            /* enum server_state */

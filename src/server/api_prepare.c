@@ -235,8 +235,15 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
     r->n_logprobs = g->logprobs;
     r->prompt_logprobs = g->echo && g->logprobs >= 0 && g->kind == API_COMPLETIONS;
     r->ignore_eos = g->ignore_eos;
+    if (g->spec == SCHED_SPEC_DRAFT && !srv->draft_engine) {
+        sched_req_unref(r);
+        api_error_set(e, ERR_INVALID_ARG, "speculation", NULL,
+                      "'speculation': \"draft\" needs a draft model, and this server has none (start it with "
+                      "--draft-model FILE)");
+        return NULL;
+    }
     if (g->spec >= 0)
-        r->spec = g->spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+        r->spec = g->spec;
     if (g->prediction && *g->prediction) {
         /* plain text (no BOS, special-token text kept as text): drafts for the tokens the model writes */
         int32_t *pt;

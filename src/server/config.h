@@ -7,7 +7,7 @@
  *   model:      {name, path, aliases: [..], chat_template}
  *   server:     {host, port, threads, backend, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
  *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout,
- *                spec, draft_max, draft_min, draft_fixed,
+ *                spec, draft_model, draft_max, draft_min, draft_fixed,
  *                log_requests, log_level, workers, max_response, max_inflight, parse_special}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
@@ -54,7 +54,9 @@ struct server_config {
     int max_connections;
     double header_timeout; /* seconds */
     double body_timeout;   /* seconds */
-    char *spec;            /* speculative decoding's n-gram drafts: "off" (NULL too) or "ngram" */
+    char *spec;            /* speculative decoding's drafts: "off", "ngram" or "draft"; NULL: "draft" when
+                              draft_model_path is set, else "off" */
+    char *draft_model_path; /* the draft model's GGUF, or NULL */
     int draft_max;         /* most drafted tokens per sequence and step (0: no speculation) */
     int draft_min;         /* shorter drafts are not verified */
     bool draft_fixed;      /* verify drafts whole (sched_params.draft_adaptive off) */

@@ -14,6 +14,7 @@
 #include "core/err.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_cache.h"
+#include "engine/scheduler.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -280,7 +281,7 @@ static int jtext_parts(json_t *c, const char *param, char **out, struct api_erro
 }
 
 /* prediction (OpenAI's predicted outputs): {"type": "content", "content": text or text parts}, the output
- * the client expects; and wafer's "speculation": "off" or "ngram", the request's n-gram drafts. */
+ * the client expects; and wafer's "speculation": "off", "ngram" or "draft", the request's other drafts. */
 static int jprediction(json_t *o, struct gen_request *r, struct api_error *e)
 {
     json_t *p = jget(o, "prediction");
@@ -311,10 +312,13 @@ static int jprediction(json_t *o, struct gen_request *r, struct api_error *e)
     }
     json_t *sv = jget(o, "speculation");
     if (sv) {
-        if (!json_is_string(sv) || (strcmp(json_string_value(sv), "off") && strcmp(json_string_value(sv), "ngram")))
+        const char *v = json_is_string(sv) ? json_string_value(sv) : "";
+        r->spec = !strcmp(v, "off") ? SCHED_SPEC_OFF : !strcmp(v, "ngram") ? SCHED_SPEC_NGRAM
+                : !strcmp(v, "draft") ? SCHED_SPEC_DRAFT : -1;
+        if (r->spec < 0)
             return api_error_set(e, ERR_INVALID_ARG, "speculation", NULL,
-                                 "'speculation' must be \"off\" or \"ngram\" (n-gram drafts; the output is the same)");
-        r->spec = strcmp(json_string_value(sv), "off") ? 1 : 0;
+                                 "'speculation' must be \"off\", \"ngram\" (n-gram drafts) or \"draft\" (the "
+                                 "server's draft model); the output is the same");
     }
     return 0;
 }

@@ -110,7 +110,7 @@ struct gen_request {
     struct sampler_bias *logit_bias; /* [n_logit_bias], owned: token ids checked against the vocabulary by
                                         the server */
     int n_logit_bias;
-    int spec;           /* "speculation": -1 not given, 0 off, 1 ngram (enum sched_spec) */
+    int spec;           /* "speculation": -1 not given, else enum sched_spec (off, ngram, draft) */
 };
 
 void gen_defaults_init(struct gen_defaults *d);

@@ -76,3 +76,49 @@ def test_bench_usage_errors(tmp_path):
 def test_bench_context_too_long():
     r = bench("--model", STORIES, "-p", "100000", "-n", "8", "--no-membw")
     assert r.returncode == 1 and "more than the model's context" in r.stderr
+
+
+@need_stories
+def test_bench_depth():
+    """--depth D measures ppN and tgN after D tokens in the cache (llama-bench's -d): labelled "@ dD", the KV
+    pool is sized for D more tokens, the JSON records the depth and the CPU it ran on."""
+    base = bench("--model", STORIES, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--no-membw", "--json")
+    r = bench("--model", STORIES, "-p", "16", "-n", "4", "-r", "1", "-t", "1", "--no-membw", "--json", "-d", "100")
+    assert base.returncode == 0 and r.returncode == 0, r.stderr
+    j0 = json.loads(base.stdout.strip().splitlines()[-1])
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j0["depth"] == 0 and j["depth"] == 100
+    assert "| pp16 @ d100 |" in r.stdout and "| tg4 @ d100 |" in r.stdout and "@ d" not in base.stdout
+    assert j["kv_bytes"] > 3 * j0["kv_bytes"]
+    assert j["pp_tps"] > 0 and j["tg_tps"] > 0
+    assert j["cpu"] and j["cpu"] != "unknown CPU" and "cpu:" in r.stderr
+    r = bench("--model", STORIES, "-p", "16", "-n", "4", "-d", "100000", "--no-membw")
+    assert r.returncode == 1 and "-d 100000" in r.stderr and "more than the model's context" in r.stderr
+    r = bench("--model", STORIES, "-d", "-1")
+    assert r.returncode == 2 and "--depth" in r.stderr
+
+
+@need_stories
+def test_bench_spec():
+    """--spec: speculative decoding end to end, answers checked equal inside (a mismatch fails the run), the
+    drafts counted; the draft model (here the model itself) accepts every greedy draft."""
+    r = bench("--model", STORIES, "-n", "24", "-r", "2", "-t", "1", "--no-membw", "--spec", "exact", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    s = j["spec"]
+    assert s["source"] == "exact" and s["speedup"] > 0 and s["plain_tps"] > 0 and s["spec_tps"] > 0
+    assert 0 < s["accepted"] == s["drafted"], s
+    assert j["pp_tps"] is None and j["tg_tps"] is None  # --spec replaces pp/tg
+    assert "| spec exact tg24 |" in r.stdout and "spec exact round 2:" in " ".join(r.stderr.split())
+    r = bench("--model", STORIES, "-n", "24", "-r", "1", "-t", "1", "--no-membw", "--spec", "draft",
+              "--draft-model", STORIES, "--draft-fixed", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.strip().splitlines()[-1])["spec"]
+    assert 0 < s["accepted"] == s["drafted"], s
+    for src in ("half", "wrong", "ngram"):
+        r = bench("--model", STORIES, "-n", "16", "-r", "1", "-t", "1", "--no-membw", "--spec", src)
+        assert r.returncode == 0, (src, r.stderr)
+    r = bench("--model", STORIES, "--spec", "draft")
+    assert r.returncode == 2 and "--spec draft needs --draft-model FILE" in r.stderr
+    r = bench("--model", STORIES, "--spec", "medusa")
+    assert r.returncode == 2 and "'medusa' is not one of exact, half, wrong, ngram, draft" in r.stderr

@@ -311,6 +311,36 @@ def test_request_rate_and_seed(tmp_path):
     assert set(first).isdisjoint(other)
 
 
+def test_fresh_prompts_per_load_point(tmp_path):
+    """Each load point of a sweep sends prompts no earlier point sent (a prefix cache must not answer them);
+    --reuse-prompts sends the same set at every point; a dataset is read in consecutive slices."""
+    with StandinServer(ttft_ms=1, itl_ms=1) as srv:
+        _, res = bench(tmp_path, srv.url, "--concurrency", "1,2,4", "--num-prompts", 6, "--output-len", 2,
+                       "--input-len", 10, name="fresh")
+        runs = [[r["prompt"] for r in srv.records[6 * i:6 * (i + 1)]] for i in range(3)]
+        srv.records.clear()
+        _, again = bench(tmp_path, srv.url, "--concurrency", "1,2,4", "--num-prompts", 6, "--output-len", 2,
+                         "--input-len", 10, name="again")
+        runs_again = [[r["prompt"] for r in srv.records[6 * i:6 * (i + 1)]] for i in range(3)]
+        srv.records.clear()
+        _, reuse = bench(tmp_path, srv.url, "--concurrency", "1,2", "--num-prompts", 6, "--output-len", 2,
+                         "--input-len", 10, "--reuse-prompts", name="reuse")
+        reused = [[r["prompt"] for r in srv.records[6 * i:6 * (i + 1)]] for i in range(2)]
+        srv.records.clear()
+        ds = tmp_path / "ds.jsonl"
+        ds.write_text("".join(json.dumps({"prompt": f"line {i}", "max_tokens": 2}) + "\n" for i in range(8)))
+        bench(tmp_path, srv.url, "--concurrency", "1,2", "--num-prompts", 4, "--dataset", ds, name="ds")
+        ds_runs = [sorted(r["prompt"] for r in srv.records[4 * i:4 * (i + 1)]) for i in range(2)]
+    assert res["config"]["reuse_prompts"] is False and reuse["config"]["reuse_prompts"] is True
+    assert all(len(set(r)) == 6 for r in runs)
+    for i in range(3):
+        for j in range(i):
+            assert set(runs[i]).isdisjoint(runs[j]), (i, j)
+        assert sorted(runs[i]) == sorted(runs_again[i])  # same seed, same requests
+    assert sorted(reused[0]) == sorted(reused[1])
+    assert ds_runs == [[f"line {i}" for i in range(4)], [f"line {i}" for i in range(4, 8)]]
+
+
 def test_long_context_and_ttft_growth(tmp_path):
     # TTFT grows 0.02 ms per prompt token on this stand-in, like prefill would
     lens = [512, 8192, 16384]

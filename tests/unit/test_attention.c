@@ -2,7 +2,8 @@
  * attention kernel tests: the AVX2 kernels give bit-identical results to the scalar ones (scores, V
  * accumulation, F16 conversions) for head sizes with and without a tail past the 32-element steps, any
  * group size and row count; both compute what they claim (checked against a double-precision dot product);
- * the F16 conversions round exactly as f32_to_fp16 does, including ties, subnormals and overflow.
+ * the F16 conversions round exactly as f32_to_fp16 does, including ties, subnormals and overflow; the softmax
+ * (with attn.h's own exp) is the same in both and close to a double-precision one.
  */
 #include "testutil.h"
 
@@ -63,7 +64,7 @@ static void test_scores_match(void **state)
     (void)state;
     const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
     const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
-    const int nqs[] = {1, 2, 4, 7};
+    const int nqs[] = {1, 2, 4, 7, 16}; /* 16: a 4-token tile of 4 query heads per KV head */
     uint64_t seed = 11;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++) {
@@ -182,6 +183,47 @@ static void test_f16_conversions(void **state)
     free(x), free(r1), free(r2), free(h1), free(h2);
 }
 
+/* The softmax both kernel sets run: the same bits from scalar and AVX2 for lengths around the 8-lane steps
+ * and score spreads from flat to underflowing, and within 2e-7 relative (about 2 ulp) of a double-precision
+ * softmax where the value is a normal float. */
+static void test_softmax(void **state)
+{
+    (void)state;
+    const struct attn_kernels *sc = attn_kernels_scalar(), *av = attn_kernels_avx2();
+    const float spreads[] = {0.0f, 1.0f, 10.0f, 60.0f, 200.0f};
+    uint64_t seed = 5;
+    for (int n = 1; n <= 70; n += (n < 20 ? 1 : 7))
+        for (size_t k = 0; k < sizeof spreads / sizeof spreads[0]; k++) {
+            float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)n),
+                  *b = malloc(sizeof(float) * (size_t)n);
+            for (int i = 0; i < n; i++)
+                x[i] = spreads[k] * test_rand_f32(&seed) + 3.0f;
+            memcpy(a, x, sizeof(float) * (size_t)n);
+            memcpy(b, x, sizeof(float) * (size_t)n);
+            sc->softmax(a, n);
+            if (av) {
+                av->softmax(b, n);
+                if (memcmp(a, b, sizeof(float) * (size_t)n))
+                    fail_msg("softmax n %d spread %g: AVX2 differs from scalar", n, spreads[k]);
+            }
+            /* the reference from the same float differences s_i - max the kernels exponentiate */
+            float mx = -INFINITY;
+            double sum = 0;
+            for (int i = 0; i < n; i++)
+                mx = x[i] > mx ? x[i] : mx;
+            for (int i = 0; i < n; i++)
+                sum += exp((double)(x[i] - mx));
+            for (int i = 0; i < n; i++) {
+                double ref = exp((double)(x[i] - mx)) / sum;
+                if (ref > 1e-30 && fabs(a[i] - ref) > 2e-7 * ref)
+                    fail_msg("softmax n %d spread %g: s[%d] = %.9g, want %.9g", n, spreads[k], i, a[i], ref);
+                if (ref < 1e-38)
+                    assert_true(a[i] < 1e-37f); /* underflow goes to (nearly) 0, never garbage */
+            }
+            free(x), free(a), free(b);
+        }
+}
+
 static void test_dispatch(void **state)
 {
     (void)state;
@@ -196,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_scores_match),
         cmocka_unit_test(test_accum_match),
         cmocka_unit_test(test_f16_conversions),
+        cmocka_unit_test(test_softmax),
         cmocka_unit_test(test_dispatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -237,7 +237,7 @@ static void test_synthetic_prompts(void **state)
     assert_string_not_equal(a.items[0].text, a.items[1].text);
     assert_string_not_equal(a.items[0].text, c.items[0].text);
     struct serve_prompt_set t;
-    assert_int_equal(serve_prompts_take(&t, &a, 5, err), 0);
+    assert_int_equal(serve_prompts_take(&t, &a, 0, 5, err), 0);
     assert_int_equal(t.n, 5);
     assert_string_equal(t.items[4].text, a.items[1].text); /* cycles */
     serve_prompts_free(&t);

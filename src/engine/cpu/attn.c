@@ -9,6 +9,7 @@
 #include "engine/cpu/kernels.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Folds 4 chains of 8 lanes into one float in the order of attn.h. */
 static float attn_fold(float acc[4][8])
@@ -88,6 +89,48 @@ static void attn_accum_f32(int hd, int nq, const float *p, size_t ldp, const flo
         }
 }
 
+/* attn_exp as attn.h defines it: every step the AVX2 version takes, one lane at a time. */
+static float attn_exp(float x)
+{
+    if (x < -87.0f)
+        return 0.0f;
+    float z = fmaf(x, 0x1.715476p+0f, 0x1.8p23f); /* 1.5 * 2^23 + round(x log2 e) */
+    float n = z - 0x1.8p23f;
+    float r = fmaf(-n, 0x1.62e4p-1f, x);
+    r = fmaf(-n, 0x1.7f7d1cp-20f, r);
+    float p = 1.0f / 5040;
+    p = fmaf(p, r, 1.0f / 720);
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int32_t zi, e;
+    float k;
+    memcpy(&zi, &z, sizeof zi);
+    e = (int32_t)((uint32_t)(zi - 0x4b400000 + 127) << 23); /* 2^n */
+    memcpy(&k, &e, sizeof k);
+    return p * k;
+}
+
+static void attn_softmax(float *s, int n)
+{
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (s[i] > mx)
+            mx = s[i];
+    double acc[8] = {0};
+    for (int i = 0; i < n; i++) {
+        s[i] = attn_exp(s[i] - mx);
+        acc[i % 8] += (double)s[i];
+    }
+    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        s[i] *= inv;
+}
+
 static void attn_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -101,7 +144,7 @@ static void attn_round_f16(const float *x, float *y, int64_t n)
 }
 
 static const struct attn_kernels attn_scalar = {
-    attn_scores_f16, attn_scores_f32, attn_accum_f16, attn_accum_f32, attn_to_f16, attn_round_f16,
+    attn_scores_f16, attn_scores_f32, attn_accum_f16, attn_accum_f32, attn_softmax, attn_to_f16, attn_round_f16,
 };
 
 const struct attn_kernels *attn_kernels_scalar(void) { return &attn_scalar; }

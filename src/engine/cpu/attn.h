@@ -9,6 +9,13 @@
  *           (l + l+4, then (0+1) + (2+3)); a tail of head_dim % 32 elements is added afterwards (F16 cache:
  *           float products summed in double; F32 cache: float products summed in float). Then times scale.
  *   accum:  o[i] = fma(p_j, v_j[i], o[i]) for the cached rows j in position order.
+ *   softmax: m = max(s); e_i = attn_exp(s_i - m); sum in double over 8 lanes (lane i % 8 adds e_i in index
+ *           order), lanes folded ((0+4) + (2+6)) + ((1+5) + (3+7)); s_i = e_i * (float)(1 / sum).
+ *           attn_exp(x), x <= 0: 0 below -87; else n = round(x log2 e) (by adding and subtracting 1.5 * 2^23
+ *           in one fma), r = x - n ln2 in two fmas (Cody-Waite: ln2 split into 0x1.62e4p-1 and
+ *           0x1.7f7d1cp-20), p = the degree-7 Taylor polynomial of e^r by Horner fmas, times 2^n built in the
+ *           exponent bits. About 1 ulp from expf; fixed here so that scalar and SIMD agree bit for bit and a
+ *           vector unit can run it (libm's expf is one call per score, a quarter of a decode at depth 4096).
  * Conversions to F16 round to nearest even, as f32_to_fp16 and the F16C instruction both do.
  */
 #ifndef WAFER_ENGINE_ATTN_H
@@ -27,6 +34,8 @@ struct attn_kernels {
      * o: [nq][hd]; v: [n][hd] cache rows. */
     void (*accum_f16)(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o);
     void (*accum_f32)(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o);
+    /* s[0..n) = the softmax of s[0..n), in place, as defined above (n >= 1) */
+    void (*softmax)(float *s, int n);
     /* y[i] = f32_to_fp16(x[i]) */
     void (*to_f16)(const float *x, uint16_t *y, int64_t n);
     /* y[i] = fp16_to_f32(f32_to_fp16(x[i])) (y may equal x) */

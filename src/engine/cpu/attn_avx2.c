@@ -10,6 +10,7 @@
 #include "engine/cpu/kernels.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 #define AA_INLINE static inline __attribute__((always_inline))
 
@@ -76,10 +77,47 @@ static void aa_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int
     }
 }
 
+/* The 8 scores of 8 folded chain vectors v[u] (aa_fold's first three adds done): lanes folded l + l+4, then
+ * (0+1) + (2+3), as aa_fold does for one, with 3 hadds for all 8 instead of 2 per score; times scale, in u
+ * order. */
+AA_INLINE __m256 aa_fold8(const __m256 v[8], __m256 scale)
+{
+    __m256 s01 = _mm256_add_ps(_mm256_permute2f128_ps(v[0], v[1], 0x20), _mm256_permute2f128_ps(v[0], v[1], 0x31));
+    __m256 s23 = _mm256_add_ps(_mm256_permute2f128_ps(v[2], v[3], 0x20), _mm256_permute2f128_ps(v[2], v[3], 0x31));
+    __m256 s45 = _mm256_add_ps(_mm256_permute2f128_ps(v[4], v[5], 0x20), _mm256_permute2f128_ps(v[4], v[5], 0x31));
+    __m256 s67 = _mm256_add_ps(_mm256_permute2f128_ps(v[6], v[7], 0x20), _mm256_permute2f128_ps(v[6], v[7], 0x31));
+    /* h: [v0 v2 v4 v6 | v1 v3 v5 v7], each (t0 + t1) + (t2 + t3) */
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s01, s23), _mm256_hadd_ps(s45, s67));
+    h = _mm256_permutevar8x32_ps(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    return _mm256_mul_ps(h, scale);
+}
+
 static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n, float scale, float *s, size_t lds)
 {
     int np = hd & ~31;
-    for (int j = 0; j < n; j++) {
+    int n8 = np == hd ? n & ~7 : 0; /* rows scored 8 at a time (no tail past the 32-element steps) */
+    if (n8) {
+        __m256 vs = _mm256_set1_ps(scale);
+        for (int g = 0; g < nq; g++) {
+            const float *qr = q + (size_t)g * hd;
+            for (int j = 0; j < n8; j += 8) {
+                __m256 v[8];
+                for (int u = 0; u < 8; u++) {
+                    const float *kr = k + (size_t)(j + u) * hd;
+                    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+                    for (int i = 0; i < hd; i += 32) {
+                        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i), _mm256_loadu_ps(qr + i), a0);
+                        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 8), _mm256_loadu_ps(qr + i + 8), a1);
+                        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 16), _mm256_loadu_ps(qr + i + 16), a2);
+                        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(kr + i + 24), _mm256_loadu_ps(qr + i + 24), a3);
+                    }
+                    v[u] = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+                }
+                _mm256_storeu_ps(s + (size_t)g * lds + j, aa_fold8(v, vs));
+            }
+        }
+    }
+    for (int j = n8; j < n; j++) {
         const float *kr = k + (size_t)j * hd;
         for (int g = 0; g < nq; g++) {
             const float *qr = q + (size_t)g * hd;
@@ -164,6 +202,72 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
     }
 }
 
+/* attn_exp of 8 lanes (attn.h; attn.c spells out the same steps). */
+AA_INLINE __m256 aa_exp8(__m256 x)
+{
+    const __m256 magic = _mm256_set1_ps(0x1.8p23f);
+    __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), magic);
+    __m256 n = _mm256_sub_ps(z, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(z), _mm256_set1_epi32(-0x4b400000 + 127)), 23);
+    __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    /* x < -87 (and -inf): 0 */
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), v);
+}
+
+static float aa_exp1(float x)
+{
+    float out[8];
+    _mm256_storeu_ps(out, aa_exp8(_mm256_set1_ps(x)));
+    return out[0];
+}
+
+static void aa_softmax(float *s, int n)
+{
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+    float m8[8], mx = -INFINITY;
+    _mm256_storeu_ps(m8, vm);
+    for (int l = 0; l < 8; l++)
+        if (m8[l] > mx)
+            mx = m8[l];
+    for (int t = i; t < n; t++)
+        if (s[t] > mx)
+            mx = s[t];
+    __m256 vmx = _mm256_set1_ps(mx);
+    __m256d a = _mm256_setzero_pd(), b = a;
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 e = aa_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), vmx));
+        _mm256_storeu_ps(s + i, e);
+        a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double acc[8];
+    _mm256_storeu_pd(acc, a);
+    _mm256_storeu_pd(acc + 4, b);
+    for (; i < n; i++) {
+        s[i] = aa_exp1(s[i] - mx);
+        acc[i % 8] += (double)s[i];
+    }
+    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), inv));
+    for (; i < n; i++)
+        s[i] *= (float)(1.0 / sum);
+}
+
 static void aa_to_f16(const float *x, uint16_t *y, int64_t n)
 {
     int64_t i = 0;
@@ -183,7 +287,7 @@ static void aa_round_f16(const float *x, float *y, int64_t n)
 }
 
 static const struct attn_kernels aa_kernels = {
-    aa_scores_f16, aa_scores_f32, aa_accum_f16, aa_accum_f32, aa_to_f16, aa_round_f16,
+    aa_scores_f16, aa_scores_f32, aa_accum_f16, aa_accum_f32, aa_softmax, aa_to_f16, aa_round_f16,
 };
 
 const struct attn_kernels *attn_kernels_avx2(void) { return kernel_cpu_has_avx2() ? &aa_kernels : NULL; }

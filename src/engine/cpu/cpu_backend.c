@@ -80,6 +80,10 @@ struct cpu_prof {
     int64_t passes, tokens;
 };
 
+/* Query tokens attended together: a tile of up to CPU_ATT_TILE consecutive tokens of one sequence (a prefill
+ * chunk) reads and converts each cached K and V row once for all of them instead of once per token. */
+#define CPU_ATT_TILE 4
+
 struct cpu_backend {
     struct backend base;
     const struct model *m;
@@ -102,7 +106,7 @@ struct cpu_backend {
     size_t (*act_aux_bytes[DTYPE_COUNT])(int64_t n); /* the aux_bytes that goes with act_prep */
     size_t act_aux_cap;                        /* bytes of prep output per activation row */
     uint8_t *act_aux_buf[CPU_ACT_SLOTS];       /* [T][act_aux_cap] */
-    float *scratch;         /* per thread: [n_threads][scratch_floats]: scores [group][n_ctx], query [group][hd] */
+    float *scratch;         /* per thread: [n_threads][scratch_floats], op_attention's tile (layout there) */
     size_t scratch_floats;
     size_t scratch_bytes;   /* everything allocated at create, for describe */
 
@@ -192,10 +196,12 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
     cb->rope_freq_scale = hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
     cb->rope_ff = model_rope_freqs(m);
     int group = hp->n_heads / hp->n_kv_heads;
-    /* scores [group][n_ctx], queries [group][hd], a dequantized V block [block_size][hd], quantized queries */
+    /* for op_attention's tile of R = CPU_ATT_TILE * group query rows: scores [R][n_ctx], queries [R][hd],
+     * outputs [R][hd], a dequantized V block [block_size][hd], quantized queries [R][kv_row_bytes] */
     cb->kv_row_bytes = dtype_row_bytes(p->kv_type, hd);
-    cb->scratch_floats = (size_t)group * ((size_t)p->n_ctx + hd) + (size_t)p->block_size * hd +
-                        ((size_t)group * cb->kv_row_bytes + 3) / 4;
+    size_t att_rows = (size_t)CPU_ATT_TILE * group;
+    cb->scratch_floats = att_rows * ((size_t)p->n_ctx + 2 * (size_t)hd) + (size_t)p->block_size * hd +
+                        (att_rows * cb->kv_row_bytes + 3) / 4;
     cb->scratch_floats = (cb->scratch_floats + 15) & ~(size_t)15; /* keep each thread's part 64-byte aligned */
     cb->scratch = cpu_alloc(cb, (size_t)p->n_threads * cb->scratch_floats * sizeof(float), true);
     if (!cb->scratch)
@@ -525,7 +531,7 @@ static void op_rope_head(const struct cpu_backend *cb, float *x, const float *cs
     }
 }
 
-/* Thread ith's attention scratch: scores [group][n_ctx], then the rounded queries [group][head_dim]. */
+/* Thread ith's attention scratch (op_attention says its layout). */
 static float *cpu_scratch(const struct cpu_backend *cb, int ith) { return cb->scratch + (size_t)ith * cb->scratch_floats; }
 
 /* Biases, RoPE on q and k, and the k, v rows stored into each token's KV slot; tokens split over threads. */
@@ -571,10 +577,12 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
     }
 }
 
-/* Causal attention for every (token, KV head) pair: the KV head's `group` query heads together, so each
- * cached row is read once for all of them, over positions 0..pos of the token's sequence read block by
- * block in position order. Pairs are dealt to threads round-robin, which balances a prefill (later tokens
- * attend to more positions). Softmax is exact and in two passes (max, then exp and a double sum).
+/* Causal attention for every (tile, KV head) pair: the KV head's `group` query heads of every token of the
+ * tile together (R = tile tokens x group query rows), so each cached row is read once for all of them, over
+ * positions 0..pos of each token read block by block in position order. A tile is CPU_ATT_TILE consecutive
+ * batch tokens cut where the sequence changes or positions stop following each other. Pairs are dealt to
+ * threads round-robin, which balances a prefill (later tokens attend to more positions).
+ * Softmax in two passes per query row (max, then exp and a double sum) as attn.h defines it.
  * Rounding by cache type:
  *   F16  as llama.cpp's non-flash attention: the query is rounded to F16 for the K products, and the
  *        normalized probabilities are rounded to F16 for the V products (attn.h fixes the sum orders).
@@ -583,7 +591,9 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
  *        products (kernel_ops, so SIMD and scalar builds differ as they do for Q8_0 weights); V rows are
  *        dequantized and the F32 probabilities applied. (llama.cpp can only run a quantized V in its flash
  *        attention, which uses an online softmax; this stays exact and two-pass.)
- * Every sum runs over the token's own positions in a fixed order, so batching never changes the result. */
+ * Each query row's result depends only on its own positions, summed in a fixed order: a score is one dot
+ * product (scores past a row's own position, computed for a later token of the tile, are never read), and a
+ * row's V accumulation runs over its own positions in order, so tiling and batching never change a result. */
 static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
 {
     const struct model_hparams *hp = &cb->m->hp;
@@ -594,66 +604,88 @@ static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
     size_t lds = (size_t)cb->p.n_ctx;
     float scale = 1.0f / sqrtf((float)hd);
     enum dtype kt = cb->p.kv_type;
-    float *sc = cpu_scratch(cb, ith), *qr = sc + (size_t)group * lds, *vtmp = qr + (size_t)group * hd;
-    uint8_t *qq = (uint8_t *)(vtmp + (size_t)bs * hd); /* [group][kv_row_bytes] quantized queries */
-    for (int64_t pi = ith; pi < (int64_t)b->n * n_kv; pi += nth) {
-        int t = (int)(pi / n_kv), kvh = (int)(pi % n_kv);
-        const struct batch_token *bt = &b->tok[t];
-        const struct kv_seq *s = &cb->seqs[bt->seq];
-        const float *q = cb->q + (size_t)t * q_dim + (size_t)kvh * group * hd;
-        int n_pos = bt->pos + 1;
-        if (kt == DTYPE_F16)
-            ak->round_f16(q, qr, (int64_t)group * hd);
-        else if (kt == DTYPE_F32)
-            memcpy(qr, q, (size_t)group * hd * sizeof(float));
-        else
-            for (int g = 0; g < group; g++)
-                cb->kv_ops->from_f32(q + (size_t)g * hd, qq + (size_t)g * cb->kv_row_bytes, hd);
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *kb = kv_host_row(&cb->kv, kv_host_k(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
-            if (kt == DTYPE_F16) {
-                ak->scores_f16(hd, group, qr, kb, n, scale, sc + p0, lds);
-            } else if (kt == DTYPE_F32) {
-                ak->scores_f32(hd, group, qr, kb, n, scale, sc + p0, lds);
-            } else {
-                cb->kv_ops->gemm(hd, n, group, sc + p0, lds, kb, cb->kv_row_bytes, qq, cb->kv_row_bytes);
-                for (int g = 0; g < group; g++)
+    /* scratch: scores sc [R][n_ctx], queries qr [R][hd], outputs ot [R][hd], a V block vtmp [bs][hd], quantized
+     * queries qq [R][kv_row_bytes]; R = CPU_ATT_TILE * group, row r = tile token r / group, head r % group */
+    int rmax = CPU_ATT_TILE * group;
+    float *sc = cpu_scratch(cb, ith), *qr = sc + (size_t)rmax * lds, *ot = qr + (size_t)rmax * hd;
+    float *vtmp = ot + (size_t)rmax * hd;
+    uint8_t *qq = (uint8_t *)(vtmp + (size_t)bs * hd);
+    int n_tiles = (b->n + CPU_ATT_TILE - 1) / CPU_ATT_TILE;
+    for (int64_t pi = ith; pi < (int64_t)n_tiles * n_kv; pi += nth) {
+        int kvh = (int)(pi % n_kv);
+        int tile_end = (int)(pi / n_kv) * CPU_ATT_TILE + CPU_ATT_TILE;
+        if (tile_end > b->n)
+            tile_end = b->n;
+        /* the tile's runs: consecutive tokens of one sequence at consecutive positions */
+        for (int t0 = (int)(pi / n_kv) * CPU_ATT_TILE, nt; t0 < tile_end; t0 += nt) {
+            const struct batch_token *bt0 = &b->tok[t0];
+            for (nt = 1; t0 + nt < tile_end && b->tok[t0 + nt].seq == bt0->seq && b->tok[t0 + nt].pos == bt0->pos + nt;
+                 nt++)
+                ;
+            const struct kv_seq *s = &cb->seqs[bt0->seq];
+            int R = nt * group;
+            int n_first = bt0->pos + 1, n_last = bt0->pos + nt; /* positions attended by the first, last token */
+            for (int ti = 0; ti < nt; ti++) {
+                const float *q = cb->q + (size_t)(t0 + ti) * q_dim + (size_t)kvh * group * hd;
+                float *qt = qr + (size_t)ti * group * hd;
+                if (kt == DTYPE_F16)
+                    ak->round_f16(q, qt, (int64_t)group * hd);
+                else if (kt == DTYPE_F32)
+                    memcpy(qt, q, (size_t)group * hd * sizeof(float));
+                else
+                    for (int g = 0; g < group; g++)
+                        cb->kv_ops->from_f32(q + (size_t)g * hd, qq + (size_t)(ti * group + g) * cb->kv_row_bytes, hd);
+            }
+            for (int p0 = 0; p0 < n_last; p0 += bs) {
+                int n = n_last - p0 < bs ? n_last - p0 : bs;
+                const void *kb = kv_host_row(&cb->kv, kv_host_k(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+                if (kt == DTYPE_F16) {
+                    ak->scores_f16(hd, R, qr, kb, n, scale, sc + p0, lds);
+                } else if (kt == DTYPE_F32) {
+                    ak->scores_f32(hd, R, qr, kb, n, scale, sc + p0, lds);
+                } else {
+                    cb->kv_ops->gemm(hd, n, R, sc + p0, lds, kb, cb->kv_row_bytes, qq, cb->kv_row_bytes);
+                    for (int r = 0; r < R; r++)
+                        for (int j = 0; j < n; j++)
+                            sc[(size_t)r * lds + p0 + j] *= scale;
+                }
+            }
+            for (int r = 0; r < R; r++) {
+                int n_pos = n_first + r / group;
+                float *sg = sc + (size_t)r * lds;
+                ak->softmax(sg, n_pos);
+                if (kt == DTYPE_F16)
+                    ak->round_f16(sg, sg, n_pos);
+            }
+            memset(ot, 0, (size_t)R * hd * sizeof(float));
+            for (int p0 = 0; p0 < n_last; p0 += bs) {
+                int n = n_last - p0 < bs ? n_last - p0 : bs;
+                const void *vb = kv_host_row(&cb->kv, kv_host_v(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
+                if (kt == DTYPE_Q8_0) {
                     for (int j = 0; j < n; j++)
-                        sc[(size_t)g * lds + p0 + j] *= scale;
+                        cb->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * cb->kv_row_bytes, vtmp + (size_t)j * hd, hd);
+                    vb = vtmp;
+                }
+                /* a block every token of the run attends wholly: all R rows in one call; the last blocks:
+                 * each token's rows over its own positions only */
+                bool whole = p0 + n <= n_first;
+                for (int ti = 0; ti < (whole ? 1 : nt); ti++) {
+                    int rows = whole ? R : group, cnt = whole ? n : n_first + ti - p0;
+                    if (cnt <= 0)
+                        continue;
+                    if (cnt > n)
+                        cnt = n;
+                    const float *pr = sc + (size_t)ti * group * lds + p0;
+                    float *o = ot + (size_t)ti * group * hd;
+                    if (kt == DTYPE_F16)
+                        ak->accum_f16(hd, rows, pr, lds, vb, cnt, o);
+                    else
+                        ak->accum_f32(hd, rows, pr, lds, vb, cnt, o);
+                }
             }
-        }
-        for (int g = 0; g < group; g++) {
-            float *sg = sc + (size_t)g * lds;
-            float mx = -INFINITY;
-            for (int p = 0; p < n_pos; p++)
-                if (sg[p] > mx)
-                    mx = sg[p];
-            double sum = 0;
-            for (int p = 0; p < n_pos; p++) {
-                sg[p] = expf(sg[p] - mx);
-                sum += sg[p];
-            }
-            float inv = (float)(1.0 / sum);
-            for (int p = 0; p < n_pos; p++)
-                sg[p] *= inv;
-            if (kt == DTYPE_F16)
-                ak->round_f16(sg, sg, n_pos);
-        }
-        float *o = cb->att + (size_t)t * q_dim + (size_t)kvh * group * hd;
-        memset(o, 0, (size_t)group * hd * sizeof(float));
-        for (int p0 = 0; p0 < n_pos; p0 += bs) {
-            int n = n_pos - p0 < bs ? n_pos - p0 : bs;
-            const void *vb = kv_host_row(&cb->kv, kv_host_v(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
-            if (kt == DTYPE_F16) {
-                ak->accum_f16(hd, group, sc + p0, lds, vb, n, o);
-            } else if (kt == DTYPE_F32) {
-                ak->accum_f32(hd, group, sc + p0, lds, vb, n, o);
-            } else {
-                for (int j = 0; j < n; j++)
-                    cb->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * cb->kv_row_bytes, vtmp + (size_t)j * hd, hd);
-                ak->accum_f32(hd, group, sc + p0, lds, vtmp, n, o);
-            }
+            for (int ti = 0; ti < nt; ti++)
+                memcpy(cb->att + (size_t)(t0 + ti) * q_dim + (size_t)kvh * group * hd, ot + (size_t)ti * group * hd,
+                       (size_t)group * hd * sizeof(float));
         }
     }
 }

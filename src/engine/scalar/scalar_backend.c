@@ -270,18 +270,7 @@ static void scalar_attend(struct scalar_backend *sb, int layer, const struct kv_
             sc[p] *= scale;
         }
     }
-    float mx = -INFINITY;
-    for (int p = 0; p < n_pos; p++)
-        if (sc[p] > mx)
-            mx = sc[p];
-    double sum = 0;
-    for (int p = 0; p < n_pos; p++) {
-        sc[p] = expf(sc[p] - mx);
-        sum += sc[p];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int p = 0; p < n_pos; p++)
-        sc[p] *= inv;
+    ak->softmax(sc, n_pos);
     if (kt == DTYPE_F16)
         ak->round_f16(sc, sc, n_pos);
     memset(out, 0, (size_t)hd * sizeof(float));
