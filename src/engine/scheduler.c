@@ -166,6 +166,7 @@ struct scheduler {
     int *slot_choice;
     struct sched_req **row_req; /* [max_rows]: the request of each logits row of a step (pinned) */
     int *row_choice;        /* [max_rows] */
+    int *row_pos;           /* [max_rows] the row's position in its sequence */
     bool *row_first;        /* [max_rows]: the first row of its sequence in the step */
     /* speculation */
     int spec_rows;          /* most drafted tokens in one step */
@@ -272,6 +273,20 @@ int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n)
     return 0;
 }
 
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n)
+{
+    if (n <= 0)
+        return 0;
+    struct sampler_bias *p = malloc((size_t)n * sizeof *p);
+    if (!p)
+        return ERR_NOMEM;
+    memcpy(p, b, (size_t)n * sizeof *p);
+    free(r->logit_bias);
+    r->logit_bias = p;
+    r->n_logit_bias = n;
+    return 0;
+}
+
 void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->st->refs, 1); }
 
 static void sched_seq_free(struct sched_seq *q)
@@ -295,6 +310,7 @@ void sched_req_unref(struct sched_req *r)
         free(r->st->choices[i].text);
         free(r->st->choices[i].toks);
         free(r->st->choices[i].top);
+        free(r->st->choices[i].ptoks);
     }
     free(r->st->choices);
     for (int i = 0; i < r->n_stop; i++)
@@ -303,6 +319,7 @@ void sched_req_unref(struct sched_req *r)
     free(r->prompt);
     grammar_entry_unref(r->constraint);
     free(r->prediction);
+    free(r->logit_bias);
     pthread_mutex_destroy(&r->st->mu);
     free(r); /* and its state: r heads their sched_req_box */
 }
@@ -685,7 +702,7 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
             need += 1; /* its own copy of the leader's last prompt block */
             continue;
         }
-        if (s->pc) {
+        if (s->pc && !r->prompt_logprobs) {
             int got = prefix_cache_attach(s->pc, q->toks, q->n_toks, q->n_toks - 1, engine_seq(s->e, q->slot), &q->pcur);
             if (got > 0)
                 q->n_kv = got;
@@ -1127,9 +1144,20 @@ static int64_t plan_step(struct scheduler *s, bool allow_spec)
             if (limit <= 0)
                 continue;
             int take = limit < budget ? limit : budget;
+            bool score = r->prompt_logprobs && c == 0;
+            if (score) { /* a logits row per prompt position still to score: as many as the rows left */
+                int rows = 0;
+                for (int b = 0; b < s->batch.n; b++)
+                    rows += s->batch.tok[b].logits;
+                if (take > s->max_rows - rows)
+                    take = s->max_rows - rows;
+                if (take <= 0)
+                    continue;
+            }
             for (int k = 0; k < take; k++) {
                 int pos = q->n_kv + k;
-                batch_add(&s->batch, q->toks[pos], pos, q->slot, pos == q->n_toks - 1);
+                bool scored = score && pos < r->n_prompt - 1 && pos >= r->st->choices[0].n_ptoks;
+                batch_add(&s->batch, q->toks[pos], pos, q->slot, pos == q->n_toks - 1 || scored);
             }
             q->step_take = take;
             q->step_logits = q->n_kv + take == q->n_toks;
@@ -1163,6 +1191,54 @@ static int constraint_mask(struct scheduler *s, struct sched_seq *q, float *logi
     return any ? 0 : ERR_INTERNAL;
 }
 
+/* Scores prompt token pos + 1 of request r (prompt_logprobs) from the logits at pos, into choice 0's ptoks.
+ * A position scored before (the request was preempted and its prompt is recomputed) is skipped. */
+static int prompt_score(struct scheduler *s, struct sched_req *r, int pos, const float *logits)
+{
+    struct sched_choice *ch = &r->st->choices[0];
+    struct sched_seq *q = &r->st->seqs[0];
+    if (pos != ch->n_ptoks)
+        return 0;
+    int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
+    int32_t tok = r->prompt[pos + 1];
+    float lp = sampler_score(q->smp, logits, tok, n_top ? s->top_buf : NULL, n_top);
+    int rc = 0;
+    pthread_mutex_lock(&r->st->mu);
+    if (ch->n_ptoks == ch->cap_ptoks) {
+        int cap = ch->cap_ptoks ? ch->cap_ptoks * 2 : 64;
+        struct sched_token *nt = realloc(ch->ptoks, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            rc = ERR_NOMEM;
+            goto out;
+        }
+        ch->ptoks = nt;
+        ch->cap_ptoks = cap;
+    }
+    int32_t top_off = -1;
+    if (n_top) {
+        if (ch->n_top_used + n_top > ch->cap_top) {
+            int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
+            while (cap < ch->n_top_used + n_top)
+                cap *= 2;
+            struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            ch->top = nt;
+            ch->cap_top = cap;
+        }
+        top_off = ch->n_top_used;
+        memcpy(ch->top + ch->n_top_used, s->top_buf, (size_t)n_top * sizeof *s->top_buf);
+        ch->n_top_used += n_top;
+    }
+    ch->ptoks[ch->n_ptoks++] = (struct sched_token){.id = tok, .logprob = lp, .top_off = top_off};
+    r->st->version++;
+out:
+    pthread_mutex_unlock(&r->st->mu);
+    return rc;
+}
+
 /* Samples choice c's next token from logits (*out gets it) and appends it: end of generation, stop strings
  * and limits finish the choice. */
 static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits, int32_t *out)
@@ -1170,6 +1246,9 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
+    for (int i = 0; i < r->n_logit_bias; i++) /* before the mask: a bias never lifts a token it forbids */
+        if (r->logit_bias[i].token < s->n_vocab)
+            logits[r->logit_bias[i].token] += r->logit_bias[i].bias;
     if (q->gm) {
         int rc = constraint_mask(s, q, logits);
         if (rc)
@@ -1355,6 +1434,7 @@ static bool step(struct scheduler *s)
         s->row_req[n_rows] = s->slot_req[slot];
         s->row_choice[n_rows] = s->slot_choice[slot];
         s->row_first[n_rows] = b == 0 || s->batch.tok[b - 1].seq != slot;
+        s->row_pos[n_rows] = s->batch.tok[b].pos;
         sched_req_ref(s->row_req[n_rows]);
         n_rows++;
     }
@@ -1363,6 +1443,11 @@ static bool step(struct scheduler *s)
         struct sched_seq *q = &r->st->seqs[s->row_choice[k]];
         if (r->st->state != RS_RUNNING || q->done || q->step_rejected)
             continue;
+        if (r->prompt_logprobs && s->row_choice[k] == 0 && s->row_pos[k] < r->n_prompt - 1) {
+            if (prompt_score(s, r, s->row_pos[k], s->logits + (size_t)k * (size_t)s->n_vocab))
+                req_finish(s, r, ERR_NOMEM, "out of memory scoring the prompt");
+            continue;
+        }
         int j = q->step_row++; /* this row's index among the sequence's rows (drafts are sampled in order) */
         if (q->step_draft && j == 0)
             spec_count(s, r, q, q->step_draft, 0);
@@ -1615,13 +1700,14 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->logits = malloc((size_t)s->max_rows * (size_t)s->n_vocab * sizeof *s->logits);
     s->row_req = malloc((size_t)s->max_rows * sizeof *s->row_req);
     s->row_choice = malloc((size_t)s->max_rows * sizeof *s->row_choice);
+    s->row_pos = malloc((size_t)s->max_rows * sizeof *s->row_pos);
     s->row_first = malloc((size_t)s->max_rows * sizeof *s->row_first);
     s->cost_curve = malloc(((size_t)s->max_rows + 1) * sizeof *s->cost_curve);
     s->cand = malloc((size_t)s->max_seqs * sizeof *s->cand);
     s->cand_seq = malloc((size_t)s->max_seqs * sizeof *s->cand_seq);
     if (p->draft_max > 0 && !(s->draft = malloc((size_t)s->max_seqs * (size_t)p->draft_max * sizeof *s->draft)))
         goto oom;
-    if (!s->row_req || !s->row_choice || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
+    if (!s->row_req || !s->row_choice || !s->row_pos || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
         spec_cost_init(&s->cost, ep->max_batch_tokens) ||
         !(s->cost_at = calloc((size_t)ep->max_batch_tokens + 1, sizeof *s->cost_at)))
         goto oom;
@@ -1693,6 +1779,7 @@ void scheduler_destroy(struct scheduler *s)
     free(s->slot_choice);
     free(s->row_req);
     free(s->row_choice);
+    free(s->row_pos);
     free(s->row_first);
     free(s->draft);
     free(s->cost_curve);

@@ -61,6 +61,9 @@ struct sched_choice {
     int n_toks, cap_toks;
     struct sampler_logprob *top; /* [n_toks * n_top] when logprobs were asked */
     int n_top_used, cap_top;
+    struct sched_token *ptoks; /* prompt_logprobs, choice 0 only: [n_ptoks] entries for prompt tokens 1, 2, ...
+                                  (id, logprob, top_off into top[]; text_off/text_len unused) */
+    int n_ptoks, cap_ptoks;
     enum sched_finish finish;
 };
 
@@ -93,6 +96,9 @@ struct sched_req {
     char **stop; /* [n_stop], owned */
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
+    bool prompt_logprobs; /* also score the prompt (OpenAI's echo with logprobs): choice 0's ptoks get each
+                             prompt token's logprob after the first, with n_logprobs alternatives, under the
+                             model's raw distribution; its prompt never comes from the prefix cache */
     bool ignore_eos;
     /* Structured output: when set (a reference the request owns, released with it), every choice samples
      * only tokens the grammar allows (the others' logits become -inf), ends with SCHED_STOP once the grammar
@@ -100,6 +106,10 @@ struct sched_req {
      * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
      * invalid output. ignore_eos does not apply. */
     struct grammar_entry *constraint;
+    struct sampler_bias *logit_bias; /* [n_logit_bias], owned (sched_req_set_logit_bias): added to the logits
+                                        of every choice before the grammar's mask and the sampler (ids are
+                                        inside the vocabulary) */
+    int n_logit_bias;
     int32_t *prediction; /* [n_prediction], owned (sched_req_set_prediction): the output the client expects
                             (OpenAI's predicted outputs), used as drafts; NULL: none */
     int n_prediction;
@@ -121,6 +131,8 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
 int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop);
 /* Copies the prediction's tokens (n > 0) into r. 0 or ERR_NOMEM. */
 int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n);
+/* Copies n logit_bias entries into r. 0 or ERR_NOMEM. */
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n);
 void sched_req_ref(struct sched_req *r);
 /* Drops a reference; the last one frees the request. */
 void sched_req_unref(struct sched_req *r);

@@ -129,6 +129,15 @@ struct api_call {
     bool return_token_ids;       /* stream chunks carry token_ids (and the first prompt_token_ids) */
     int *ids_sent;               /* [n_reqs * n] tokens whose ids were streamed; -1: prompt ids not yet */
     bool began;                  /* stream headers sent */
+    /* chat tools (tool_choice not none): the answers are read back as tool calls (tool_call.h); the
+     * arrays are the request's, moved here (owned) */
+    bool tools_active;
+    bool tool_auto;  /* tool_choice auto: an answer may be text */
+    bool *tool_text; /* [n_reqs * n] the choice's answer is known to be text: streamed as it comes */
+    int tool_fmt;    /* enum chat_tool_format */
+    struct chat_tool *tools;
+    char **tool_params;
+    int n_tools;
     char cors[384];  /* CORS header lines for the deferred response */
     bool answered; /* a response was sent (and counted) */
     bool logged;   /* its log line was written */
@@ -232,9 +241,11 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, boo
                              int *n_out, struct api_error *e);
 /* Renders messages with the server's chat template and tokenizes the result (BOS as the model says): the
  * template's markup becomes special tokens, the message contents never do (special-token text a user writes
- * stays text). A malloc'd array and its length, or NULL with e filled (param "messages"). */
-int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
-                           int *n_out, struct api_error *e);
+ * stays text); tools[0..n_tools) are listed to the model in the family's tool format (n_tools 0: none). A
+ * malloc'd array and its length, or NULL with e filled (param "messages"). */
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs,
+                           const struct chat_tool *tools, int n_tools, bool add_generation_prompt, int *n_out,
+                           struct api_error *e);
 /* Checks an answer of `bytes` against server.max_response (400 naming what makes it that large: what, e.g.
  * "64 prompts x 16 choices x 120 max_tokens x 21 logprob entries") and reserves it in the server's in-flight
  * budget (503, retry later, when full). true when reserved (given back when the call finishes). */
