@@ -7,6 +7,8 @@
 #   make check-layers  no include or call goes up a layer or sideways, no object files call each other in a circle
 #   make deps       installs the Debian packages the build and tests need (apt-get; root or sudo)
 #   make bench      speed benchmarks (see docs/performance.md)
+#   make bench-slo  goodput of max_batch_size: auto against fixed 32 and fixed 4 (docs/observability.md)
+#   make bench-route  the latency wafer route adds, against nginx proxy_pass (docs/route.md)
 #   make examples   the C client library's example programs (build/examples/)
 #   make install    PREFIX=/usr/local DESTDIR=: binary, client library and header, man pages, systemd unit
 #   make soak       wafer serve under a mixed and hostile load (SOAK_SECONDS, default 1800; docs/reliability.md)
@@ -50,7 +52,7 @@ FUZZ_SECONDS ?= 60
 SHARED ?= $(abspath ../shared)
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama soak clean examples man install FORCE
+.PHONY: all test unit asan fuzz fuzz-build check-layers deps bench bench-vs-llama bench-route bench-slo bench-jobs soak clean examples man install FORCE
 all: $(BUILD)/wafer $(BUILD)/libwafer-client.a $(BUILD)/libwafer-client.so
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
@@ -163,6 +165,12 @@ check-layers: $(BUILD)/wafer
 # make bench BENCH_MODELS="a.gguf b.gguf" [LLAMA_BENCH="native=/path/llama-bench ..."] [BENCH_ARGS="-r 3 --rounds 2"]
 # wafer bench on each model, and llama-bench back to back when given; prints the docs/performance.md table.
 BENCH_MODELS ?=
+# make bench-slo [SLO_MODEL=model.gguf] [SLO_ARGS="--rounds 3 --itl 40 --ttft 3000"]
+# goodput of max_batch_size: auto against fixed 32 and fixed 4 (docs/observability.md).
+SLO_MODEL ?= $(SHARED)/models/llama-19M/llama-19M-Q8_0.gguf
+bench-slo: $(BUILD)/wafer
+	WAFER_BIN=$(BUILD)/wafer $(PYTHON) scripts/bench_slo.py $(SLO_MODEL) $(SLO_ARGS)
+
 bench: $(BUILD)/wafer
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench: set BENCH_MODELS="model.gguf ..." (see docs/performance.md)'; exit 2; }
 	$(BUILD)/wafer bench --membw
@@ -175,6 +183,22 @@ bench-vs-llama: $(BUILD)/wafer
 	@test -n "$(LLAMA_BIN)" || { echo 'make bench-vs-llama: set LLAMA_BIN=/path/to/llama-bench (docs/performance.md says how to build it)'; exit 2; }
 	@test -n "$(BENCH_MODELS)" || { echo 'make bench-vs-llama: set BENCH_MODELS="model.gguf ..."'; exit 2; }
 	$(PYTHON) scripts/bench_vs_llama.py --wafer $(BUILD)/wafer --llama native=$(LLAMA_BIN) $(BENCH_ARGS) $(BENCH_MODELS)
+
+# make bench-route [BENCH_ROUTE_ARGS="--rate 1000 --seconds 5 --rounds 3 --idle 10000"]: wafer route and nginx
+# proxy_pass in front of the same nginx backend, open-loop load from scripts/route_loadgen.c (docs/route.md).
+BENCH_ROUTE_ARGS ?=
+bench-route: $(BUILD)/wafer $(BUILD)/bench/route_loadgen
+	$(PYTHON) scripts/bench_route.py --wafer $(BUILD)/wafer --loadgen $(BUILD)/bench/route_loadgen $(BENCH_ROUTE_ARGS)
+$(BUILD)/bench/route_loadgen: scripts/route_loadgen.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=gnu11 -Wall -Wextra -Werror $< -o $@
+
+# make bench-jobs [BENCH_JOBS_MODEL=path.gguf] [BENCH_JOBS_ARGS="--rounds 5"]: live TTFT p95 with and without a batch
+# running, and batch throughput vs wafer bench serve at full concurrency (scripts/bench_jobs.py, docs/jobs.md).
+BENCH_JOBS_MODEL ?= $(SHARED)/models/llama-19M/llama-19M-Q8_0.gguf
+BENCH_JOBS_ARGS ?=
+bench-jobs: $(BUILD)/wafer
+	WAFER_BIN=$(abspath $(BUILD)/wafer) $(PYTHON) scripts/bench_jobs.py $(BENCH_JOBS_MODEL) $(BENCH_JOBS_ARGS)
 
 # make soak [SOAK_SECONDS=1800] [SOAK_MODEL=path.gguf] [SOAK_ARGS="--sighup 20 -- --threads 2"]: a mixed load with
 # hostile requests, disconnects, slow readers and SIGHUPs against a real wafer serve; fails on a lost request,

@@ -41,6 +41,8 @@ WAFER = os.environ.get("WAFER_BIN") or os.path.join(REPO, "build", "wafer")
 def start_server(model, threads, extra):
     log = tempfile.NamedTemporaryFile(prefix="wafer-spec-bench-", suffix=".log", delete=False)
     args = [WAFER, "serve", "--model", model, "--port", "0", "--threads", str(threads), "--max-batch-size", "4"]
+    # its own batch-jobs data dir: another wafer process on the machine may hold the default one
+    args += ["--data-dir", tempfile.mkdtemp(prefix="wafer-spec-bench-data-")]
     proc = subprocess.Popen(args + extra, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
     base = None

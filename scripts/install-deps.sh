@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(build-essential clang libclang-rt-14-dev libjansson-dev libfyaml-dev libcurl4-openssl-dev
       libsqlite3-dev libhiredis-dev redis-server libcmocka-dev
-      python3-pytest python3-httpx python3-prometheus-client python3-jsonschema chromium)
+      python3-pytest python3-httpx python3-prometheus-client python3-jsonschema chromium
+      nginx libnginx-mod-http-echo)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

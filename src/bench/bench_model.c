@@ -14,6 +14,9 @@
  *        context evaluates 1 + k tokens in one pass (logits for each), k = 0..K, sizes interleaved within
  *        each repetition; the cost relative to one token is the median over repetitions of the ratio, and
  *        (1 + k) / cost is the ceiling of speculation with k drafted tokens all accepted.
+ *   spec  (--spec SRC) speculative decoding end to end through the scheduler instead of pp/tg (bench_spec.h):
+ *        greedy answers of N tokens with and without speculation, interleaved, checked equal; the median of
+ *        the rounds' decode-speed ratios.
  * Each test runs once untimed first (warm-up: pages the weights in, wakes the threads), then --repeat times;
  * the report gives mean and sample standard deviation.
  *
@@ -26,6 +29,7 @@
  */
 #include "bench/bench_model.h"
 
+#include "bench/bench_spec.h"
 #include "bench/membw.h"
 #include "core/flags.h"
 #include "core/clock.h"
@@ -76,6 +80,12 @@ static void bench_model_usage(FILE *f)
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
+            "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
+            "                        tokens with and without speculation, interleaved, -r rounds, each answer\n"
+            "                        checked equal; SRC: exact, half, wrong (predictions built from the model's\n"
+            "                        own answer), ngram, or draft (--draft-model)\n"
+            "      --draft-model F   the draft model for --spec draft (a small GGUF with the same vocabulary)\n"
+            "      --draft-fixed     --spec: verify every draft whole (the ceiling; default: adaptive lengths)\n"
             "      --json            print one JSON object as the last line of stdout\n"
             "  -h, --help            this help\n\n"
             "example: wafer bench -m llama-1b-q4_0.gguf -p 512 -n 128 -t 2 -r 3 --batch 8\n");
@@ -84,7 +94,8 @@ static void bench_model_usage(FILE *f)
 struct bench_opts {
     const char *model_path;
     long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch, verify, depth;
-    bool json, no_membw, membw_only, use_mmap;
+    bool json, no_membw, membw_only, use_mmap, draft_fixed;
+    const char *spec, *draft_model; /* --spec SRC, --draft-model FILE */
     struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
 
@@ -170,6 +181,8 @@ static uint64_t bench_rng_next(uint64_t *s)
 struct bench_ctx {
     struct model *m;
     struct engine *e;
+    struct model *dm;  /* --draft-model's, or NULL */
+    struct engine *de;
     struct batch b;
     float *logits; /* [batch][n_vocab] */
     int32_t bos;
@@ -296,8 +309,9 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"membw-mib", required_argument, 0, 5}, {"json", no_argument, 0, 6},
         {"mmap", no_argument, 0, 7},            {"ubatch", required_argument, 0, 'u'},
         {"backend", required_argument, 0, 8},   {"verify", required_argument, 0, 9},
-        {"depth", required_argument, 0, 'd'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"spec", required_argument, 0, 10},     {"draft-model", required_argument, 0, 11},
+        {"draft-fixed", no_argument, 0, 12},    {"depth", required_argument, 0, 'd'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->n_prompt = 512;
@@ -339,6 +353,15 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             }
             break;
         case 9: if (flags_parse_int("bench", "--verify", optarg, 0, 64, &o->verify)) return 2; break;
+        case 10:
+            if (!bench_spec_known(optarg)) {
+                fprintf(stderr, "wafer bench: --spec: '%s' is not one of exact, half, wrong, ngram, draft\n", optarg);
+                return 2;
+            }
+            o->spec = optarg;
+            break;
+        case 11: o->draft_model = optarg; break;
+        case 12: o->draft_fixed = true; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -355,6 +378,14 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
     }
     if (o->membw_only && o->no_membw) {
         fprintf(stderr, "wafer bench: --membw and --no-membw contradict each other\n");
+        return 2;
+    }
+    if (o->spec && !strcmp(o->spec, "draft") && !o->draft_model) {
+        fprintf(stderr, "wafer bench: --spec draft needs --draft-model FILE\n");
+        return 2;
+    }
+    if (o->spec && o->n_gen < 2) {
+        fprintf(stderr, "wafer bench: --spec needs -n of at least 2 (the answer's length)\n");
         return 2;
     }
     if (!o->membw_only && o->n_prompt == 0 && o->n_gen == 0 && o->verify == 0) {
@@ -420,8 +451,13 @@ int bench_model_main(int argc, char **argv)
         o.eo.max_batch_tokens = (int)o.verify + 1;
     if (BENCH_VERIFY_CTX > o.eo.max_batch_tokens && o.verify)
         o.eo.max_batch_tokens = BENCH_VERIFY_CTX;
+    if (o.spec) { /* the scheduler's passes: a short prompt, then decodes with up to 16 drafted tokens */
+        o.n_prompt = 0;
+        if (o.eo.max_batch_tokens < 64)
+            o.eo.max_batch_tokens = 64;
+    }
     /* a context just large enough for the longest test, as llama-bench sizes it */
-    long ctx = o.depth + o.n_prompt + o.n_gen;
+    long ctx = o.depth + o.n_prompt + o.n_gen + (o.spec ? 64 : 0);
     if (o.verify && ctx < BENCH_VERIFY_CTX + o.verify + 1)
         ctx = BENCH_VERIFY_CTX + o.verify + 1;
     if (ctx < 1)
@@ -492,7 +528,7 @@ int bench_model_main(int argc, char **argv)
         pp = bench_stat_of(tps, (int)o.repeat);
         fprintf(stderr, "pp%ld%s %9.2f +- %6.2f tok/s\n", o.n_prompt, at, pp.mean, pp.sd);
     }
-    if (o.n_gen > 0) {
+    if (o.n_gen > 0 && !o.spec) {
         if (bench_tg(&c, 1, 1, (int)o.depth) < 0)
             goto fail_run;
         for (int r = 0; r < o.repeat; r++) {
@@ -529,6 +565,21 @@ int bench_model_main(int argc, char **argv)
             fprintf(stderr, "verify 1+%-2d  %5.2fx the time of one token   ceiling %5.2fx tokens/s (all %d drafts accepted)\n",
                     k, verify[k], (1 + k) / verify[k], k);
     }
+    struct bench_spec_result sr = {0};
+    if (o.spec) {
+        if (o.draft_model && !(c.de = engine_create_draft(o.draft_model, o.use_mmap, c.e, &o.eo, &c.dm, c.err)))
+            goto fail_run;
+        if (c.dm)
+            fprintf(stderr, "draft model: %s (%s, %.1f MB of weights read per token)\n", o.draft_model,
+                    dtype_name(c.dm->main_type), c.dm->weight_bytes / 1e6);
+        engine_seq_truncate(c.e, 0, 0); /* the scheduler starts from empty slots (--verify left a context) */
+        if (bench_spec_run(c.e, c.de, o.spec, (int)o.n_gen, (int)o.repeat, o.draft_fixed, &sr, c.err))
+            goto fail_run;
+        fprintf(stderr, "spec %s: %.2fx decode tokens/s (median of %d rounds' ratios; plain %.2f, speculative %.2f "
+                        "tok/s), drafted %d tokens, %d accepted (%.0f%%)\n",
+                o.spec, sr.ratio, sr.rounds, sr.plain_tps, sr.spec_tps, sr.drafted, sr.accepted,
+                sr.drafted ? 100.0 * sr.accepted / sr.drafted : 0.0);
+    }
     size_t rss = bench_peak_rss();
     fprintf(stderr, "peak RSS: %.1f MiB (file %.1f MiB + KV %.1f MiB + %.1f MiB other)\n", rss / 1048576.0,
             c.m->file_bytes / 1048576.0, kv_bytes / 1048576.0,
@@ -554,6 +605,9 @@ int bench_model_main(int argc, char **argv)
     for (int k = 1; k <= o.verify; k++)
         printf("| %s | %s | %d | verify 1+%d | %.2fx one token | | |\n", base, dtype_name(c.m->main_type), p->n_threads,
                k, verify[k]);
+    if (o.spec)
+        printf("| %s | %s | %d | spec %s tg%ld | %.2f (%.2fx plain %.2f) | | |\n", base, dtype_name(c.m->main_type),
+               p->n_threads, o.spec, o.n_gen, sr.spec_tps, sr.ratio, sr.plain_tps);
     if (o.json) {
         json_t *j = json_object();
         json_object_set_new(j, "model", json_string(base));
@@ -582,6 +636,16 @@ int bench_model_main(int argc, char **argv)
         for (int k = 0; k <= o.verify; k++)
             json_array_append_new(vc, json_real(k ? verify[k] : 1.0));
         json_object_set_new(j, "verify_cost", o.verify ? vc : (json_decref(vc), json_null()));
+        if (o.spec) {
+            json_t *sj = json_object();
+            json_object_set_new(sj, "source", json_string(o.spec));
+            json_object_set_new(sj, "speedup", json_real(sr.ratio));
+            json_object_set_new(sj, "plain_tps", json_real(sr.plain_tps));
+            json_object_set_new(sj, "spec_tps", json_real(sr.spec_tps));
+            json_object_set_new(sj, "drafted", json_integer(sr.drafted));
+            json_object_set_new(sj, "accepted", json_integer(sr.accepted));
+            json_object_set_new(j, "spec", sj);
+        }
         json_object_set_new(j, "kv_bytes", json_integer((json_int_t)kv_bytes));
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
         json_object_set_new(j, "load_ms", json_real(load_s * 1e3));
@@ -605,5 +669,7 @@ out:
     batch_deinit(&c.b);
     engine_destroy(c.e);
     model_destroy(c.m);
+    engine_destroy(c.de);
+    model_destroy(c.dm);
     return rc;
 }

@@ -34,6 +34,7 @@ const char *serve_outcome_name(int outcome);
 /* Service-level objectives for goodput; a field is NAN when not set. */
 struct serve_slo {
     double ttft_ms, tpot_ms, itl_ms, e2e_ms;
+    double itl_p95_ms; /* the request's own 95th percentile of its ITL gaps (what `slo.itl_p95_ms` bounds) */
 };
 
 /* One prompt to send. Quality cases also carry their expected keywords. */

@@ -78,14 +78,16 @@ void serve_report_print_run(FILE *f, const struct serve_report *rep, int i)
             s->output_from_usage, s->completed);
     if (s->has_goodput) {
         const struct serve_slo *o = &rep->opt->slo;
-        fprintf(f, "  goodput     %s req/s (%d of %d completed met", fmt_num(a, sizeof a, s->request_goodput, 2), s->good,
-                s->completed);
+        fprintf(f, "  goodput     %s req/s, %s output tok/s (%d of %d completed met", fmt_num(a, sizeof a, s->request_goodput, 2),
+                fmt_num(b, sizeof b, s->output_goodput, 1), s->good, s->completed);
         if (!isnan(o->ttft_ms))
             fprintf(f, " ttft<=%gms", o->ttft_ms);
         if (!isnan(o->tpot_ms))
             fprintf(f, " tpot<=%gms", o->tpot_ms);
         if (!isnan(o->itl_ms))
             fprintf(f, " itl<=%gms", o->itl_ms);
+        if (!isnan(o->itl_p95_ms))
+            fprintf(f, " itl_p95<=%gms", o->itl_p95_ms);
         if (!isnan(o->e2e_ms))
             fprintf(f, " e2e<=%gms", o->e2e_ms);
         fprintf(f, ")\n");
@@ -185,6 +187,7 @@ static void json_slo(struct json_writer *w, const struct serve_slo *o)
     json_writer_key_double(w, "ttft_ms", o->ttft_ms);
     json_writer_key_double(w, "tpot_ms", o->tpot_ms);
     json_writer_key_double(w, "itl_ms", o->itl_ms);
+    json_writer_key_double(w, "itl_p95_ms", o->itl_p95_ms);
     json_writer_key_double(w, "e2e_ms", o->e2e_ms);
     json_writer_object_end(w);
 }
@@ -290,6 +293,7 @@ static void json_run(struct json_writer *w, const struct serve_report *rep, cons
         json_writer_object_begin(w);
         json_writer_key_int(w, "good", s->good);
         json_writer_key_double(w, "request_goodput", s->request_goodput);
+        json_writer_key_double(w, "output_goodput", s->output_goodput);
         json_writer_key(w, "slo");
         json_slo(w, &rep->opt->slo);
         json_writer_object_end(w);

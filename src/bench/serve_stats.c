@@ -16,7 +16,25 @@
 
 int serve_slo_parse(const char *text, struct serve_slo *out, char *err)
 {
-    out->ttft_ms = out->tpot_ms = out->itl_ms = out->e2e_ms = NAN;
+    out->ttft_ms = out->tpot_ms = out->itl_ms = out->e2e_ms = out->itl_p95_ms = NAN;
+    if (isdigit((unsigned char)text[0]) || text[0] == '.') {
+        /* the short form: ITL_P95_MS[,TTFT_MS] */
+        char *end;
+        double itl = strtod(text, &end), ttft = NAN;
+        if (*end == ',') {
+            const char *t = end + 1;
+            ttft = strtod(t, &end);
+            if (end == t)
+                ttft = -1;
+        }
+        if (*end || !(itl > 0) || !isfinite(itl) || (!isnan(ttft) && !(ttft > 0 && isfinite(ttft))))
+            return err_set(err, ERR_INVALID_ARG,
+                           "--slo: bad '%s': give ITL_P95_MS[,TTFT_MS] (e.g. 50,2000) or key=value pairs "
+                           "(e.g. itl_p95=50ms,ttft=2s)", text);
+        out->itl_p95_ms = itl;
+        out->ttft_ms = ttft;
+        return 0;
+    }
     const char *p = text;
     int n = 0;
     while (*p) {
@@ -35,10 +53,12 @@ int serve_slo_parse(const char *text, struct serve_slo *out, char *err)
             slot = &out->tpot_ms;
         else if (kl == 3 && !strncmp(p, "itl", 3))
             slot = &out->itl_ms;
+        else if (kl == 7 && !strncmp(p, "itl_p95", 7))
+            slot = &out->itl_p95_ms;
         else if ((kl == 3 && !strncmp(p, "e2e", 3)) || (kl == 4 && !strncmp(p, "e2el", 4)))
             slot = &out->e2e_ms;
         else
-            return err_set(err, ERR_INVALID_ARG, "--slo: unknown metric '%.*s' (use ttft, tpot, itl or e2e)", (int)kl, p);
+            return err_set(err, ERR_INVALID_ARG, "--slo: unknown metric '%.*s' (use ttft, tpot, itl, itl_p95 or e2e)", (int)kl, p);
         char *num_end;
         double v = strtod(eq + 1, &num_end);
         char unit[8] = "";
@@ -115,6 +135,7 @@ int serve_stats_compute(const struct serve_request_result *results, int n, doubl
         return err_set(err, ERR_NOMEM, "out of memory computing statistics");
     }
     size_t k_ttft = 0, k_tpot = 0, k_e2e = 0, k_itl = 0;
+    long long good_tokens = 0;
     out->sent = n;
     out->duration_s = duration_s;
     out->has_goodput = slo != NULL;
@@ -164,7 +185,23 @@ int serve_stats_compute(const struct serve_request_result *results, int n, doubl
             for (int g = 0; good && !isnan(slo->itl_ms) && g < r->n_itl; g++)
                 if (r->itl_ms[g] > slo->itl_ms)
                     good = false;
+            if (good && slo->itl_p95_ms > 0 && r->n_itl > 0) {
+                /* its own gaps, sorted in the tail of the pooled array (copied: the pool is sorted later) */
+                double *gaps = out->itl.values + k_itl - (size_t)r->n_itl;
+                double *tmp = malloc((size_t)r->n_itl * sizeof *tmp);
+                if (!tmp) {
+                    serve_run_summary_deinit(out);
+                    return err_set(err, ERR_NOMEM, "out of memory computing statistics");
+                }
+                memcpy(tmp, gaps, (size_t)r->n_itl * sizeof *tmp);
+                stats_sort(tmp, (size_t)r->n_itl);
+                if (stats_percentile_sorted(tmp, (size_t)r->n_itl, 95) > slo->itl_p95_ms)
+                    good = false;
+                free(tmp);
+            }
             out->good += good;
+            if (good)
+                good_tokens += r->output_tokens > 0 ? r->output_tokens : 0;
         }
     }
     stats_summarize(out->ttft.values, k_ttft, &out->ttft.s);
@@ -176,6 +213,7 @@ int serve_stats_compute(const struct serve_request_result *results, int n, doubl
         out->output_throughput = (double)out->total_output_tokens / duration_s;
         out->total_token_throughput = (double)(out->total_input_tokens + out->total_output_tokens) / duration_s;
         out->request_goodput = out->good / duration_s;
+        out->output_goodput = (double)good_tokens / duration_s;
     }
     serve_stats_set_cost(out, cost_per_hour);
     return 0;

@@ -29,11 +29,14 @@ struct serve_run_summary {
     bool has_goodput;
     int good;                 /* completed requests meeting every SLO set */
     double request_goodput;   /* good / duration_s */
+    double output_goodput;    /* output tokens of the good requests / duration_s */
     bool has_cost;
     double usd_per_hour, usd_per_request, usd_per_million_output_tokens, usd_per_million_total_tokens;
 };
 
-/* Parses "ttft=500ms,tpot=50ms,e2e=10s" (keys ttft, tpot, itl, e2e or e2el; units us, ms (default), s).
+/* Parses "ttft=500ms,tpot=50ms,e2e=10s" (keys ttft, tpot, itl (every gap), itl_p95 (the request's p95
+ * gap), e2e or e2el; units us, ms (default), s), or the short form "ITL_P95_MS[,TTFT_MS]" ("50,2000": the
+ * targets of `wafer serve`'s slo.itl_p95_ms and slo.ttft_p95_ms, applied per request).
  * Returns 0 or ERR_INVALID_ARG with a message. */
 int serve_slo_parse(const char *text, struct serve_slo *out, char *err);
 

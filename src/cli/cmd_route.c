@@ -6,6 +6,7 @@
 #include "core/flags.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/redis_url.h"
 #include "route/route.h"
 #include "route/route_config.h"
 
@@ -20,7 +21,9 @@ static void route_usage(FILE *f)
             "An OpenAI-compatible gateway: /v1/completions, /v1/chat/completions and /v1/models go to pools of\n"
             "backends (wafer serve, llama-server, vLLM) chosen by model, with weighted rollout, retries,\n"
             "fallback, stream resume, health checks, a result cache and per-key limits (docs/route.md).\n"
-            "SIGHUP reloads the config file; PUT /admin/rollout changes a split at run time.\n\noptions:\n"
+            "SIGHUP reloads the config file; PUT /admin/rollout changes a split at run time. The file's alerts:\n"
+            "section gives alert rules on the router's own measures (docs/observability.md); GET /dashboard is a\n"
+            "live page with per-backend health and traffic share, GET /v1/alerts the alerts, GET /metrics the rest.\n\noptions:\n"
             "  --config PATH          YAML configuration file\n"
             "  --backend URL          add http://host:port to the pool \"default\" (routed for any model); repeatable\n"
             "  --host HOST            address to listen on (default 127.0.0.1)\n"
@@ -28,6 +31,7 @@ static void route_usage(FILE *f)
             "  --retries N            attempts after the first (default 2)\n"
             "  --health-interval SEC  seconds between health checks (default 2; 0: only one at start)\n"
             "  --cache-bytes SIZE     result cache size, e.g. 64M (default 0: off)\n"
+            "  --cache-url URL        share the result cache in Redis, redis://HOST:PORT[/DB], between routers\n"
             "  --log-requests BOOL    one log line per request (default true)\n"
             "  -h, --help             this help\n");
 }
@@ -96,6 +100,14 @@ int cmd_route_main(int argc, char **argv)
             if (flags_parse_size("route", a, v, &u))
                 goto usage;
             c.cache_max_bytes = (int64_t)u;
+        } else if (!strcmp(a, "--cache-url")) {
+            struct redis_url ru;
+            if (redis_url_parse(v, &ru, err)) {
+                fprintf(stderr, "wafer route: --cache-url: %s\n", err);
+                goto usage;
+            }
+            free(c.cache_url);
+            c.cache_url = strdup(v);
         } else if (!strcmp(a, "--log-requests")) {
             if (strcmp(v, "true") && strcmp(v, "false")) {
                 fprintf(stderr, "wafer route: --log-requests: expected true or false, got '%s'\n", v);

@@ -107,8 +107,11 @@ static void run_usage(FILE *f)
             "      --ignore-eos           keep generating past end-of-sequence tokens\n"
             "      --json-schema FILE     constrain the output to JSON valid under the JSON Schema in FILE\n"
             "      --grammar FILE         constrain the output to the GBNF grammar in FILE\n"
-            "      --spec MODE            speculative decoding's drafts besides --prediction: off (default) or ngram\n"
-            "                             (lookup in the prompt and the text so far); the output is the same\n"
+            "      --spec MODE            speculative decoding's drafts besides --prediction: off (default), ngram\n"
+            "                             (lookup in the prompt and the text so far) or draft (--draft-model's\n"
+            "                             greedy continuation); the output is the same\n"
+            "      --draft-model FILE     a small GGUF with the same vocabulary that drafts tokens (--spec draft,\n"
+            "                             implied by this option)\n"
             "      --prediction TEXT      the text expected (e.g. the file being edited), verified as drafts\n"
             "      --draft-max N          most drafted tokens verified per step, 0..%d (default 16; 0: off)\n"
             "      --draft-min N          shorter drafts are not verified (default 1)\n"
@@ -206,10 +209,11 @@ int cmd_run_main(int argc, char **argv)
         {"json-schema", required_argument, 0, 16}, {"grammar", required_argument, 0, 17},
         {"spec", required_argument, 0, 18},         {"prediction", required_argument, 0, 19},
         {"draft-max", required_argument, 0, 20},    {"draft-min", required_argument, 0, 21},
-        {"draft-fixed", no_argument, 0, 22},
+        {"draft-fixed", no_argument, 0, 22},        {"draft-model", required_argument, 0, 23},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0},
     };
-    const char *model_path = NULL, *prompt = NULL, *constraint_path = NULL, *prediction = NULL;
+    const char *model_path = NULL, *prompt = NULL, *constraint_path = NULL, *prediction = NULL, *draft_model = NULL;
+    bool spec_set = false; /* --spec given: --draft-model alone implies --spec draft */
     enum grammar_kind constraint_kind = 0;
     char *stop[RUN_MAX_STOP];
     int n_stop = 0;
@@ -279,16 +283,19 @@ int cmd_run_main(int argc, char **argv)
             constraint_kind = c == 16 ? GRAMMAR_KIND_SCHEMA : GRAMMAR_KIND_GBNF;
             break;
         case 18:
-            if (!strcmp(optarg, "off") || !strcmp(optarg, "ngram")) {
-                schp.spec = strcmp(optarg, "off") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+            if (!strcmp(optarg, "off") || !strcmp(optarg, "ngram") || !strcmp(optarg, "draft")) {
+                schp.spec = !strcmp(optarg, "off") ? SCHED_SPEC_OFF
+                            : !strcmp(optarg, "ngram") ? SCHED_SPEC_NGRAM : SCHED_SPEC_DRAFT;
+                spec_set = true;
                 break;
             }
-            fprintf(stderr, "wafer run: --spec: '%s' is not a draft source (off, ngram)\n", optarg);
+            fprintf(stderr, "wafer run: --spec: '%s' is not a draft source (off, ngram, draft)\n", optarg);
             return 2;
         case 19: prediction = optarg; break;
         case 20: if (flags_parse_int("run", "--draft-max", optarg, 0, SCHED_DRAFT_MAX, &l)) return 2; schp.draft_max = (int)l; break;
         case 21: if (flags_parse_int("run", "--draft-min", optarg, 0, SCHED_DRAFT_MAX, &l)) return 2; schp.draft_min = (int)l; break;
         case 22: schp.draft_adaptive = false; break;
+        case 23: draft_model = optarg; break;
         case 'h': run_usage(stdout); return 0;
         default: run_usage(stderr); return 2;
         }
@@ -298,6 +305,12 @@ int cmd_run_main(int argc, char **argv)
         run_usage(stderr);
         return 2;
     }
+    if (schp.spec == SCHED_SPEC_DRAFT && !draft_model) {
+        fprintf(stderr, "wafer run: --spec draft needs --draft-model FILE (a small GGUF with the same vocabulary)\n");
+        return 2;
+    }
+    if (draft_model && !spec_set)
+        schp.spec = SCHED_SPEC_DRAFT;
     if (!seeded)
         sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
     if (sampler_params_validate(&sp, err)) {
@@ -311,7 +324,8 @@ int cmd_run_main(int argc, char **argv)
         return 1;
     }
     int rc = 1;
-    struct engine *e = NULL;
+    struct engine *e = NULL, *de = NULL; /* de: the draft model's */
+    struct model *dm = NULL;
     /* the constraint is compiled before the model loads, so a bad schema fails at once */
     struct grammar_entry *constraint = NULL;
     if (constraint_path && run_constraint_load(constraint_kind, constraint_path, &constraint))
@@ -354,6 +368,15 @@ int cmd_run_main(int argc, char **argv)
     log_info("loaded %s: %s, %d layers, dim %d, %s weights, %d threads, ctx %d, backend %s, in %.0f ms", m->name,
              hp->arch, hp->n_layers, hp->dim, dtype_name(m->main_type), engine_params_get(e)->n_threads, n_ctx,
              eo.backend ? eo.backend : "cpu", (clock_now_s() - t_load) * 1e3);
+    if (draft_model && schp.spec == SCHED_SPEC_DRAFT) {
+        if (!(de = engine_create_draft(draft_model, use_mmap, e, &eo, &dm, err))) {
+            fprintf(stderr, "wafer run: %s\n", err);
+            goto out;
+        }
+        schp.draft_engine = de;
+        log_info("draft model %s (%s): %s, %d layers, dim %d, %s weights", dm->name, draft_model, dm->hp.arch,
+                 dm->hp.n_layers, dm->hp.dim, dtype_name(dm->main_type));
+    }
 
     int n_prompt = tokenizer_encode_alloc(m->tok, prompt, strlen(prompt), true, true, &toks);
     if (n_prompt < 0) {
@@ -484,6 +507,8 @@ out:
     free(pred);
     engine_destroy(e);
     model_destroy(m);
+    engine_destroy(de);
+    model_destroy(dm);
     free(model_file);
     pthread_cond_destroy(&wake.cv);
     pthread_mutex_destroy(&wake.mu);

@@ -33,6 +33,7 @@ void alert_sample_init(struct alert_sample *s, int64_t t_ns)
     s->counter[ALERT_C_ENERGY_J] = NAN;
     s->counter[ALERT_C_COST] = NAN;
     s->gauge[ALERT_G_BATCH_LIMIT] = NAN;
+    s->gauge[ALERT_G_PREFILL_CHUNK] = NAN;
 }
 
 /* Per-bucket counts of now - then (a reset source, count below then's, counts from zero). */
@@ -106,6 +107,7 @@ static const struct {
     {"waiting", AM_QUEUE_DEPTH},
     {"running", AM_RUNNING},
     {"batch_limit", AM_BATCH_LIMIT},
+    {"prefill_chunk", AM_PREFILL_CHUNK},
     {"watts", AM_WATTS},
     {"tokens_per_joule", AM_TOKENS_PER_JOULE},
     {"cost_per_million_tokens", AM_COST_PER_MTOK},
@@ -118,7 +120,7 @@ const char *alert_measure_names(void)
 {
     return "ttft_p50_ms, ttft_p95_ms, ttft_p99_ms (any pNN), ttft_mean_ms, the same for itl, e2e and queue, "
            "error_rate, output_tokens_per_second, prompt_tokens_per_second, requests_per_second, "
-           "preemptions_per_second, kv_usage, prefix_cache_usage, queue_depth (waiting), running, batch_limit, "
+           "preemptions_per_second, kv_usage, prefix_cache_usage, queue_depth (waiting), running, batch_limit, prefill_chunk, "
            "watts, tokens_per_joule, cost_per_million_tokens, burn_rate";
 }
 
@@ -190,6 +192,7 @@ double alert_measure_value(const struct alert_measure *m, const struct alert_bur
     case AM_QUEUE_DEPTH: return now->gauge[ALERT_G_WAITING];
     case AM_RUNNING: return now->gauge[ALERT_G_RUNNING];
     case AM_BATCH_LIMIT: return now->gauge[ALERT_G_BATCH_LIMIT];
+    case AM_PREFILL_CHUNK: return now->gauge[ALERT_G_PREFILL_CHUNK];
     default: break;
     }
     if (!then || then->t_ns >= now->t_ns)

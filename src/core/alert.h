@@ -19,7 +19,8 @@
  *   ttft_mean_ms, itl_mean_ms, e2e_mean_ms, queue_mean_ms
  *   error_rate                 failed / answered generation requests (0..1)
  *   output_tokens_per_second, prompt_tokens_per_second, requests_per_second, preemptions_per_second
- *   kv_usage (0..1), queue_depth (also: waiting), running, batch_limit, prefix_cache_usage (0..1)
+ *   kv_usage (0..1), queue_depth (also: waiting), running, batch_limit, prefill_chunk,
+ *   prefix_cache_usage (0..1)
  *   watts, tokens_per_joule    from the energy counter (absent: NaN)
  *   cost_per_million_tokens    from the cost counter (dollars per 1M generated tokens)
  *   burn_rate                  SLO burn rate: the bad fraction over the window divided by the error budget
@@ -74,6 +75,7 @@ enum alert_gauge {
     ALERT_G_KV_USAGE,     /* KV blocks in use / pool size, 0..1 */
     ALERT_G_PREFIX_USAGE, /* KV blocks held by the prefix cache / pool size, 0..1 */
     ALERT_G_BATCH_LIMIT,  /* running sequences the scheduler admits now (NaN: none) */
+    ALERT_G_PREFILL_CHUNK, /* prompt tokens a step carries now (NaN: none) */
     ALERT_G_COUNT_
 };
 
@@ -120,7 +122,7 @@ int alert_sample_from_prometheus(const char *text, size_t len, struct alert_samp
 
 enum alert_measure_kind {
     AM_QUANTILE, AM_MEAN, AM_ERROR_RATE, AM_OUTPUT_TPS, AM_PROMPT_TPS, AM_REQUESTS_PS, AM_PREEMPTIONS_PS,
-    AM_KV_USAGE, AM_PREFIX_USAGE, AM_QUEUE_DEPTH, AM_RUNNING, AM_BATCH_LIMIT, AM_WATTS, AM_TOKENS_PER_JOULE,
+    AM_KV_USAGE, AM_PREFIX_USAGE, AM_QUEUE_DEPTH, AM_RUNNING, AM_BATCH_LIMIT, AM_PREFILL_CHUNK, AM_WATTS, AM_TOKENS_PER_JOULE,
     AM_COST_PER_MTOK, AM_BURN_RATE,
 };
 

@@ -108,6 +108,7 @@ int alert_sample_from_prometheus(const char *text, size_t len, struct alert_samp
             {"wafer_requests_running", -1 - ALERT_G_RUNNING},
             {"wafer_requests_waiting", -1 - ALERT_G_WAITING},
             {"wafer_batch_limit", -1 - ALERT_G_BATCH_LIMIT},
+            {"wafer_prefill_chunk", -1 - ALERT_G_PREFILL_CHUNK},
         };
         bool done = false;
         for (size_t i = 0; i < sizeof plain / sizeof plain[0] && !done; i++)

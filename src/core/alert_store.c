@@ -14,12 +14,14 @@
 #include "core/err.h"
 #include "core/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 struct alert_store {
     pthread_mutex_t mu;
@@ -62,6 +64,24 @@ struct alert_store *alert_store_open(const char *path, char *err)
 fail:
     alert_store_close(s);
     return NULL;
+}
+
+struct alert_store *alert_store_open_dir(const char *dir, char *err)
+{
+    if (!dir)
+        return alert_store_open(NULL, err);
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        err_set(err, ERR_IO, "alerts.data_dir: cannot create '%s': %s", dir, strerror(errno));
+        return NULL;
+    }
+    char *db = NULL;
+    if (asprintf(&db, "%s/alerts.sqlite", dir) < 0) {
+        err_set(err, ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    struct alert_store *s = alert_store_open(db, err);
+    free(db);
+    return s;
 }
 
 void alert_store_close(struct alert_store *s)

@@ -24,6 +24,9 @@ struct alert_store;
  * err (ERR_MSG_MAX) when the file cannot be opened or is not an alerts database. */
 struct alert_store *alert_store_open(const char *path, char *err);
 void alert_store_close(struct alert_store *s);
+/* The store of an `alerts:` section: <dir>/alerts.sqlite, creating dir (one level) when missing; in memory
+ * when dir is NULL. NULL with a message in err. */
+struct alert_store *alert_store_open_dir(const char *dir, char *err);
 
 /* ---- rule states ---- */
 int alert_store_save_state(struct alert_store *s, const char *rule, int state, double active_at, double fired_at,

@@ -687,3 +687,91 @@ int notify_start(struct notify *n)
     n->started = true;
     return 0;
 }
+
+/* ---------------------------------------------------------------- GET /v1/alerts */
+
+static json_t *aj_num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *aj_time(double t)
+{
+    if (!(t > 0))
+        return json_null();
+    char buf[32];
+    alert_time_format(t, buf);
+    return json_string(buf);
+}
+
+static const char *aj_op(enum alert_op op)
+{
+    static const char *const names[] = {">", ">=", "<", "<=", "==", "!="};
+    return names[op];
+}
+
+char *notify_alerts_json(struct alert_engine *e, const struct alert_config *cfg, struct notify *nt, size_t *len)
+{
+    int n;
+    struct alert_view *v = alert_engine_views(e, true, &n);
+    json_t *alerts = json_array(), *rules = json_array();
+    for (int i = 0; i < n; i++) {
+        const struct alert_view *a = &v[i];
+        const struct alert_rule *r = a->rule;
+        char val[48], fp[17];
+        snprintf(val, sizeof val, "%g", a->value);
+        alert_fingerprint_format(a->fingerprint, fp);
+        if (a->state == ALERT_PENDING || a->state == ALERT_FIRING) {
+            /* Prometheus's /api/v1/alerts shape */
+            json_t *x = json_object();
+            json_object_set(x, "labels", a->labels);
+            json_object_set(x, "annotations", a->annotations);
+            json_object_set_new(x, "state", json_string(alert_state_name(a->state)));
+            json_object_set_new(x, "activeAt", aj_time(a->active_at));
+            json_object_set_new(x, "value", json_string(val));
+            json_array_append_new(alerts, x);
+        }
+        json_t *y = json_object();
+        json_object_set_new(y, "name", json_string(r->name));
+        json_object_set_new(y, "measure", json_string(r->measure_name));
+        json_object_set_new(y, "op", json_string(aj_op(r->op)));
+        json_object_set_new(y, "threshold", json_real(r->threshold));
+        json_object_set_new(y, "window_s", json_real(r->window_s > 0 ? r->window_s : cfg->interval_s));
+        json_object_set_new(y, "for_s", json_real(r->for_s));
+        json_object_set_new(y, "severity", r->severity ? json_string(r->severity) : json_null());
+        json_object_set_new(y, "state", json_string(alert_state_name(a->state)));
+        json_object_set_new(y, "value", aj_num(a->value));
+        json_object_set_new(y, "activeAt", aj_time(a->active_at));
+        json_object_set_new(y, "firedAt", aj_time(a->fired_at));
+        json_object_set_new(y, "resolvedAt", aj_time(a->resolved_at));
+        json_object_set_new(y, "fingerprint", json_string(fp));
+        json_object_set(y, "labels", a->labels);
+        json_object_set(y, "annotations", a->annotations);
+        json_array_append_new(rules, y);
+    }
+    alert_views_free(v, n);
+    json_t *data = json_object();
+    json_object_set_new(data, "alerts", alerts);
+    json_t *root = json_object();
+    json_object_set_new(root, "status", json_string("success"));
+    json_object_set_new(root, "data", data);
+    json_object_set_new(root, "rules", rules);
+    json_object_set_new(root, "interval_s", json_real(cfg->interval_s));
+    if (nt) {
+        struct notify_stats ns;
+        notify_stats_get(nt, &ns);
+        json_t *nj = json_object();
+        json_object_set_new(nj, "sent", json_integer(ns.sent));
+        json_object_set_new(nj, "failed_posts", json_integer(ns.failed_posts));
+        json_object_set_new(nj, "dropped", json_integer(ns.dropped));
+        json_object_set_new(nj, "pending", json_integer(ns.pending));
+        json_t *recv = json_array();
+        for (int i = 0; i < cfg->n_receivers; i++)
+            json_array_append_new(recv, json_string(cfg->receivers[i].name));
+        json_object_set_new(nj, "receivers", recv);
+        json_object_set_new(root, "notifications", nj);
+    }
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (s && len)
+        *len = strlen(s);
+    return s;
+}
+

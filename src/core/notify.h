@@ -52,6 +52,13 @@ struct notify_stats {
 };
 void notify_stats_get(struct notify *n, struct notify_stats *out);
 
+/* GET /v1/alerts of a server or a router: {status: "success", data: {alerts: [the pending and firing ones, in
+ * Prometheus's /api/v1/alerts shape: labels, annotations, state, activeAt, value]}, rules: [every rule with
+ * its measure, op, threshold, window_s, for_s, severity, state, value, activeAt, firedAt, resolvedAt,
+ * fingerprint, labels, annotations], interval_s, notifications: {sent, failed_posts, dropped, pending,
+ * receivers} (only with a notifier)}. nt may be NULL. malloc'd; NULL on OOM. */
+char *notify_alerts_json(struct alert_engine *e, const struct alert_config *cfg, struct notify *nt, size_t *len);
+
 /* ---- payloads (pure; tested on their own) ---- */
 
 /* One group as a receiver gets it. */

@@ -6,6 +6,8 @@
 #include "engine/engine_setup.h"
 
 #include "core/err.h"
+#include "engine/kvcache.h"
+
 
 #include <string.h>
 
@@ -59,4 +61,32 @@ int engine_params_for_model(const struct model *m, const struct engine_opts *o, 
     p->kv_type = o->kv_type;
     p->force_scalar = o->no_simd;
     return 0;
+}
+
+struct engine *engine_create_draft(const char *path, bool use_mmap, const struct engine *t, const struct engine_opts *o,
+                                   struct model **dm, char *err)
+{
+    char why[ERR_MSG_MAX] = "";
+    struct engine *e = NULL;
+    *dm = model_load_ex(path, use_mmap, why);
+    if (!*dm)
+        goto fail;
+    const struct engine_params *tp = engine_params_get(t);
+    struct engine_opts d = *o;
+    d.n_ctx = tp->n_ctx;
+    d.max_seqs = tp->max_seqs;
+    d.max_batch_tokens = tp->max_batch_tokens;
+    d.kv_blocks = kv_pool_params(engine_kv((struct engine *)t))->n_blocks; /* engine_kv only reads here */
+    d.kv_bytes = 0;
+    struct engine_params p;
+    if (engine_params_for_model(*dm, &d, &p, why))
+        goto fail;
+    p.block_size = tp->block_size;
+    if ((e = engine_create(*dm, &p, why)))
+        return e;
+fail:
+    err_set(err, ERR_INVALID_ARG, "draft model %s: %s", path, why);
+    model_destroy(*dm);
+    *dm = NULL;
+    return NULL;
 }

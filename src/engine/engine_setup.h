@@ -47,4 +47,13 @@ int engine_opts_set_backend(struct engine_opts *o, const char *name, char *err);
 int engine_params_for_model(const struct model *m, const struct engine_opts *o, struct engine_params *p,
                             char *err);
 
+/* Speculative decoding's draft model (sched_params.draft_engine): loads the GGUF at path (use_mmap as
+ * model_load_ex) and binds it to an engine beside the target engine t, with the target's options o
+ * (backend, threads, KV type) and its context, slots, pass size and KV pool size in positions, so a draft
+ * can follow every sequence the target runs. The vocabularies are compared by scheduler_create. NULL and a
+ * message naming the file on failure; else the engine, the model in *dm: the caller frees both
+ * (engine_destroy, then model_destroy). */
+struct engine *engine_create_draft(const char *path, bool use_mmap, const struct engine *t, const struct engine_opts *o,
+                                   struct model **dm, char *err);
+
 #endif

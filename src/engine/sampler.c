@@ -579,6 +579,22 @@ done:
     return chosen;
 }
 
+float sampler_score(struct sampler *s, const float *logits, int32_t token, struct sampler_logprob *top, int n_top)
+{
+    int n = s->n_vocab;
+    double lse = sampler_logsumexp(logits, n);
+    if (top && n_top > 0) {
+        size_t k = (size_t)n_top < (size_t)n ? (size_t)n_top : (size_t)n;
+        sampler_fill_candidates(s, logits);
+        cand_select_top(s->cand, (size_t)n, k);
+        for (size_t i = 0; i < (size_t)n_top; i++) {
+            top[i].token = i < k ? s->cand[i].id : -1;
+            top[i].logprob = i < k ? sampler_logprob_of(s->cand[i].logit, lse) : -INFINITY;
+        }
+    }
+    return token >= 0 && token < n ? sampler_logprob_of(logits[token], lse) : -INFINITY;
+}
+
 /* ---- stop strings ---- */
 
 int stop_matcher_init(struct stop_matcher *m, const char *const *stops, int n_stops)

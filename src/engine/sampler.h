@@ -47,6 +47,13 @@ void sampler_reset(struct sampler *s);
 /* Adds a token to the penalty history (prompt tokens and generated ones). */
 void sampler_accept(struct sampler *s, int32_t token);
 
+/* OpenAI's logit_bias entry: bias is added to the token's logit before sampling (-100 bans it in practice,
+ * +100 forces it wherever it is allowed). */
+struct sampler_bias {
+    int32_t token;
+    float bias;
+};
+
 struct sampler_logprob {
     int32_t token;
     float logprob; /* natural log of the probability under the model's distribution (after penalties,
@@ -61,6 +68,11 @@ struct sampler_logprob {
  * n_vocab leaves the extra entries {-1, -INFINITY}. */
 int32_t sampler_sample(struct sampler *s, float *logits, float *chosen_logprob, struct sampler_logprob *top,
                        int n_top);
+
+/* Scores a token that is already known (a prompt token): its logprob under logits[n_vocab] as they are (no
+ * penalties, temperature or truncation; logits are not modified), and the n_top most likely tokens in top
+ * as sampler_sample fills them. Uses s's buffers only (no RNG draw, no history). */
+float sampler_score(struct sampler *s, const float *logits, int32_t token, struct sampler_logprob *top, int n_top);
 
 /* Stop strings over streamed text. */
 struct stop_matcher {

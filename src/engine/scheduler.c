@@ -23,7 +23,8 @@
  * its own continuation.
  *
  * Speculation. In a step without prompt work, a decoding sequence may feed k drafted tokens after its
- * pending one (plan_drafts: from the request's prediction, else n-gram lookup; k from speculate.h's plan),
+ * pending one (plan_drafts: from the request's prediction, else n-gram lookup or the draft model, whose
+ * own KV is rolled back with the target's (draft_model_run); k from speculate.h's plan),
  * at the next positions, logits for each. Its rows are then sampled in order exactly as k + 1 decode steps
  * would sample them (the same sampler calls, the same RNG draws, penalties updated token by token), and a
  * drafted token is accepted while it equals what the sampler drew at its position: the row after it is
@@ -58,6 +59,10 @@ enum { RS_QUEUED = 0, RS_RUNNING, RS_DONE };
 #define SCHED_PROBE_EVERY 16   /* steps a sequence with drafts but no speculation waits before a probe */
 #define SCHED_NGRAM_MIN 2      /* n-gram lookup: shortest and longest suffix matched */
 #define SCHED_NGRAM_MAX 4
+#define SCHED_COST_REFRESH 64 /* steps after which the cost of a pass one token longer is timed again */
+#define SCHED_PRIOR 0.5f       /* acceptance a sequence's first drafts are planned with: n-gram, draft model */
+#define SCHED_PRIOR_PRED 0.8f  /* ... from a prediction: the client expects that text, and realignments need a
+                                  match (speculate.h), so its drafts are usually right */
 
 struct sched_seq {
     int slot; /* engine sequence, -1 when not holding one */
@@ -82,6 +87,10 @@ struct sched_seq {
     int step_accepted;   /* drafted tokens accepted so far this step */
     bool step_rejected;  /* a drafted token was rejected: the rows after it are not sampled */
     bool step_from_pred; /* this step's draft came from the prediction */
+    bool step_from_model; /* ... from the draft model */
+    int d_n;             /* draft model: positions of its KV (same slot) written; those below n_kv hold this
+                            sequence's tokens, those at or past it drafts that may have been rejected */
+    int d_feed;          /* draft model: tokens fed in the pass being built */
     int pred_cursor;     /* spec_draft_prediction's cursor into the request's prediction */
     struct spec_accept acc;
     int spec_idle;       /* steps with drafts at hand but none verified, since the last verify */
@@ -101,6 +110,7 @@ struct sched_req_state {
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;             /* bumped at every append: the I/O thread skips unchanged requests */
     int draft_tokens, accepted_tokens, pred_draft_tokens, pred_accepted_tokens; /* sched_req_status */
+    int preemptions; /* sched_req_status */
 
     /* engine thread only */
     struct sched_seq *seqs; /* [n_choices] */
@@ -134,8 +144,10 @@ struct scheduler {
     bool stop;
     atomic_bool draining;
     atomic_int n_queued; /* submitted and not yet admitted (inbox + wait queue) */
+    atomic_int n_queued_batch; /* of those, batch requests (priority > live): not bounded by max_queue */
     atomic_int cancel_all;
     atomic_int max_running; /* admission limit on running sequences, 1..max_seqs (scheduler_set_max_running) */
+    atomic_int prefill_budget; /* prompt tokens per step now, 1..p.prefill_chunk (scheduler_set_prefill_chunk) */
 
     /* engine thread */
     struct sched_req **waiting;
@@ -154,6 +166,7 @@ struct scheduler {
     int *slot_choice;
     struct sched_req **row_req; /* [max_rows]: the request of each logits row of a step (pinned) */
     int *row_choice;        /* [max_rows] */
+    int *row_pos;           /* [max_rows] the row's position in its sequence */
     bool *row_first;        /* [max_rows]: the first row of its sequence in the step */
     /* speculation */
     int spec_rows;          /* most drafted tokens in one step */
@@ -164,6 +177,13 @@ struct scheduler {
     double *cost_curve;     /* [max_seqs + spec_rows + 1] */
     struct spec_cand *cand; /* [max_seqs] */
     struct sched_seq **cand_seq; /* [max_seqs] */
+    struct engine *de;      /* the draft model's engine (p.draft_engine), NULL: none */
+    int de_ctx;             /* its positions per sequence */
+    struct batch dbatch;    /* its passes */
+    float *dlogits;         /* [max_seqs][n_vocab]: its logits rows */
+    double draft_pass_ns;   /* measured time of one of its drafting passes (lower-edge EMA, 0: never) */
+    bool draft_warned;      /* a failed pass of it was logged */
+    uint64_t *cost_at;      /* [cost.n + 1]: the step when a pass of each size was last timed */
     struct sampler_logprob *top_buf;
     char *piece, *textbuf;
     int piece_cap, textbuf_cap;
@@ -253,6 +273,20 @@ int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n)
     return 0;
 }
 
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n)
+{
+    if (n <= 0)
+        return 0;
+    struct sampler_bias *p = malloc((size_t)n * sizeof *p);
+    if (!p)
+        return ERR_NOMEM;
+    memcpy(p, b, (size_t)n * sizeof *p);
+    free(r->logit_bias);
+    r->logit_bias = p;
+    r->n_logit_bias = n;
+    return 0;
+}
+
 void sched_req_ref(struct sched_req *r) { atomic_fetch_add(&r->st->refs, 1); }
 
 static void sched_seq_free(struct sched_seq *q)
@@ -276,6 +310,7 @@ void sched_req_unref(struct sched_req *r)
         free(r->st->choices[i].text);
         free(r->st->choices[i].toks);
         free(r->st->choices[i].top);
+        free(r->st->choices[i].ptoks);
     }
     free(r->st->choices);
     for (int i = 0; i < r->n_stop; i++)
@@ -284,6 +319,7 @@ void sched_req_unref(struct sched_req *r)
     free(r->prompt);
     grammar_entry_unref(r->constraint);
     free(r->prediction);
+    free(r->logit_bias);
     pthread_mutex_destroy(&r->st->mu);
     free(r); /* and its state: r heads their sched_req_box */
 }
@@ -304,6 +340,7 @@ void sched_req_status_get(struct sched_req *r, struct sched_req_status *out)
     out->accepted_tokens = r->st->accepted_tokens;
     out->prediction_draft_tokens = r->st->pred_draft_tokens;
     out->prediction_accepted_tokens = r->st->pred_accepted_tokens;
+    out->preemptions = r->st->preemptions;
     out->t_admitted = r->st->t_admitted;
     out->t_first_token = r->st->t_first_token;
     out->t_finished = r->st->t_finished;
@@ -411,6 +448,16 @@ static void choice_append_tail(struct sched_req *r, int c, const char *text, siz
 
 /* ---------------------------------------------------------------- engine-side helpers */
 
+/* n_queued moves with every request entering or leaving the wait queue; n_queued_batch with the batch
+ * ones, so that max_queue bounds live requests only (batch lines are bounded by their runner's in-flight
+ * limit and must wait for capacity, never be refused for it, nor take a live request's place). */
+static void queued_add(struct scheduler *s, const struct sched_req *r, int d)
+{
+    atomic_fetch_add(&s->n_queued, d);
+    if (r->priority > SCHED_PRIORITY_LIVE)
+        atomic_fetch_add(&s->n_queued_batch, d);
+}
+
 static void sched_stats_update(struct scheduler *s)
 {
     atomic_store(&s->st_running, s->n_running);
@@ -444,6 +491,9 @@ static void seq_release_slot(struct scheduler *s, struct sched_seq *q)
     if (s->pc)
         prefix_cache_insert(s->pc, q->toks, q->n_kv, engine_seq(s->e, q->slot), &q->pcur);
     engine_seq_truncate(s->e, q->slot, 0);
+    if (s->de)
+        engine_seq_truncate(s->de, q->slot, 0);
+    q->d_n = 0;
     s->slot_req[q->slot] = NULL;
     s->free_slots[s->n_free_slots++] = q->slot;
     q->slot = -1;
@@ -483,7 +533,7 @@ static void req_finish(struct scheduler *s, struct sched_req *r, int error, cons
         running_remove(s, r);
     else if (r->st->state == RS_QUEUED) {
         waiting_remove(s, r);
-        atomic_fetch_sub(&s->n_queued, 1);
+        queued_add(s, r, -1);
     }
     r->st->state = RS_DONE;
     pthread_mutex_lock(&r->st->mu);
@@ -646,12 +696,13 @@ static bool try_admit(struct scheduler *s, struct sched_req *r)
         q->slot = s->free_slots[s->n_free_slots - 1 - k];
         k++;
         q->n_kv = 0;
+        q->d_n = 0; /* a free slot's draft KV is empty (seq_release_slot) */
         q->pcur = (struct prefix_cursor){0};
         if (q->follower_waiting) {
             need += 1; /* its own copy of the leader's last prompt block */
             continue;
         }
-        if (s->pc) {
+        if (s->pc && !r->prompt_logprobs) {
             int got = prefix_cache_attach(s->pc, q->toks, q->n_toks, q->n_toks - 1, engine_seq(s->e, q->slot), &q->pcur);
             if (got > 0)
                 q->n_kv = got;
@@ -739,7 +790,10 @@ static bool preempt_at(struct scheduler *s, int idx)
     memmove(&s->waiting[at + 1], &s->waiting[at], (size_t)(s->n_waiting - at) * sizeof *s->waiting);
     s->waiting[at] = v;
     s->n_waiting++;
-    atomic_fetch_add(&s->n_queued, 1);
+    queued_add(s, v, 1);
+    pthread_mutex_lock(&v->st->mu);
+    v->st->preemptions++;
+    pthread_mutex_unlock(&v->st->mu);
     obs_count(s, SCHED_CTR_PREEMPTIONS, 1);
     log_debug("scheduler: preempted request %llu (priority %d)", (unsigned long long)v->id, v->priority);
     return true;
@@ -791,7 +845,7 @@ static void admit(struct scheduler *s)
         }
         memmove(&s->waiting[0], &s->waiting[1], (size_t)(s->n_waiting - 1) * sizeof *s->waiting);
         s->n_waiting--;
-        atomic_fetch_sub(&s->n_queued, 1);
+        queued_add(s, r, -1);
     }
 }
 
@@ -834,9 +888,115 @@ static int join_followers(struct scheduler *s, struct sched_req *r)
     return 0;
 }
 
+static int argmax_row(const float *x, int n)
+{
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Drops the draft model's KV past the sequence's verified tokens (drafts, maybe rejected). */
+static void draft_kv_sync(struct scheduler *s, struct sched_seq *q)
+{
+    if (s->de && q->slot >= 0 && q->d_n > q->n_kv) {
+        q->d_n = q->n_kv;
+        engine_seq_truncate(s->de, q->slot, q->d_n);
+    }
+}
+
+/* Records that a drafting pass of the draft model took ns: a moving average that follows the lower edge of
+ * the measures, as spec_cost_record's (other work on the machine only adds time). */
+static void draft_pass_record(struct scheduler *s, double ns)
+{
+    double e = s->draft_pass_ns, w = ns < e ? 0.5 : 0.1;
+    s->draft_pass_ns = e > 0 ? e * (1 - w) + ns * w : ns;
+}
+
+/* Runs the draft model for the step's candidates whose draft comes from it (step_from_model, k > 0): its
+ * KV first catches up with each sequence's tokens, the pending one included (several passes when that is
+ * more than a pass holds: a new sequence's prompt), then one pass per further drafted token, one token
+ * per sequence; each drafted token is the draft model's most likely next one (so the draft is one token
+ * with certainty, as lookups are: speculation stays exact, sampling included). A failed pass (the draft's
+ * KV pool full) leaves these candidates without a draft this step. */
+static void draft_model_run(struct scheduler *s, int n_cand)
+{
+    struct batch *b = &s->dbatch;
+    int dmax = s->p.draft_max, kmax = 0;
+    int rows[SCHED_MAX_SLOTS]; /* candidate of each logits row of a pass */
+    char err[ERR_MSG_MAX];
+    for (int i = 0; i < n_cand; i++)
+        if (s->cand_seq[i]->step_from_model && s->cand[i].k > 0) {
+            draft_kv_sync(s, s->cand_seq[i]);
+            if (s->cand[i].k > kmax)
+                kmax = s->cand[i].k;
+        }
+    if (!kmax)
+        return;
+    for (;;) { /* catch up, then the first drafted token */
+        batch_clear(b);
+        int n_rows = 0;
+        for (int i = 0; i < n_cand; i++) {
+            struct sched_seq *q = s->cand_seq[i];
+            q->d_feed = 0;
+            if (!q->step_from_model || !s->cand[i].k)
+                continue;
+            while (q->d_n + q->d_feed < q->n_toks && b->n < b->cap) {
+                int pos = q->d_n + q->d_feed++;
+                batch_add(b, q->toks[pos], pos, q->slot, pos == q->n_toks - 1);
+                if (pos == q->n_toks - 1)
+                    rows[n_rows++] = i;
+            }
+        }
+        if (!b->n)
+            break;
+        int64_t t0 = clock_now_ns();
+        if (engine_forward(s->de, b, s->dlogits, err))
+            goto fail;
+        if (b->n <= 2 * n_rows) /* at most two tokens a sequence: as long as a drafting pass */
+            draft_pass_record(s, (double)(clock_now_ns() - t0));
+        for (int i = 0; i < n_cand; i++)
+            s->cand_seq[i]->d_n += s->cand_seq[i]->d_feed;
+        for (int r = 0; r < n_rows; r++)
+            s->draft[(size_t)s->cand_seq[rows[r]]->slot * (size_t)dmax] =
+                argmax_row(s->dlogits + (size_t)r * (size_t)s->n_vocab, s->n_vocab);
+    }
+    for (int j = 1; j < kmax; j++) {
+        batch_clear(b);
+        int n_rows = 0;
+        for (int i = 0; i < n_cand; i++) {
+            struct sched_seq *q = s->cand_seq[i];
+            if (!q->step_from_model || s->cand[i].k <= j)
+                continue;
+            int32_t *d = s->draft + (size_t)q->slot * (size_t)dmax;
+            batch_add(b, d[j - 1], q->n_toks + j - 1, q->slot, true);
+            rows[n_rows++] = i;
+        }
+        int64_t t0 = clock_now_ns();
+        if (engine_forward(s->de, b, s->dlogits, err))
+            goto fail;
+        draft_pass_record(s, (double)(clock_now_ns() - t0));
+        for (int r = 0; r < n_rows; r++) {
+            struct sched_seq *q = s->cand_seq[rows[r]];
+            q->d_n++;
+            s->draft[(size_t)q->slot * (size_t)dmax + (size_t)j] =
+                argmax_row(s->dlogits + (size_t)r * (size_t)s->n_vocab, s->n_vocab);
+        }
+    }
+    return;
+fail:
+    if (!s->draft_warned) /* once: a KV pool too small would fail every step */
+        log_warn("speculation: a pass of the draft model failed (%s); no drafts from it in such steps", err);
+    s->draft_warned = true;
+    for (int i = 0; i < n_cand; i++)
+        if (s->cand_seq[i]->step_from_model)
+            s->cand[i].k = 0;
+}
+
 /* Drafts for the n_dec decoding sequences of a step without prompt work: each one's draft (its prediction,
- * else n-gram lookup when the request has it) goes to s->draft[slot], and spec_plan sets how many of those
- * tokens each verifies (step_draft). */
+ * else n-gram lookup or the draft model, as the request says) goes to s->draft[slot], and spec_plan sets
+ * how many of those tokens each verifies (step_draft); the draft model then drafts just those. */
 static void plan_drafts(struct scheduler *s, int n_dec)
 {
     int dmax = s->p.draft_max;
@@ -845,8 +1005,9 @@ static void plan_drafts(struct scheduler *s, int n_dec)
     int n_cand = 0;
     for (int i = 0; i < s->n_running; i++) {
         struct sched_req *r = s->running[i];
-        bool ngram = (r->spec < 0 ? (int)s->p.spec : r->spec) == SCHED_SPEC_NGRAM;
-        if ((!ngram && !r->n_prediction) || r->constraint)
+        int src = r->spec < 0 ? (int)s->p.spec : r->spec;
+        bool ngram = src == SCHED_SPEC_NGRAM, model = src == SCHED_SPEC_DRAFT && s->de;
+        if ((!ngram && !model && !r->n_prediction) || r->constraint)
             continue; /* structured output is not speculated: a draft row's mask needs the grammar's state
                          after the drafts before it */
         for (int c = 0; c < r->n_choices; c++) {
@@ -867,20 +1028,31 @@ static void plan_drafts(struct scheduler *s, int n_dec)
                 n = spec_draft_prediction(r->prediction, r->n_prediction, q->toks + r->n_prompt,
                                           q->n_toks - r->n_prompt, &q->pred_cursor, d, room);
             q->step_from_pred = n > 0;
+            q->step_from_model = false;
             if (!n && ngram)
                 n = spec_draft_ngram(q->toks, q->n_toks, SCHED_NGRAM_MIN, SCHED_NGRAM_MAX, d, room);
-            if (!n)
+            if (!n && model) { /* drafted after the plan, as many as it takes; fed at n_toks.. n_toks + n - 2 */
+                n = room < s->de_ctx - q->n_toks + 1 ? room : s->de_ctx - q->n_toks + 1;
+                q->step_from_model = n > 0;
+            }
+            if (n <= 0)
                 continue;
-            s->cand[n_cand] = (struct spec_cand){
-                .alpha = spec_accept_rate(&q->acc), .cap = n, .probe = q->spec_idle >= SCHED_PROBE_EVERY};
+            s->cand[n_cand] = (struct spec_cand){.alpha = spec_accept_rate(&q->acc, q->step_from_pred ? SCHED_PRIOR_PRED
+                                                                                               : SCHED_PRIOR),
+                                                 .cap = n,
+                                                 .probe = q->spec_idle >= SCHED_PROBE_EVERY,
+                                                 .tok_ns = q->step_from_model ? s->draft_pass_ns : 0};
             s->cand_seq[n_cand++] = q;
         }
     }
     if (!n_cand)
         return;
-    if (s->p.draft_adaptive && !(s->cost.ns[n_dec + 1] > 0)) {
-        /* a pass of one token more than n_dec decodes was never timed: the likeliest candidate verifies a
-         * draft of draft_min (at least 1) tokens, once, so the plan has a measured cost to go by */
+    uint64_t now = atomic_load(&s->st_steps);
+    if (s->p.draft_adaptive && (!(s->cost.ns[n_dec + 1] > 0) || now - s->cost_at[n_dec + 1] > SCHED_COST_REFRESH)) {
+        /* a pass of one token more than n_dec decodes was never timed, or not for a while: the likeliest
+         * candidate verifies a draft of draft_min (at least 1) tokens, so the plan has a measured cost to go
+         * by. The refresh keeps one unlucky measure (a pass another process slowed) from turning
+         * speculation off for good: the plan would never pick that size again to measure it anew. */
         int best = 0, k = s->p.draft_min > 1 ? s->p.draft_min : 1;
         for (int i = 1; i < n_cand; i++)
             if (s->cand[i].alpha > s->cand[best].alpha)
@@ -897,6 +1069,8 @@ static void plan_drafts(struct scheduler *s, int n_dec)
             left -= s->cand[i].k;
         }
     }
+    if (s->de)
+        draft_model_run(s, n_cand);
     for (int i = 0; i < n_cand; i++) {
         struct sched_seq *q = s->cand_seq[i];
         q->step_draft = s->cand[i].k;
@@ -953,7 +1127,7 @@ static int64_t plan_step(struct scheduler *s, bool allow_spec)
         }
     }
     /* then prompt chunks in admission order */
-    int budget = s->p.prefill_chunk;
+    int budget = atomic_load(&s->prefill_budget);
     for (int i = 0; i < s->n_running && budget > 0; i++) {
         struct sched_req *r = s->running[i];
         bool has_waiting_followers = false;
@@ -970,9 +1144,20 @@ static int64_t plan_step(struct scheduler *s, bool allow_spec)
             if (limit <= 0)
                 continue;
             int take = limit < budget ? limit : budget;
+            bool score = r->prompt_logprobs && c == 0;
+            if (score) { /* a logits row per prompt position still to score: as many as the rows left */
+                int rows = 0;
+                for (int b = 0; b < s->batch.n; b++)
+                    rows += s->batch.tok[b].logits;
+                if (take > s->max_rows - rows)
+                    take = s->max_rows - rows;
+                if (take <= 0)
+                    continue;
+            }
             for (int k = 0; k < take; k++) {
                 int pos = q->n_kv + k;
-                batch_add(&s->batch, q->toks[pos], pos, q->slot, pos == q->n_toks - 1);
+                bool scored = score && pos < r->n_prompt - 1 && pos >= r->st->choices[0].n_ptoks;
+                batch_add(&s->batch, q->toks[pos], pos, q->slot, pos == q->n_toks - 1 || scored);
             }
             q->step_take = take;
             q->step_logits = q->n_kv + take == q->n_toks;
@@ -1006,6 +1191,54 @@ static int constraint_mask(struct scheduler *s, struct sched_seq *q, float *logi
     return any ? 0 : ERR_INTERNAL;
 }
 
+/* Scores prompt token pos + 1 of request r (prompt_logprobs) from the logits at pos, into choice 0's ptoks.
+ * A position scored before (the request was preempted and its prompt is recomputed) is skipped. */
+static int prompt_score(struct scheduler *s, struct sched_req *r, int pos, const float *logits)
+{
+    struct sched_choice *ch = &r->st->choices[0];
+    struct sched_seq *q = &r->st->seqs[0];
+    if (pos != ch->n_ptoks)
+        return 0;
+    int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
+    int32_t tok = r->prompt[pos + 1];
+    float lp = sampler_score(q->smp, logits, tok, n_top ? s->top_buf : NULL, n_top);
+    int rc = 0;
+    pthread_mutex_lock(&r->st->mu);
+    if (ch->n_ptoks == ch->cap_ptoks) {
+        int cap = ch->cap_ptoks ? ch->cap_ptoks * 2 : 64;
+        struct sched_token *nt = realloc(ch->ptoks, (size_t)cap * sizeof *nt);
+        if (!nt) {
+            rc = ERR_NOMEM;
+            goto out;
+        }
+        ch->ptoks = nt;
+        ch->cap_ptoks = cap;
+    }
+    int32_t top_off = -1;
+    if (n_top) {
+        if (ch->n_top_used + n_top > ch->cap_top) {
+            int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
+            while (cap < ch->n_top_used + n_top)
+                cap *= 2;
+            struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
+            if (!nt) {
+                rc = ERR_NOMEM;
+                goto out;
+            }
+            ch->top = nt;
+            ch->cap_top = cap;
+        }
+        top_off = ch->n_top_used;
+        memcpy(ch->top + ch->n_top_used, s->top_buf, (size_t)n_top * sizeof *s->top_buf);
+        ch->n_top_used += n_top;
+    }
+    ch->ptoks[ch->n_ptoks++] = (struct sched_token){.id = tok, .logprob = lp, .top_off = top_off};
+    r->st->version++;
+out:
+    pthread_mutex_unlock(&r->st->mu);
+    return rc;
+}
+
 /* Samples choice c's next token from logits (*out gets it) and appends it: end of generation, stop strings
  * and limits finish the choice. */
 static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *logits, int32_t *out)
@@ -1013,6 +1246,9 @@ static int sample_seq(struct scheduler *s, struct sched_req *r, int c, float *lo
     struct sched_seq *q = &r->st->seqs[c];
     int n_top = r->n_logprobs > 0 ? r->n_logprobs : 0;
     float lp = 0;
+    for (int i = 0; i < r->n_logit_bias; i++) /* before the mask: a bias never lifts a token it forbids */
+        if (r->logit_bias[i].token < s->n_vocab)
+            logits[r->logit_bias[i].token] += r->logit_bias[i].bias;
     if (q->gm) {
         int rc = constraint_mask(s, q, logits);
         if (rc)
@@ -1108,6 +1344,7 @@ static void spec_finish_verify(struct scheduler *s, struct sched_seq *q)
     int a = q->step_accepted;
     if (q->slot >= 0)
         engine_seq_truncate(s->e, q->slot, q->n_kv);
+    draft_kv_sync(s, q);
     spec_accept_update(&q->acc, a, q->step_rejected);
     if (q->step_from_pred)
         q->pred_cursor += a;
@@ -1150,8 +1387,11 @@ static bool step(struct scheduler *s)
     char err[ERR_MSG_MAX];
     int64_t t0 = clock_now_ns();
     int rc = engine_forward(s->e, &s->batch, s->logits, err);
-    if (!rc && s->step_decode_only) /* the cost curve is of passes whose every token has logits */
+    if (!rc && s->step_decode_only) { /* the cost curve is of passes whose every token has logits */
         spec_cost_record(&s->cost, s->batch.n, (double)(clock_now_ns() - t0));
+        if (s->batch.n <= s->cost.n)
+            s->cost_at[s->batch.n] = atomic_load(&s->st_steps);
+    }
     atomic_fetch_add(&s->st_steps, 1);
     obs_count(s, SCHED_CTR_ENGINE_STEPS, 1);
     if (rc) {
@@ -1194,6 +1434,7 @@ static bool step(struct scheduler *s)
         s->row_req[n_rows] = s->slot_req[slot];
         s->row_choice[n_rows] = s->slot_choice[slot];
         s->row_first[n_rows] = b == 0 || s->batch.tok[b - 1].seq != slot;
+        s->row_pos[n_rows] = s->batch.tok[b].pos;
         sched_req_ref(s->row_req[n_rows]);
         n_rows++;
     }
@@ -1202,6 +1443,11 @@ static bool step(struct scheduler *s)
         struct sched_seq *q = &r->st->seqs[s->row_choice[k]];
         if (r->st->state != RS_RUNNING || q->done || q->step_rejected)
             continue;
+        if (r->prompt_logprobs && s->row_choice[k] == 0 && s->row_pos[k] < r->n_prompt - 1) {
+            if (prompt_score(s, r, s->row_pos[k], s->logits + (size_t)k * (size_t)s->n_vocab))
+                req_finish(s, r, ERR_NOMEM, "out of memory scoring the prompt");
+            continue;
+        }
         int j = q->step_row++; /* this row's index among the sequence's rows (drafts are sampled in order) */
         if (q->step_draft && j == 0)
             spec_count(s, r, q, q->step_draft, 0);
@@ -1353,6 +1599,35 @@ void sched_params_default(struct sched_params *p)
     p->draft_max = 16;
     p->draft_min = 1;
     p->draft_adaptive = true;
+    p->draft_engine = NULL;
+}
+
+/* 0 when the draft model d can draft for the target t: the same tokens with the same ids and the same
+ * logits width. Else ERR_INVALID_ARG naming both vocabularies and the first difference. */
+static int draft_vocab_check(const struct model *t, const struct model *d, char *err)
+{
+    const struct tokenizer *tt = t->tok, *dt = d->tok;
+    int nt = tokenizer_n_vocab(tt), nd = tokenizer_n_vocab(dt);
+    char diff[160] = "";
+    if (strcmp(tokenizer_model_name(tt), tokenizer_model_name(dt)) || nt != nd)
+        snprintf(diff, sizeof diff, "another tokenizer");
+    else if (t->hp.n_vocab != d->hp.n_vocab)
+        snprintf(diff, sizeof diff, "%d logits per token, the target %d", d->hp.n_vocab, t->hp.n_vocab);
+    else if (tokenizer_bos(tt) != tokenizer_bos(dt) || tokenizer_eos(tt) != tokenizer_eos(dt))
+        snprintf(diff, sizeof diff, "other BOS/EOS ids");
+    for (int i = 0; !diff[0] && i < nt; i++) {
+        const char *a = tokenizer_token_text(tt, i), *b = tokenizer_token_text(dt, i);
+        if (strcmp(a ? a : "", b ? b : ""))
+            snprintf(diff, sizeof diff, "token %d is '%.40s', the target's '%.40s'", i, b ? b : "", a ? a : "");
+    }
+    if (!diff[0])
+        return 0;
+    err_set(err, ERR_INVALID_ARG,
+            "the draft model %s has another vocabulary (%s, %d tokens) than the model %s (%s, %d tokens): %s; a "
+            "draft model must use the target's tokenizer",
+            d->name ? d->name : "?", tokenizer_model_name(dt), nd, t->name ? t->name : "?", tokenizer_model_name(tt),
+            nt, diff);
+    return ERR_INVALID_ARG;
 }
 
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
@@ -1375,6 +1650,16 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
                 SCHED_DRAFT_MAX);
         return NULL;
     }
+    if (p->draft_engine) {
+        const struct engine_params *dp = engine_params_get(p->draft_engine);
+        if (dp->max_seqs < p->max_batch_size || dp->max_batch_tokens < p->max_batch_size) {
+            err_set(err, ERR_INVALID_ARG, "the draft model's engine has %d slots and passes of %d tokens; at least %d "
+                    "(max_batch_size) of each are needed", dp->max_seqs, dp->max_batch_tokens, p->max_batch_size);
+            return NULL;
+        }
+        if (draft_vocab_check(engine_model(e), engine_model(p->draft_engine), err))
+            return NULL;
+    }
     struct scheduler *s = calloc(1, sizeof *s);
     if (!s) {
         err_set(err, ERR_NOMEM, "out of memory");
@@ -1391,6 +1676,7 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->n_ctx = ep->n_ctx;
     s->max_seqs = p->max_batch_size;
     atomic_init(&s->max_running, s->max_seqs);
+    atomic_init(&s->prefill_budget, p->prefill_chunk);
     s->kv_total = kv_pool_params(engine_kv(e))->n_blocks;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -1414,14 +1700,16 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
     s->logits = malloc((size_t)s->max_rows * (size_t)s->n_vocab * sizeof *s->logits);
     s->row_req = malloc((size_t)s->max_rows * sizeof *s->row_req);
     s->row_choice = malloc((size_t)s->max_rows * sizeof *s->row_choice);
+    s->row_pos = malloc((size_t)s->max_rows * sizeof *s->row_pos);
     s->row_first = malloc((size_t)s->max_rows * sizeof *s->row_first);
     s->cost_curve = malloc(((size_t)s->max_rows + 1) * sizeof *s->cost_curve);
     s->cand = malloc((size_t)s->max_seqs * sizeof *s->cand);
     s->cand_seq = malloc((size_t)s->max_seqs * sizeof *s->cand_seq);
     if (p->draft_max > 0 && !(s->draft = malloc((size_t)s->max_seqs * (size_t)p->draft_max * sizeof *s->draft)))
         goto oom;
-    if (!s->row_req || !s->row_choice || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
-        spec_cost_init(&s->cost, ep->max_batch_tokens))
+    if (!s->row_req || !s->row_choice || !s->row_pos || !s->row_first || !s->cost_curve || !s->cand || !s->cand_seq ||
+        spec_cost_init(&s->cost, ep->max_batch_tokens) ||
+        !(s->cost_at = calloc((size_t)ep->max_batch_tokens + 1, sizeof *s->cost_at)))
         goto oom;
     s->top_buf = malloc(64 * sizeof *s->top_buf);
     s->piece_cap = 256;
@@ -1433,6 +1721,13 @@ struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok
         goto oom;
     if (p->prefix_cache && !(s->pc = prefix_cache_create(engine_kv(e))))
         goto oom;
+    if (p->draft_engine && p->draft_max > 0) {
+        s->de = p->draft_engine;
+        s->de_ctx = engine_params_get(s->de)->n_ctx;
+        if (batch_init(&s->dbatch, engine_params_get(s->de)->max_batch_tokens) ||
+            !(s->dlogits = malloc((size_t)s->max_seqs * (size_t)s->n_vocab * sizeof *s->dlogits)))
+            goto oom;
+    }
     for (int i = 0; i < s->max_seqs; i++)
         s->free_slots[i] = s->max_seqs - 1 - i; /* slot 0 handed out first */
     s->n_free_slots = s->max_seqs;
@@ -1469,6 +1764,8 @@ void scheduler_destroy(struct scheduler *s)
     token_trie_destroy(s->trie);
     free(s->mask);
     batch_deinit(&s->batch);
+    batch_deinit(&s->dbatch);
+    free(s->dlogits);
     free(s->inbox);
     free(s->inbox_spare);
     free(s->waiting);
@@ -1482,12 +1779,14 @@ void scheduler_destroy(struct scheduler *s)
     free(s->slot_choice);
     free(s->row_req);
     free(s->row_choice);
+    free(s->row_pos);
     free(s->row_first);
     free(s->draft);
     free(s->cost_curve);
     free(s->cand);
     free(s->cand_seq);
     spec_cost_deinit(&s->cost);
+    free(s->cost_at);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
@@ -1502,7 +1801,8 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
         pthread_mutex_unlock(&s->mu);
         return ERR_UNAVAILABLE;
     }
-    if (atomic_load(&s->n_queued) >= s->p.max_queue) {
+    if (r->priority <= SCHED_PRIORITY_LIVE &&
+        atomic_load(&s->n_queued) - atomic_load(&s->n_queued_batch) >= s->p.max_queue) {
         pthread_mutex_unlock(&s->mu);
         obs_count(s, SCHED_CTR_REJECTED_QUEUE_FULL, 1);
         return ERR_QUEUE_FULL;
@@ -1519,7 +1819,7 @@ int scheduler_submit(struct scheduler *s, struct sched_req *r)
     sched_req_ref(r);
     r->st->state = RS_QUEUED;
     s->inbox[s->n_inbox++] = r;
-    atomic_fetch_add(&s->n_queued, 1);
+    queued_add(s, r, 1);
     atomic_store(&s->st_waiting, atomic_load(&s->n_queued));
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -1555,6 +1855,7 @@ void scheduler_stats(const struct scheduler *s, struct sched_stats *out)
     out->prefix_cache_blocks = atomic_load(&m->st_cache_blocks);
     out->steps = atomic_load(&m->st_steps);
     out->max_running = atomic_load(&m->max_running);
+    out->prefill_chunk = atomic_load(&m->prefill_budget);
 }
 
 int scheduler_set_max_running(struct scheduler *s, int n)
@@ -1565,3 +1866,15 @@ int scheduler_set_max_running(struct scheduler *s, int n)
 }
 
 int scheduler_max_running(const struct scheduler *s) { return atomic_load(&((struct scheduler *)s)->max_running); }
+
+int scheduler_set_prefill_chunk(struct scheduler *s, int n)
+{
+    n = n < 1 ? 1 : n > s->p.prefill_chunk ? s->p.prefill_chunk : n;
+    atomic_store(&s->prefill_budget, n);
+    return n;
+}
+
+int scheduler_prefill_chunk(const struct scheduler *s)
+{
+    return atomic_load(&((struct scheduler *)s)->prefill_budget);
+}

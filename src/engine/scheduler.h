@@ -13,7 +13,7 @@
  * comes back, ahead of every waiting request); n > 1 choices share the prompt's blocks (kv_seq_share).
  *
  * Speculative decoding (docs/speculative.md): a decoding sequence may feed, after its pending token, tokens
- * drafted from the request's prediction or by n-gram lookup, verified in the same forward pass; the output
+ * drafted from the request's prediction, by n-gram lookup or by a draft model, verified in the same forward pass; the output
  * is the same token for token as without speculation (greedy and seeded sampling alike), only faster when
  * drafts are accepted. Draft lengths follow each sequence's acceptance and the measured cost of the pass
  * (speculate.h), so speculation stays off under load and when drafts fail.
@@ -61,6 +61,9 @@ struct sched_choice {
     int n_toks, cap_toks;
     struct sampler_logprob *top; /* [n_toks * n_top] when logprobs were asked */
     int n_top_used, cap_top;
+    struct sched_token *ptoks; /* prompt_logprobs, choice 0 only: [n_ptoks] entries for prompt tokens 1, 2, ...
+                                  (id, logprob, top_off into top[]; text_off/text_len unused) */
+    int n_ptoks, cap_ptoks;
     enum sched_finish finish;
 };
 
@@ -74,6 +77,8 @@ struct grammar_entry;   /* engine/grammar/grammar_cache.h */
 enum sched_spec {
     SCHED_SPEC_OFF = 0, /* no n-gram lookup */
     SCHED_SPEC_NGRAM,   /* n-gram lookup over the prompt and the text generated so far */
+    SCHED_SPEC_DRAFT,   /* the draft model (sched_params.draft_engine): its greedy continuation; nothing
+                           drafted when the scheduler has none */
 };
 
 /* A generation request. The submitter fills the input, submits, and from then on reaches the request only
@@ -91,6 +96,9 @@ struct sched_req {
     char **stop; /* [n_stop], owned */
     int n_stop;
     int n_logprobs; /* -1: none; else alternatives per token (0: only the chosen token's) */
+    bool prompt_logprobs; /* also score the prompt (OpenAI's echo with logprobs): choice 0's ptoks get each
+                             prompt token's logprob after the first, with n_logprobs alternatives, under the
+                             model's raw distribution; its prompt never comes from the prefix cache */
     bool ignore_eos;
     /* Structured output: when set (a reference the request owns, released with it), every choice samples
      * only tokens the grammar allows (the others' logits become -inf), ends with SCHED_STOP once the grammar
@@ -98,10 +106,15 @@ struct sched_req {
      * refused token or a failed validation finishes the request with ERR_INTERNAL, never unconstrained or
      * invalid output. ignore_eos does not apply. */
     struct grammar_entry *constraint;
+    struct sampler_bias *logit_bias; /* [n_logit_bias], owned (sched_req_set_logit_bias): added to the logits
+                                        of every choice before the grammar's mask and the sampler (ids are
+                                        inside the vocabulary) */
+    int n_logit_bias;
     int32_t *prediction; /* [n_prediction], owned (sched_req_set_prediction): the output the client expects
                             (OpenAI's predicted outputs), used as drafts; NULL: none */
     int n_prediction;
-    int spec;            /* n-gram drafts: -1 as the scheduler's params say (default), else enum sched_spec */
+    int spec;            /* drafts besides the prediction: -1 as the scheduler's params say (default), else
+                            enum sched_spec */
     int64_t t_arrival; /* ns, clock_now_ns() */
     int64_t deadline;  /* ns, clock_now_ns(); 0: none */
     void *user;        /* the submitter's pointer, untouched by the scheduler */
@@ -118,6 +131,8 @@ struct sched_req *sched_req_create(const int32_t *prompt, int n_prompt, int n_ch
 int sched_req_set_stop(struct sched_req *r, char *const *stop, int n_stop);
 /* Copies the prediction's tokens (n > 0) into r. 0 or ERR_NOMEM. */
 int sched_req_set_prediction(struct sched_req *r, const int32_t *toks, int n);
+/* Copies n logit_bias entries into r. 0 or ERR_NOMEM. */
+int sched_req_set_logit_bias(struct sched_req *r, const struct sampler_bias *b, int n);
 void sched_req_ref(struct sched_req *r);
 /* Drops a reference; the last one frees the request. */
 void sched_req_unref(struct sched_req *r);
@@ -133,6 +148,7 @@ struct sched_req_status {
     int accepted_tokens;           /* ... of them accepted */
     int prediction_draft_tokens;   /* drafted tokens taken from the prediction */
     int prediction_accepted_tokens; /* ... of them accepted */
+    int preemptions;    /* times its slots were taken (for a more urgent request or for KV) and it waited again */
     int64_t t_admitted, t_first_token, t_finished; /* ns, 0 until they happen */
     uint64_t version;   /* changes at every append: readers skip unchanged requests */
 };
@@ -149,16 +165,22 @@ bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const stru
 
 struct sched_params {
     int max_batch_size; /* running sequences = engine slots (engine max_seqs must be at least this) */
-    int max_queue;      /* requests waiting for admission before submit says ERR_QUEUE_FULL */
+    int max_queue;      /* live requests waiting for admission before submit says ERR_QUEUE_FULL (batch
+                           requests are not counted and never refused: their submitter bounds them) */
     int prefill_chunk;  /* prompt tokens per step */
     bool prefix_cache;  /* reuse KV blocks across requests (default true) */
-    enum sched_spec spec; /* n-gram drafts for requests that do not choose (default off) */
+    enum sched_spec spec; /* drafts for requests that do not choose (default off) */
     int draft_max;      /* most drafted tokens a sequence verifies per step, 0..SCHED_DRAFT_MAX (default 16;
                            0: no speculation, predictions ignored) */
     int draft_min;      /* drafts shorter than this are not verified (default 1) */
     bool draft_adaptive; /* default true: draft lengths follow acceptance and the measured cost of a pass
                             (speculate.h); false: every draft is verified at its full length up to draft_max
                             (tests; measuring the ceiling) */
+    /* The draft model (SCHED_SPEC_DRAFT), NULL: none. Not owned: it must outlive the scheduler and be used
+     * by nobody else (the engine thread runs it). Created with max_seqs >= max_batch_size (a sequence's
+     * draft KV lives in the slot of the same number) and max_batch_tokens >= max_batch_size; its model
+     * must have the target's vocabulary (scheduler_create refuses another, naming both). */
+    struct engine *draft_engine;
 };
 
 #define SCHED_DRAFT_MAX 64
@@ -216,6 +238,7 @@ struct sched_stats {
     int64_t prefix_cache_blocks;
     uint64_t steps;
     int max_running; /* the admission limit now (scheduler_set_max_running) */
+    int prefill_chunk; /* prompt tokens a step carries now (scheduler_set_prefill_chunk) */
 };
 
 struct scheduler;
@@ -223,7 +246,8 @@ struct scheduler;
 /* Binds an engine (created with max_seqs >= max_batch_size and max_batch_tokens >= prefill_chunk +
  * max_batch_size; drafted tokens take the room of prompt chunks) and the model's tokenizer. obs (copied; NULL: nobody listens) receives what the scheduler
  * measures; its ctx must outlive the scheduler. notify(ctx) is called from the engine thread whenever
- * requests have new output or finished. NULL and a message on failure. */
+ * requests have new output or finished. NULL and a message on failure (ERR_INVALID_ARG naming both
+ * vocabularies when p->draft_engine's model does not share the target's). */
 struct scheduler *scheduler_create(struct engine *e, const struct tokenizer *tok, const struct sched_params *p,
                                    const struct sched_observer *obs, void (*notify)(void *ctx), void *notify_ctx,
                                    char *err);
@@ -233,7 +257,8 @@ void scheduler_destroy(struct scheduler *s);
 /* Starts the engine thread. 0 or ERR_NOMEM/ERR_INTERNAL. */
 int scheduler_start(struct scheduler *s);
 
-/* Queues r (takes a reference). ERR_QUEUE_FULL when max_queue requests wait, ERR_UNAVAILABLE once
+/* Queues r (takes a reference). ERR_QUEUE_FULL when r is live and max_queue live requests wait (a batch
+ * request always queues: it waits for capacity below live traffic), ERR_UNAVAILABLE once
  * draining; on error no reference is taken. Any thread. */
 int scheduler_submit(struct scheduler *s, struct sched_req *r);
 /* Marks r cancelled with reason (ERR_CANCELLED, ERR_TIMEOUT, ...): the engine drops it at its next step,
@@ -251,5 +276,11 @@ void scheduler_stats(const struct scheduler *s, struct sched_stats *out);
  * never preempted for it, and a request is always admitted into an empty batch. Any thread (an atomic). */
 int scheduler_set_max_running(struct scheduler *s, int n);
 int scheduler_max_running(const struct scheduler *s);
+/* Limits the prompt tokens one step carries to n (clamped to 1..sched_params.prefill_chunk, the size the
+ * batch was allocated for; returns the value set): smaller chunks make the steps that prefill shorter, so
+ * the running sequences' inter-token latency has a shorter tail, at the cost of slower prefill. Takes
+ * effect at the next step. Any thread (an atomic). */
+int scheduler_set_prefill_chunk(struct scheduler *s, int n);
+int scheduler_prefill_chunk(const struct scheduler *s);
 
 #endif

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #define SPEC_REALIGN_MAX 8     /* longest suffix of the generated tokens looked up in a prediction */
+#define SPEC_SYNC_MIN 3        /* a realignment anywhere in the prediction needs this many matching tokens ... */
+#define SPEC_SYNC_NEAR 4       /* ... one ending at most this many tokens past the match's length after the
+                                  cursor (a small edit: a word replaced, inserted or dropped) needs one */
 #define SPEC_DECAY 0.8f        /* weight of older verifies in the acceptance estimate, per verify */
 #define SPEC_PROBE_ALPHA 0.7f  /* acceptance rate a probing sequence is planned with */
 #define SPEC_MARGIN 0.02       /* speculate only for a gain of at least 2% over plain decoding */
@@ -28,27 +31,36 @@ int spec_draft_prediction(const int32_t *pred, int n_pred, const int32_t *gen, i
     if (c >= 0 && c < n_pred && pred[c] == gen[n_gen - 1]) {
         c++; /* the last token continued the prediction */
     } else {
-        /* realign: the longest suffix of gen found in pred, its first occurrence ending at or after the old
-         * cursor (the text goes on forward), else its first occurrence */
+        /* realign (re-sync after an edit): the longest suffix of gen found in pred, its first occurrence
+         * ending at or after the old cursor (the text goes on forward), else its first occurrence. A short
+         * suffix is weak evidence (a common token matches anywhere): it realigns only near the old cursor,
+         * so while the model writes text the prediction does not have, nothing is drafted rather than
+         * drafts that fail; it re-syncs once SPEC_SYNC_MIN of its tokens match the prediction again. */
         c = -1;
         for (int len = n_gen < SPEC_REALIGN_MAX ? n_gen : SPEC_REALIGN_MAX; len >= 1 && c < 0; len--) {
             const int32_t *suf = gen + n_gen - len;
+            bool strong = len >= SPEC_SYNC_MIN || len == n_gen;
             int first = -1;
             for (int j = len; j <= n_pred; j++) {
                 if (pred[j - 1] != suf[len - 1] || memcmp(pred + j - len, suf, (size_t)len * sizeof *suf))
                     continue;
                 if (first < 0)
                     first = j;
-                if (j >= *cursor) {
+                if (j >= *cursor && (strong || j - *cursor <= len + SPEC_SYNC_NEAR)) {
                     c = j;
                     break;
                 }
             }
-            if (c < 0)
+            if (c < 0 && strong)
                 c = first;
         }
-        if (c < 0)
+        if (c < 0) {
+            /* no match: the token took the place of the predicted one at the cursor, which steps over it,
+             * so after an edit that replaces text by as many tokens the drafts resume at once */
+            if (*cursor < n_pred)
+                (*cursor)++;
             return 0;
+        }
     }
     *cursor = c;
     int n = n_pred - c < max ? n_pred - c : max;
@@ -75,7 +87,7 @@ int spec_draft_ngram(const int32_t *hist, int n, int nmin, int nmax, int32_t *ou
     return 0;
 }
 
-float spec_accept_rate(const struct spec_accept *a) { return (a->hits + 0.5f) / (a->tries + 1.0f); }
+float spec_accept_rate(const struct spec_accept *a, float prior) { return (a->hits + prior) / (a->tries + 1.0f); }
 
 void spec_accept_update(struct spec_accept *a, int accepted, bool rejected)
 {
@@ -183,7 +195,7 @@ void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand
         return;
     /* add drafted tokens one at a time, each to the candidate whose next token is likeliest to be accepted,
      * and keep the prefix of those additions with the best expected tokens per unit of cost */
-    double e = n_dec, base = e / cost[n_dec], best = base;
+    double e = n_dec, base = e / cost[n_dec], best = base, drafting = 0;
     int t = n_dec, len = 0, best_len = 0;
     while (len < max_total) {
         int bi = -1;
@@ -195,9 +207,10 @@ void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand
         e += next[bi];
         next[bi] *= p[bi];
         cand[bi].k++;
+        drafting += cand[bi].tok_ns;
         t++;
         order[len++] = bi;
-        double r = e / cost[t];
+        double r = e / (cost[t] + drafting);
         if (r > best) {
             best = r;
             best_len = len;

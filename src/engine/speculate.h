@@ -33,7 +33,9 @@
  * gen[0..n_gen) (n_gen >= 1). *cursor (0 at the start) is the index in pred just after the last generated
  * token it matched; it is updated. When the last generated token does not continue the prediction at the
  * cursor, the longest suffix of gen (up to 8 tokens) found in pred moves the cursor after it (the first
- * occurrence at or after the old cursor, else the first). Returns the tokens drafted (0: no match). */
+ * occurrence at or after the old cursor, else the first): a suffix of 3 tokens or more (or all of gen)
+ * anywhere, a shorter one only a few tokens past the old cursor (a small edit); with no match the cursor
+ * steps over one predicted token (the generated one replaced it). Returns the tokens drafted (0: none). */
 int spec_draft_prediction(const int32_t *pred, int n_pred, const int32_t *gen, int n_gen, int *cursor, int32_t *out,
                           int max);
 
@@ -48,9 +50,10 @@ struct spec_accept {
     float tries; /* drafted tokens whose fate was seen: the accepted ones and the first rejected one */
 };
 
-/* The estimated probability that a drafted token is accepted (given the ones before it were): a prior of
- * one half worth one observation, then the history. */
-float spec_accept_rate(const struct spec_accept *a);
+/* The estimated probability that a drafted token is accepted (given the ones before it were): prior (a
+ * draft source's, e.g. 1/2; a client's prediction is trusted more) worth one observation, then the
+ * history. */
+float spec_accept_rate(const struct spec_accept *a, float prior);
 /* Records a verify: accepted of the drafted tokens were accepted; rejected tells whether one was then
  * rejected (false when the draft ran out or the sequence finished first: nothing seen past it). */
 void spec_accept_update(struct spec_accept *a, int accepted, bool rejected);
@@ -80,11 +83,13 @@ struct spec_cand {
     float alpha; /* estimated acceptance rate (spec_accept_rate) */
     int cap;     /* drafted tokens available (and allowed: max_tokens, context) */
     bool probe;  /* off for a while: consider a short draft at an optimistic rate */
+    double tok_ns; /* cost of drafting each token (a draft model's pass; 0 for lookups), in the unit of cost */
     int k;       /* out: drafted tokens to verify (0: none) */
 };
 
 /* Chooses cand[i].k for a step that decodes n_dec sequences (the candidates among them), maximising the
- * expected tokens per unit of cost; cost[1..n_dec + max_total] from spec_cost_curve. At most max_total
+ * expected tokens per unit of cost; cost[1..n_dec + max_total] from spec_cost_curve, plus each drafted
+ * token's tok_ns. At most max_total
  * drafted tokens in all; a candidate's k is 0 or at least draft_min (a probe's is at most
  * max(draft_min, 1)). */
 void spec_plan(const double *cost, int n_dec, struct spec_cand *cand, int n_cand, int max_total, int draft_min);

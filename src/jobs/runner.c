@@ -34,10 +34,12 @@ struct runner_slot {
     bool busy;       /* claimed and not yet committed or given back */
     bool running;    /* exec called, runner_line_done not yet processed */
     bool redispatch; /* preempted: start it again */
+    int64_t not_before; /* redispatch: not before this (ms, runner_ms) */
 };
 
 struct runner_done {
     uint64_t ticket;
+    int retry_after_ms;
     bool preempted;
     bool is_error;
     char *text; /* the output/error line; NULL when preempted */
@@ -86,7 +88,8 @@ void runner_line_done(struct runner *r, uint64_t ticket, const struct runner_res
     ASSERT(si < (uint32_t)r->cfg.max_inflight);
     struct runner_slot *s = &r->slots[si];
     ASSERT(s->gen == (uint32_t)(ticket >> 32));
-    struct runner_done d = {.ticket = ticket, .preempted = res->outcome == RUNNER_PREEMPTED};
+    struct runner_done d = {.ticket = ticket, .preempted = res->outcome == RUNNER_PREEMPTED,
+                            .retry_after_ms = res->outcome == RUNNER_PREEMPTED ? res->retry_after_ms : 0};
     if (!d.preempted) {
         if (res->outcome == RUNNER_RESPONSE)
             d.text = jobs_result_text(&s->line, res->status_code, res->request_id, res->body, NULL, NULL, &d.is_error);
@@ -282,6 +285,9 @@ static void *runner_main(void *arg)
             deadline = h.retry_at;
         if (r->renew_ms && next_renew < deadline)
             deadline = next_renew;
+        for (int i = 0; !stopping && i < r->cfg.max_inflight; i++)
+            if (r->slots[i].redispatch && r->slots[i].not_before < deadline)
+                deadline = r->slots[i].not_before;
         if (stopping && deadline > now + 50)
             deadline = now + 50;
         pthread_mutex_lock(&r->mu);
@@ -331,6 +337,7 @@ static void *runner_main(void *arg)
             if (d->preempted) {
                 atomic_fetch_add(&r->n_preempted, 1);
                 s->redispatch = true;
+                s->not_before = now + (d->retry_after_ms > 0 ? d->retry_after_ms : 0);
                 continue;
             }
             if (r->n_pend % 64 == 0) {
@@ -360,9 +367,9 @@ static void *runner_main(void *arg)
             }
         }
 
-        /* preempted lines start again (they keep their claim) */
+        /* preempted lines start again (they keep their claim), those refused by a busy server after a pause */
         for (int i = 0; !stopping && i < r->cfg.max_inflight; i++)
-            if (r->slots[i].redispatch)
+            if (r->slots[i].redispatch && now >= r->slots[i].not_before)
                 runner_start(r, i);
 
         if (r->renew_ms && now >= next_renew) {

@@ -42,6 +42,7 @@ struct runner_result {
     const char *request_id;    /* RUNNER_RESPONSE: the request's id, NULL: one is made up */
     const char *error_code;    /* RUNNER_NO_RESPONSE: OpenAI-style code, e.g. "model_not_found" */
     const char *error_message; /* RUNNER_NO_RESPONSE: a sentence */
+    int retry_after_ms;        /* RUNNER_PREEMPTED: start it again no sooner than this (the server was busy) */
 };
 
 /* Starts a line. Must lead to exactly one runner_line_done(ticket) (a RUNNER_PREEMPTED one starts it again). */

@@ -27,6 +27,9 @@
  */
 #include "jobs/store.h"
 
+#include "core/err.h"
+#include "core/redis_url.h"
+
 #include <hiredis/hiredis.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -417,44 +420,19 @@ static int rd_seq(struct rd_backend *b, int64_t *seq, char *err)
 
 /* ---- URL and open ---- */
 
-/* redis://[[user]:password@]HOST[:PORT][/DB] */
+/* redis://[[user]:password@]HOST[:PORT][/DB], through the one parser (core/redis_url.h) */
 static int rd_parse_url(struct rd_backend *b, const char *url, char *err)
 {
-    const char *p = url + 8;
-    const char *at = strrchr(p, '@');
-    if (at) {
-        const char *colon = memchr(p, ':', (size_t)(at - p));
-        if (!colon || (size_t)(at - colon - 1) >= sizeof b->password || (size_t)(colon - p) >= sizeof b->user)
-            goto bad;
-        snprintf(b->user, sizeof b->user, "%.*s", (int)(colon - p), p);
-        snprintf(b->password, sizeof b->password, "%.*s", (int)(at - colon - 1), colon + 1);
-        p = at + 1;
-    }
-    const char *slash = strchr(p, '/');
-    const char *hend = slash ? slash : p + strlen(p);
-    const char *colon = memchr(p, ':', (size_t)(hend - p));
-    const char *host_end = colon ? colon : hend;
-    if (host_end == p || (size_t)(host_end - p) >= sizeof b->host)
-        goto bad;
-    snprintf(b->host, sizeof b->host, "%.*s", (int)(host_end - p), p);
-    b->port = 6379;
-    if (colon) {
-        char *end;
-        long port = strtol(colon + 1, &end, 10);
-        if (end != hend || port < 1 || port > 65535)
-            goto bad;
-        b->port = (int)port;
-    }
-    if (slash && slash[1]) {
-        char *end;
-        long db = strtol(slash + 1, &end, 10);
-        if (*end || db < 0 || db > 100000)
-            goto bad;
-        b->db = (int)db;
-    }
+    struct redis_url u;
+    char e2[ERR_MSG_MAX];
+    if (redis_url_parse(url, &u, e2))
+        return err_set(err, ERR_INVALID_ARG, "queue %s", e2);
+    snprintf(b->host, sizeof b->host, "%s", u.host);
+    b->port = u.port;
+    b->db = u.db;
+    snprintf(b->user, sizeof b->user, "%s", u.user);
+    snprintf(b->password, sizeof b->password, "%s", u.password);
     return 0;
-bad:
-    return err_set(err, ERR_INVALID_ARG, "queue '%s': expected redis://[:password@]HOST:PORT[/DB]", url);
 }
 
 static void rd_close(struct jobs_backend *base)
@@ -487,8 +465,11 @@ struct jobs_backend *jobs_redis_open(const char *url, const char *consumer, int 
         snprintf(b->consumer, sizeof b->consumer, "%s:%d:%.6s", host, (int)getpid(), rnd);
     }
     redisReply *r;
-    if (rd_cmd(b, &r, err, "PING"))
+    if (rd_cmd(b, &r, err, "PING")) {
+        size_t n = strlen(err);
+        snprintf(err + n, ERR_MSG_MAX - n, "; start redis-server there, or correct the queue URL (--queue, jobs.queue)");
         goto fail;
+    }
     freeReplyObject(r);
     return &b->base;
 fail:

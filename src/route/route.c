@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "route/route_internal.h"
 #include "route/route_policy.h"
+#include "route/route_observe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,6 +35,9 @@
 #include <time.h>
 
 #define ROUTE_DRAIN_MS 30000
+
+/* Two optional strings are equal (both NULL counts). */
+static bool str_eq(const char *a, const char *b) { return a == b || (a && b && !strcmp(a, b)); }
 
 
 
@@ -312,12 +316,27 @@ static void table_install(struct router *r, struct rt_table *t)
         }
     }
     const struct route_config *oc = r->table ? &r->table->conf->c : NULL;
-    if (!oc || oc->cache_max_bytes != c->cache_max_bytes || oc->cache_ttl_s != c->cache_ttl_s) {
+    struct route_rcache *old_rcache = NULL;
+    if (!oc || oc->cache_max_bytes != c->cache_max_bytes || oc->cache_ttl_s != c->cache_ttl_s ||
+        !str_eq(oc->cache_url, c->cache_url) || !str_eq(oc->cache_prefix, c->cache_prefix) ||
+        oc->cache_timeout_ms != c->cache_timeout_ms) {
         route_cache_destroy(r->cache);
-        r->cache = c->cache_max_bytes > 0 ? route_cache_create(c->cache_max_bytes, c->cache_ttl_s) : NULL;
+        r->cache = !c->cache_url && c->cache_max_bytes > 0 ? route_cache_create(c->cache_max_bytes, c->cache_ttl_s)
+                                                            : NULL;
+        old_rcache = r->rcache;
+        r->rcache = NULL;
+        if (c->cache_url) {
+            char err[ERR_MSG_MAX];
+            r->rcache = route_rcache_create(r->loop, c->cache_url, c->cache_prefix, c->cache_ttl_s,
+                                            c->cache_timeout_ms, c->cache_max_bytes, err);
+            if (!r->rcache)
+                log_error("route: cache: %s (running without a cache)", err);
+        }
     }
     rt_table_unref(r->table);
     r->table = t;
+    /* Last: its lookups still waiting complete now (as unavailable) and go on with the new table in place. */
+    route_rcache_destroy(old_rcache);
     rt_health_sync(r);
 }
 
@@ -575,6 +594,49 @@ static void ep_rollout(struct router *r, struct http_conn *c, const struct http_
 
 /* ---- HTTP callbacks -------------------------------------------------------------------------------- */
 
+/* ---- observability: /v1/alerts, /v1/stats, /dashboard (route_observe.c) ------------------------------- */
+
+static void ep_alerts(struct router *r, struct http_conn *c)
+{
+    size_t len = 0;
+    char *body = rt_observe_alerts_json(r->observe, &len);
+    if (!body) {
+        http_respond(c, 500, "text/plain", NULL, "out of memory\n", 14);
+        return;
+    }
+    http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", body, len);
+    free(body);
+}
+
+static void ep_stats(struct router *r, struct http_conn *c, const struct http_request *req)
+{
+    double window = 10;
+    for (const char *p = req->query, *end = req->query + req->query_len; p && p < end;) {
+        const char *amp = memchr(p, '&', (size_t)(end - p));
+        size_t n = amp ? (size_t)(amp - p) : (size_t)(end - p);
+        if (n > 7 && n < 48 && !memcmp(p, "window=", 7)) {
+            char v[48], *e;
+            snprintf(v, sizeof v, "%.*s", (int)(n - 7), p + 7);
+            double x = strtod(v, &e);
+            if (*e || !(x >= 1 && x <= 900)) {
+                rt_respond_error(r, c, 400, "invalid_request_error", "invalid_value", "window", NULL,
+                                 "'window' must be a number of seconds in [1, 900], got '%s'", v);
+                return;
+            }
+            window = x;
+        }
+        p += n + 1;
+    }
+    respond_json(r, c, 200, rt_observe_stats(r->observe, window));
+}
+
+static void ep_dashboard(struct http_conn *c)
+{
+    size_t len;
+    const char *page = rt_dashboard_html(&len);
+    http_respond(c, 200, "text/html; charset=utf-8", "Cache-Control: no-store\r\n", page, len);
+}
+
 static bool path_is(const struct http_request *req, const char *p)
 {
     return req->path_len == strlen(p) && !memcmp(req->path, p, req->path_len);
@@ -592,7 +654,8 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         const char *path, *allow;
     } known[] = {{"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
                  {"/health", "GET"},          {"/ready", "GET"},                {"/metrics", "GET"},
-                 {"/admin/rollout", "GET, PUT"}};
+                 {"/admin/rollout", "GET, PUT"}, {"/v1/alerts", "GET"}, {"/alerts", "GET"},
+                 {"/v1/stats", "GET"}, {"/dashboard", "GET"}};
     bool get = method_is(req, "GET") || method_is(req, "HEAD");
     if (path_is(req, "/v1/completions") && method_is(req, "POST"))
         rt_proxy_start(r, c, req, RT_EP_COMPLETIONS);
@@ -612,6 +675,12 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
         ep_metrics(r, c);
     else if (path_is(req, "/admin/rollout") && (get || method_is(req, "PUT")))
         ep_rollout(r, c, req, method_is(req, "PUT"));
+    else if ((path_is(req, "/v1/alerts") || path_is(req, "/alerts")) && get)
+        ep_alerts(r, c);
+    else if (path_is(req, "/v1/stats") && get)
+        ep_stats(r, c, req);
+    else if (path_is(req, "/dashboard") && get)
+        ep_dashboard(c);
     else {
         for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
             if (path_is(req, known[i].path)) {
@@ -765,6 +834,13 @@ int route_run(struct route_config *cfg)
         log_error("route: out of memory");
         goto out;
     }
+    char ext[300];
+    snprintf(ext, sizeof ext, "http://%s:%d", c->host, http_server_port(r->http));
+    r->observe = rt_observe_create(r, conf, ext, err);
+    if (!r->observe) {
+        log_error("route: %s", err);
+        goto out;
+    }
     struct io_arg io = {.http = r->http, .rc = 0};
     pthread_t tid;
     if (pthread_create(&tid, NULL, io_thread, &io)) {
@@ -847,6 +923,7 @@ out:
             rt_health_stop(r, b);
         http_server_destroy(r->http);
     }
+    rt_observe_destroy(r->observe); /* the I/O thread has ended: its timer goes with the loop */
     rt_plan_free(atomic_exchange(&r->pending, NULL));
     while (r->backends) {
         struct rt_backend *b = r->backends;
@@ -859,6 +936,7 @@ out:
     }
     rt_table_unref(r->table);
     route_cache_destroy(r->cache);
+    route_rcache_destroy(r->rcache);
     route_limits_destroy(r->limits);
     evloop_destroy(r->loop);
     rt_conf_unref(conf);

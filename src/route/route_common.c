@@ -16,7 +16,7 @@
 #include <string.h>
 
 const double rt_hist_bounds[RT_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                0.25,   0.5,   1,      2.5,   5,    10,    30,    120};
+                                                0.25,   0.5,   1,      2.5,   5,    10,    30,    120, 300, 600};
 
 void rt_hist_observe(struct rt_hist *h, double seconds)
 {

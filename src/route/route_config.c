@@ -7,9 +7,11 @@
  * lists of mappings, walked by hand. Messages carry "file:line: section.key:"; a list or mapping node has no
  * line of its own in libfyaml's document API, so it is reported at the line of the key that holds it.
  */
+#include "core/alert.h"
 #include "route/route_config.h"
 
 #include "core/err.h"
+#include "core/redis_url.h"
 #include "core/yaml.h"
 
 #include <ctype.h>
@@ -22,7 +24,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum rk_kind { RK_STR, RK_INT, RK_FLOAT, RK_BOOL, RK_BYTES, RK_PATH };
+enum rk_kind { RK_STR, RK_INT, RK_FLOAT, RK_BOOL, RK_BYTES, RK_PATH, RK_REDIS_URL };
 
 struct rk_item {
     const char *section, *key;
@@ -54,6 +56,9 @@ static const struct rk_item rk_items[] = {
     {"health", "cooldown_max_s", RK_FLOAT, ROFF(cooldown_max_s), 0.001, 86400 * 7},
     {"cache", "max_bytes", RK_BYTES, ROFF(cache_max_bytes), 0, 1e12},
     {"cache", "ttl_s", RK_FLOAT, ROFF(cache_ttl_s), 0.001, 86400 * 365},
+    {"cache", "url", RK_REDIS_URL, ROFF(cache_url), 0, 0},
+    {"cache", "prefix", RK_STR, ROFF(cache_prefix), 0, 0},
+    {"cache", "timeout_ms", RK_INT, ROFF(cache_timeout_ms), 1, 60000},
     {"resume", "enabled", RK_BOOL, ROFF(resume), 0, 0},
     {"dns", "refresh_s", RK_FLOAT, ROFF(dns_refresh_s), 0, 86400},
 };
@@ -85,6 +90,8 @@ void route_config_init(struct route_config *c)
     c->cooldown_max_s = 300;
     c->cache_max_bytes = 0;
     c->cache_ttl_s = 600;
+    c->cache_prefix = strdup("wafer:route:cache:");
+    c->cache_timeout_ms = 100;
     c->resume = true;
     c->dns_refresh_s = 30;
 }
@@ -138,9 +145,15 @@ void route_config_deinit(struct route_config *c)
     free(c->host);
     free(c->admin_key);
     free(c->health_path);
+    free(c->cache_url);
+    free(c->cache_prefix);
     pools_free(c);
     routes_free(c);
     keys_free(c);
+    if (c->alerts) {
+        alert_config_deinit(c->alerts);
+        free(c->alerts);
+    }
     memset(c, 0, sizeof *c);
 }
 
@@ -176,11 +189,16 @@ static int rk_apply(struct route_config *c, const struct rk_item *it, const char
     char *p = (char *)c + it->off;
     switch (it->kind) {
     case RK_STR:
-    case RK_PATH: {
+    case RK_PATH:
+    case RK_REDIS_URL: {
         if (!*v)
             return err_set(err, ERR_INVALID_ARG, "%s: must not be empty", where);
         if (it->kind == RK_PATH && v[0] != '/')
             return err_set(err, ERR_INVALID_ARG, "%s: '%s' must be a path starting with /", where, v);
+        struct redis_url u;
+        char e2[ERR_MSG_MAX];
+        if (it->kind == RK_REDIS_URL && redis_url_parse(v, &u, e2))
+            return err_set(err, ERR_INVALID_ARG, "%s: %s", where, e2);
         char *s = strdup(v);
         if (!s)
             return ERR_NOMEM;
@@ -651,6 +669,47 @@ static int rc_limits(struct rc_ctx *x, struct fy_node *map, int line)
     return 0;
 }
 
+/* ---- alerts ---------------------------------------------------------------------------------------- */
+
+/* Whether the router measures m: it sees requests, their status and their timing at the proxy, not the
+ * backends' engines (no tokens, inter-token gaps, queues, KV cache, batch, energy or cost). */
+static bool rc_alert_measure_ok(const struct alert_rule *r)
+{
+    switch (r->measure.kind) {
+    case AM_QUANTILE:
+    case AM_MEAN: return r->measure.hist == ALERT_H_E2E || r->measure.hist == ALERT_H_TTFT;
+    case AM_ERROR_RATE:
+    case AM_REQUESTS_PS:
+    case AM_RUNNING: return true;
+    case AM_BURN_RATE: return r->burn.latency_hist < 0 || r->burn.latency_hist == ALERT_H_E2E ||
+                              r->burn.latency_hist == ALERT_H_TTFT;
+    default: return false;
+    }
+}
+
+static int rc_alerts(struct rc_ctx *x, struct fy_node *v)
+{
+    struct route_config *c = x->c;
+    if (!c->alerts) {
+        if (!(c->alerts = malloc(sizeof *c->alerts)))
+            return err_set(x->err, ERR_NOMEM, "out of memory");
+        alert_config_init(c->alerts);
+    }
+    int rc = alert_config_parse(c->alerts, v, x->name, x->base, x->err);
+    if (rc)
+        return rc;
+    for (int i = 0; i < c->alerts->n_rules; i++) {
+        const struct alert_rule *r = &c->alerts->rules[i];
+        if (!rc_alert_measure_ok(r))
+            return rc_err(x, r->line,
+                          "alerts.rules[%d].measure: '%s' is not measured by wafer route (it has error_rate, "
+                          "requests_per_second, e2e_pNN_ms, ttft_pNN_ms (time to first byte), e2e_mean_ms, "
+                          "ttft_mean_ms, running, burn_rate)",
+                          i, r->measure_name);
+    }
+    return 0;
+}
+
 /* ---- document -------------------------------------------------------------------------------------- */
 
 static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
@@ -675,16 +734,15 @@ static int rc_doc(struct rc_ctx *x, struct fy_document *doc)
             rc = rc_routes(x, v, line);
         else if (!strcmp(key, "limits"))
             rc = rc_limits(x, v, line);
-        else if (!strcmp(key, "cache") && v && fy_node_is_mapping(v) &&
-                 fy_node_mapping_lookup_by_string(v, "url", (size_t)-1))
-            rc = rc_err(x, line, "cache.url: a shared (Redis) cache is not supported yet; use max_bytes and ttl_s");
+        else if (!strcmp(key, "alerts"))
+            rc = rc_alerts(x, v);
         else {
             bool known = false;
             for (int i = 0; i < RK_N_SECTIONS; i++)
                 known |= !strcmp(rk_sections[i], key);
             if (!known)
                 return rc_err(x, line, "unknown section '%s' (known: server, pools, routes, retries, timeouts, "
-                                       "health, cache, limits, resume, dns)", key);
+                                       "health, cache, limits, resume, dns, alerts)", key);
             rc = rc_flat_section(x, key, v, line);
         }
         if (rc)

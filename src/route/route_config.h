@@ -10,10 +10,13 @@
  *   retries:  {max, base_ms, cap_ms}
  *   timeouts: {connect_ms, header_ms, idle_ms}
  *   health:   {path, interval_s, timeout_ms, eject_after, cooldown_s, cooldown_max_s}
- *   cache:    {max_bytes, ttl_s} (max_bytes 0: off)
+ *   cache:    {max_bytes, ttl_s} (max_bytes 0: off), or {url: redis://..., ttl_s, prefix, timeout_ms} (shared)
  *   limits:   {keys: [{key, rpm, tpm, concurrent}, ...], key_file}
  *   resume:   {enabled}
  *   dns:      {refresh_s}
+ *   alerts:   the rules and receivers of `wafer serve` (core/alert.h), on the measures the router has:
+ *             error_rate, requests_per_second, e2e_*, ttft_* (time to first byte), running (in flight),
+ *             burn_rate (on errors, or on e2e / ttft latency)
  */
 #ifndef WAFER_ROUTE_ROUTE_CONFIG_H
 #define WAFER_ROUTE_ROUTE_CONFIG_H
@@ -49,6 +52,8 @@ struct route_rule_conf {
     char *sticky_header; /* lower case, for ROUTE_STICKY_HEADER */
     int line;
 };
+
+struct alert_config;
 
 struct route_key_conf {
     char *key;
@@ -87,12 +92,17 @@ struct route_config {
 
     int64_t cache_max_bytes; /* 0: no cache */
     double cache_ttl_s;
+    char *cache_url;      /* redis://...: the cache is shared in Redis (max_bytes then caps one entry); NULL: in memory */
+    char *cache_prefix;   /* Redis key prefix */
+    int cache_timeout_ms; /* a Redis lookup slower than this is a miss (and Redis is taken for down) */
 
     struct route_key_conf *keys; /* [n_keys]; when any, only these keys are accepted */
     int n_keys;
 
     bool resume;
     double dns_refresh_s; /* 0: resolve host names once */
+
+    struct alert_config *alerts; /* the alerts: section; NULL when there is none */
 };
 
 /* Defaults (port 8080, retries 2 x 25..250 ms, health /ready every 2 s, ...). Release with _deinit. */

@@ -21,6 +21,7 @@
 #include "route/route_cache.h"
 #include "route/route_config.h"
 #include "route/route_limits.h"
+#include "route/route_rcache.h"
 #include "route/upstream.h"
 #include "core/clock.h"
 #include "core/http.h"
@@ -33,7 +34,8 @@
 
 #define RT_MAX_ADDRS 16        /* addresses kept per backend host name */
 #define RT_MAX_TRIED 16        /* attempts remembered per request (log line) */
-#define RT_HIST_BUCKETS 16
+#define RT_HIST_BUCKETS 18
+#define RT_SHARE_RING 11       /* seconds of per-backend attempt counts kept for the dashboard's shares, + 1 */
 
 /* Kinds of backend failure, as counted in wafer_route_backend_errors_total{kind}. */
 enum rt_err_kind { RT_ERR_CONNECT, RT_ERR_TIMEOUT, RT_ERR_5XX, RT_ERR_429, RT_ERR_BROKEN, RT_ERR_GARBAGE, RT_ERR_COUNT_ };
@@ -92,6 +94,8 @@ struct rt_backend {
     uint64_t m_errors[RT_ERR_COUNT_];
     uint64_t m_ejections;
     struct rt_hist ttfb;                /* request start to the response head */
+    uint64_t share_requests[RT_SHARE_RING]; /* m_requests and failures at each of the last seconds */
+    uint64_t share_failures[RT_SHARE_RING]; /* (route_observe.c) */
 
     struct rt_backend *next; /* registry */
 };
@@ -153,6 +157,7 @@ struct rt_table {
 void rt_table_unref(struct rt_table *t);
 
 struct rt_req;
+struct rt_observe;
 
 struct router {
     struct http_server *http;
@@ -160,7 +165,8 @@ struct router {
     struct rt_table *table;        /* current */
     _Atomic(struct rt_plan *) pending; /* posted by the main thread */
     struct rt_backend *backends;   /* registry */
-    struct route_cache *cache;     /* NULL: off */
+    struct route_cache *cache;     /* NULL: off (or shared in Redis) */
+    struct route_rcache *rcache;   /* the shared cache (cache.url), or NULL */
     struct route_limits *limits;   /* NULL: no keys */
     uint64_t limits_gen;           /* bumped when limits is replaced (a reload renumbers the keys) */
     struct rt_req *reqs;           /* in flight */
@@ -174,11 +180,13 @@ struct router {
     uint64_t m_requests;
     uint64_t m_retries, m_fallbacks, m_resumes_ok, m_resumes_failed, m_stream_errors;
     uint64_t m_cache_hits, m_cache_misses, m_cache_bypass;
+    uint64_t m_cache_unavailable;  /* the shared cache could not be asked: bypassed */
     uint64_t m_limited[RT_LIM_COUNT_];
     uint64_t m_no_backend;         /* 503: nothing available */
     uint64_t m_reloads, m_reload_errors;
     struct rt_hist duration;       /* client request start to the last byte handed over */
     struct rt_hist ttfb;           /* client request start to the first byte handed over */
+    struct rt_observe *observe;    /* alert rules, notifications, the dashboard's data (route_observe.c) */
 };
 
 /* ---- route.c ---- */

@@ -58,9 +58,17 @@ char *rt_metrics_render(struct router *r, size_t *len)
     strbuf_printf(&b, "wafer_route_no_backend_total %llu\n", (unsigned long long)r->m_no_backend);
     head(&b, "wafer_route_cache_total", "counter", "Result cache lookups, by outcome.");
     strbuf_printf(&b, "wafer_route_cache_total{result=\"hit\"} %llu\nwafer_route_cache_total{result=\"miss\"} %llu\n"
-           "wafer_route_cache_total{result=\"bypass\"} %llu\n",
+           "wafer_route_cache_total{result=\"bypass\"} %llu\nwafer_route_cache_total{result=\"unavailable\"} %llu\n",
        (unsigned long long)r->m_cache_hits, (unsigned long long)r->m_cache_misses,
-       (unsigned long long)r->m_cache_bypass);
+       (unsigned long long)r->m_cache_bypass, (unsigned long long)r->m_cache_unavailable);
+    if (r->rcache) {
+        struct route_rcache_stats rs;
+        route_rcache_stats_get(r->rcache, &rs);
+        head(&b, "wafer_route_cache_redis_up", "gauge", "1 while the shared cache's Redis connection is up.");
+        strbuf_printf(&b, "wafer_route_cache_redis_up %d\n", rs.up ? 1 : 0);
+        head(&b, "wafer_route_cache_redis_disconnects_total", "counter", "Redis connections lost or dropped.");
+        strbuf_printf(&b, "wafer_route_cache_redis_disconnects_total %llu\n", (unsigned long long)rs.disconnects);
+    }
     if (r->cache) {
         struct route_cache_stats st;
         route_cache_stats_get(r->cache, &st);

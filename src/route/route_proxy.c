@@ -116,6 +116,8 @@ struct rt_req {
     char *cache_key;
     size_t cache_key_len;
     enum rt_cache_state cache;
+    struct route_rcache_get *rget;     /* a Redis lookup in flight */
+    const struct http_request *req;    /* the client's, valid until its response ends */
 
     /* what to answer when every attempt failed */
     int last_status;
@@ -330,6 +332,7 @@ static void req_finish(struct rt_req *q)
 {
     struct router *r = q->r;
     evloop_timer_cancel(r->loop, &q->timer);
+    route_rcache_get_cancel(q->rget);
     if (q->up) {
         up_cancel(q->up);
         q->up = NULL;
@@ -479,9 +482,12 @@ static char *build_full_body(struct rt_req *q, size_t *len)
 
 static void cache_store(struct rt_req *q, const char *body, size_t len)
 {
-    if (q->cache != RC_MISS || !q->r->cache || !q->cache_key)
+    if (q->cache != RC_MISS || !q->cache_key)
         return;
-    route_cache_put(q->r->cache, q->cache_key, q->cache_key_len, body, len, evloop_now_ms());
+    if (q->r->rcache)
+        route_rcache_put(q->r->rcache, q->cache_key, q->cache_key_len, body, len);
+    else if (q->r->cache)
+        route_cache_put(q->r->cache, q->cache_key, q->cache_key_len, body, len, evloop_now_ms());
 }
 
 static void sse_write(struct rt_req *q, json_t *o)
@@ -1411,6 +1417,57 @@ static bool header_has(const struct http_request *req, const char *name, const c
     return false;
 }
 
+/* Answers q from a cached value (it is copied first: the cache may move it). false on OOM (then a miss). */
+static bool answer_hit(struct rt_req *q, const char *val, size_t vlen)
+{
+    char *copy = malloc(vlen + 1);
+    if (!copy)
+        return false;
+    memcpy(copy, val, vlen);
+    copy[vlen] = 0;
+    q->cache = RC_HIT;
+    q->r->m_cache_hits++;
+    q->usage_prompt = q->usage_completion = 0; /* nothing was generated */
+    answer_from_cache(q, copy, vlen);
+    free(copy);
+    return true;
+}
+
+/* Picks the pools (the split's choice, then the fallbacks) and makes the first attempt. */
+static void proxy_route(struct rt_req *q, const struct http_request *req)
+{
+    const struct rt_route *rt = q->route;
+    int first = choose_pool(q->r, rt, req);
+    q->order[q->n_order++] = first;
+    for (int k = 0; k < rt->n_fallback && q->n_order < RT_MAX_ORDER; k++) {
+        bool dup = false;
+        for (int m = 0; m < q->n_order; m++)
+            dup |= q->order[m] == rt->fallback[k];
+        if (!dup)
+            q->order[q->n_order++] = rt->fallback[k];
+    }
+    attempt_next(q);
+}
+
+/* The outcome of a shared-cache (Redis) lookup. Unavailable: the cache is bypassed for this request (and
+ * its answer not stored), the request goes on to a backend. */
+static void on_rcache(void *arg, enum route_rcache_result res, const char *val, size_t len)
+{
+    struct rt_req *q = arg;
+    struct router *r = q->r;
+    q->rget = NULL;
+    if (res == ROUTE_RCACHE_HIT && answer_hit(q, val, len))
+        return;
+    if (res == ROUTE_RCACHE_UNAVAILABLE) {
+        q->cache = RC_BYPASS;
+        r->m_cache_unavailable++;
+    } else {
+        q->cache = RC_MISS;
+        r->m_cache_misses++;
+    }
+    proxy_route(q, q->req);
+}
+
 void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_request *req, enum rt_endpoint ep)
 {
     const char *path = ep == RT_EP_CHAT ? "/v1/chat/completions" : "/v1/completions";
@@ -1549,45 +1606,31 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     http_conn_set_data(c, q);
 
     /* the cache */
-    if (r->cache && cacheable) {
+    if ((r->cache || r->rcache) && cacheable) {
         if (header_has(req, "x-wafer-cache", "bypass") || header_has(req, "cache-control", "no-cache") ||
             header_has(req, "cache-control", "no-store")) {
             q->cache = RC_BYPASS;
             r->m_cache_bypass++;
         } else {
             q->cache_key = cache_key_build(q, &q->cache_key_len);
+            if (q->cache_key && r->rcache) {
+                q->req = req;
+                q->rget = route_rcache_get(r->rcache, q->cache_key, q->cache_key_len, on_rcache, q);
+                if (q->rget)
+                    return; /* goes on in on_rcache */
+                on_rcache(q, ROUTE_RCACHE_UNAVAILABLE, NULL, 0);
+                return;
+            }
             size_t vlen = 0;
             const char *val = q->cache_key ? route_cache_get(r->cache, q->cache_key, q->cache_key_len,
                                                              evloop_now_ms(), &vlen) : NULL;
-            if (val) {
-                q->cache = RC_HIT;
-                r->m_cache_hits++;
-                char *copy = malloc(vlen + 1);
-                if (copy) {
-                    memcpy(copy, val, vlen);
-                    copy[vlen] = 0;
-                    q->usage_prompt = q->usage_completion = 0; /* nothing was generated */
-                    answer_from_cache(q, copy, vlen);
-                    free(copy);
-                    return;
-                }
-            }
+            if (val && answer_hit(q, val, vlen))
+                return;
             q->cache = RC_MISS;
             r->m_cache_misses++;
         }
     }
-
-    /* pools: the split's choice, then the fallbacks */
-    int first = choose_pool(r, rt, req);
-    q->order[q->n_order++] = first;
-    for (int k = 0; k < rt->n_fallback && q->n_order < RT_MAX_ORDER; k++) {
-        bool dup = false;
-        for (int m = 0; m < q->n_order; m++)
-            dup |= q->order[m] == rt->fallback[k];
-        if (!dup)
-            q->order[q->n_order++] = rt->fallback[k];
-    }
-    attempt_next(q);
+    proxy_route(q, req);
 }
 
 /* ---- client events --------------------------------------------------------------------------------- */

@@ -81,6 +81,8 @@ struct server {
     int64_t max_response;        /* bytes one buffered answer may reach (server.max_response, resolved) */
     struct model *model;         /* NULL while loading */
     struct engine *engine;
+    struct model *draft_model;   /* speculative decoding's (server.draft_model), NULL: none */
+    struct engine *draft_engine;
     struct scheduler *sched;
     struct grammar_cache *grammars; /* compiled response formats and grammars, shared by requests */
     atomic_int state;            /* enum server_state */
@@ -97,6 +99,7 @@ struct server {
     /* Where the answer of a batch line goes instead of a connection (api_jobs.c sets it): status, the JSON
      * body the live endpoint would send, and the request id (NULL when none was made). I/O thread. */
     void (*line_answer)(struct server *srv, uint64_t ticket, int status, const char *body, const char *request_id);
+    atomic_uint_fast64_t line_preemptions; /* scheduler preemptions of batch lines' requests (I/O thread writes) */
     _Atomic(struct server_config *) reload; /* SIGHUP: a configuration read again, applied by the I/O thread */
     atomic_bool trim_queued;     /* a malloc_trim job waits in the pool (api_call.c) */
 };
@@ -126,6 +129,15 @@ struct api_call {
     bool return_token_ids;       /* stream chunks carry token_ids (and the first prompt_token_ids) */
     int *ids_sent;               /* [n_reqs * n] tokens whose ids were streamed; -1: prompt ids not yet */
     bool began;                  /* stream headers sent */
+    /* chat tools (tool_choice not none): the answers are read back as tool calls (tool_call.h); the
+     * arrays are the request's, moved here (owned) */
+    bool tools_active;
+    bool tool_auto;  /* tool_choice auto: an answer may be text */
+    bool *tool_text; /* [n_reqs * n] the choice's answer is known to be text: streamed as it comes */
+    int tool_fmt;    /* enum chat_tool_format */
+    struct chat_tool *tools;
+    char **tool_params;
+    int n_tools;
     char cors[384];  /* CORS header lines for the deferred response */
     bool answered; /* a response was sent (and counted) */
     bool logged;   /* its log line was written */
@@ -238,9 +250,11 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, boo
                              int *n_out, struct api_error *e);
 /* Renders messages with the server's chat template and tokenizes the result (BOS as the model says): the
  * template's markup becomes special tokens, the message contents never do (special-token text a user writes
- * stays text). A malloc'd array and its length, or NULL with e filled (param "messages"). */
-int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
-                           int *n_out, struct api_error *e);
+ * stays text); tools[0..n_tools) are listed to the model in the family's tool format (n_tools 0: none). A
+ * malloc'd array and its length, or NULL with e filled (param "messages"). */
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs,
+                           const struct chat_tool *tools, int n_tools, bool add_generation_prompt, int *n_out,
+                           struct api_error *e);
 /* Checks an answer of `bytes` against server.max_response (400 naming what makes it that large: what, e.g.
  * "64 prompts x 16 choices x 120 max_tokens x 21 logprob entries") and reserves it in the server's in-flight
  * budget (503, retry later, when full). true when reserved (given back when the call finishes). */
@@ -290,6 +304,10 @@ bool api_jobs_path(const struct http_request *req);
 void api_jobs_handle(struct server *srv, struct http_conn *c, const struct http_request *req);
 /* On the I/O thread at each wake: starts the lines the runner handed over, cancels those it asked to stop. */
 void api_jobs_pump(struct server *srv);
+/* The dashboard's view of the batch jobs: {batches: {<status>: count, ...} (every process sharing the store),
+ * in_progress: [{id, status, total, completed, failed, created_at}] (the unfinished ones among the 50
+ * newest), queue_lines}; NULL when the Batch API is off or the store cannot be read. Caller owns it. */
+json_t *api_jobs_progress(struct server *srv);
 /* The body limit of a request: the upload limit for POST /v1/files, else 0 (the server's). */
 size_t api_jobs_body_limit(struct server *srv, const struct http_request *req);
 /* The jobs' metrics in Prometheus text (wafer_batches, wafer_batch_lines_total, wafer_batch_queue_lines),

@@ -309,11 +309,12 @@ static bool api_call_alloc_progress(struct api_call *call)
     call->sent = calloc(k ? k : 1, sizeof *call->sent);
     call->sent_text = calloc(k ? k : 1, sizeof *call->sent_text);
     call->fin_sent = calloc(k ? k : 1, sizeof *call->fin_sent);
+    call->tool_text = calloc(k ? k : 1, sizeof *call->tool_text);
     call->seen = calloc((size_t)(call->n_reqs ? call->n_reqs : 1), sizeof *call->seen);
     call->ids_sent = malloc((k ? k : 1) * sizeof *call->ids_sent);
     for (size_t i = 0; call->ids_sent && i < k; i++)
         call->ids_sent[i] = -1;
-    return call->sent && call->sent_text && call->fin_sent && call->seen && call->ids_sent;
+    return call->sent && call->sent_text && call->fin_sent && call->tool_text && call->seen && call->ids_sent;
 }
 
 /* The first finish reason among a request's choices (NULL while all run). */
@@ -379,6 +380,8 @@ void api_call_finish(struct api_call *call)
         sched_req_status_get(r, &st);
         prompt += r->n_prompt;
         gen += st.n_generated;
+        if (call->batch)
+            atomic_fetch_add(&srv->line_preemptions, (uint64_t)st.preemptions);
         if (!finish)
             sched_req_read(r, first_finish, &finish);
         if (st.t_first_token && (ttft == 0 || (double)(st.t_first_token - r->t_arrival) / 1e6 < ttft))
@@ -413,9 +416,17 @@ void api_call_finish(struct api_call *call)
     free(call->reqs);
     free(call->echo_text);
     free(call->item_errs);
+    for (int i = 0; i < call->n_tools; i++) {
+        free((char *)call->tools[i].name);
+        free((char *)call->tools[i].json);
+        free(call->tool_params[i]);
+    }
+    free(call->tools);
+    free(call->tool_params);
     free(call->sent);
     free(call->sent_text);
     free(call->fin_sent);
+    free(call->tool_text);
     free(call->seen);
     free(call->ids_sent);
     bool large = call->reserved >= API_TRIM_BYTES ||

@@ -114,7 +114,7 @@ void api_tokenize(struct api_call *call)
             api_call_fail(call, &e);
             return;
         }
-        ids = api_tokenize_chat(srv, g.messages, g.n_messages, g.add_generation_prompt, &n, &e);
+        ids = api_tokenize_chat(srv, g.messages, g.n_messages, NULL, 0, g.add_generation_prompt, &n, &e);
         n = ids ? n : e.code;
     } else {
         const char *text = g.prompts[0].text;

@@ -66,7 +66,7 @@ void api_stats(struct server *srv, struct http_conn *c, const struct http_reques
         p += n + 1;
     }
     size_t len = 0;
-    char *body = observe_stats_json(srv->obs, window, (int)history, &len);
+    char *body = observe_stats_json(srv->obs, window, (int)history, api_jobs_progress(srv), &len);
     respond_text(srv, c, ROUTE_STATS, body, len, "application/json");
     free(body);
 }

@@ -9,12 +9,19 @@
  * With "return_token_ids": true (vLLM's name) each chunk's choice also carries token_ids, the ids of the
  * tokens whose text it completes, and the first chunk of a choice prompt_token_ids: what a router needs to
  * continue a broken stream elsewhere exactly (prompt + tokens already sent, as a token-id prompt).
+ *
+ * Tools (chat, tool_choice not none): the answer is generated under the tool grammar (tool_call.h) and read
+ * back when its choice ends: calls become message.tool_calls (finish_reason "tool_calls"), text stays
+ * content. A stream holds a tool answer's tokens back and sends, when the choice ends, one tool_calls delta
+ * per call (index, id, type, function {name, arguments}) or the text as one content delta; an auto answer
+ * whose first bytes show it is text (not the call marker) streams token by token like any other.
  */
 #include "core/err.h"
 #include "core/log.h"
 #include "engine/model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
+#include "server/tool_call.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,7 +200,129 @@ struct read_ctx {
     struct api_call *call;
     int i;
     json_t *choices; /* respond_full: the array being filled */
+    char err[ERR_MSG_MAX + 64]; /* a tool answer that cannot be read back ("" when none) */
+    json_t *prompt_lp;          /* echo with logprobs: the prompt's part, built at choice 0, copied into each */
 };
+
+/* echo with logprobs (OpenAI's legacy shape): the prompt tokens' entries, from choice 0's scores (ptoks). The
+ * first token has no logprob (null), as OpenAI's; offsets count bytes of the echoed prompt text (the space a
+ * SentencePiece vocabulary puts before the first word is not in it). */
+static json_t *prompt_logprobs_json(struct api_call *call, int i, const struct sched_choice *ch)
+{
+    const struct sched_req *r = call->reqs[i];
+    int n_top = call->logprobs > 0 ? call->logprobs : 0;
+    size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+    json_t *lp = json_object(), *toks = json_array(), *lps = json_array(), *offs = json_array();
+    json_t *tops = n_top ? json_array() : json_null();
+    size_t off = 0;
+    bool first_piece = true, strip = false;
+    for (int k = 0; k < r->n_prompt; k++) {
+        char piece[256];
+        int n = token_piece(call->srv, r->prompt[k], piece, sizeof piece);
+        if (first_piece && n > 0) {
+            strip = piece[0] == ' ' && !(echo_len && call->echo_text[i][0] == ' ');
+            first_piece = false;
+            json_array_append_new(offs, json_integer(0));
+            off = (size_t)n - (strip ? 1 : 0);
+        } else {
+            json_array_append_new(offs, json_integer((json_int_t)(off < echo_len ? off : echo_len)));
+            off += (size_t)n;
+        }
+        json_array_append_new(toks, api_json_text(piece, (size_t)n));
+        const struct sched_token *t = k > 0 && k - 1 < ch->n_ptoks ? &ch->ptoks[k - 1] : NULL;
+        json_array_append_new(lps, t ? json_real(t->logprob) : json_null());
+        if (!n_top)
+            continue;
+        if (!t || t->top_off < 0) {
+            json_array_append_new(tops, json_null());
+            continue;
+        }
+        json_t *o = json_object();
+        for (int j = 0; j < n_top; j++) {
+            const struct sampler_logprob *sl = &ch->top[t->top_off + j];
+            char p2[256];
+            int n2 = token_piece(call->srv, sl->token, p2, sizeof p2);
+            json_t *key = api_json_text(p2, (size_t)n2);
+            json_object_set_new(o, json_string_value(key), json_real(sl->logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, o);
+    }
+    json_object_set_new(lp, "tokens", toks);
+    json_object_set_new(lp, "token_logprobs", lps);
+    json_object_set_new(lp, "top_logprobs", tops);
+    json_object_set_new(lp, "text_offset", offs);
+    return lp;
+}
+
+/* The request id without its "chatcmpl-" prefix: tool call ids are "call_" + this + indexes. */
+static const char *call_id_tail(const struct api_call *call)
+{
+    const char *dash = strchr(call->id, '-');
+    return dash ? dash + 1 : call->id;
+}
+
+/* One chunk of choice k whose delta is delta (stolen). */
+static void send_delta(struct api_call *call, int k, json_t *delta, const char *finish)
+{
+    json_t *o = envelope(call, true);
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(k));
+    json_object_set_new(choice, "delta", delta);
+    json_object_set_new(choice, "logprobs", json_null());
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_t *choices = json_array();
+    json_array_append_new(choices, choice);
+    json_object_set_new(o, "choices", choices);
+    if (call->include_usage)
+        json_object_set_new(o, "usage", json_null());
+    api_sse_send(call->conn, o);
+}
+
+/* A tool answer's choice, streamed once it ended: each call as a tool_calls delta, or its text as content,
+ * then the finish chunk. */
+static bool stream_tool_choice(struct api_call *call, int k, const struct sched_choice *ch)
+{
+    if (ch->finish == SCHED_RUNNING || ch->finish == SCHED_ERROR || call->fin_sent[k])
+        return true;
+    if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
+        return false;
+    json_t *calls = NULL, *content = NULL;
+    const char *fin = api_finish_name(ch->finish);
+    call->fin_sent[k] = true;
+    call->sent[k] = ch->n_toks;
+    call->sent_text[k] = ch->text_len;
+    if (ch->finish == SCHED_STOP) {
+        char err[ERR_MSG_MAX], id[64];
+        snprintf(id, sizeof id, "call_%s_%d", call_id_tail(call), k);
+        if (tool_calls_parse((enum chat_tool_format)call->tool_fmt, ch->text, ch->text_len, call->tools,
+                             call->tool_params, call->n_tools, id, &calls, &content, err)) {
+            char msg[ERR_MSG_MAX + 64];
+            snprintf(msg, sizeof msg, "tool calls: choice %d: %s", k, err);
+            log_error("%s: %s", call->id, msg);
+            api_sse_send(call->conn, api_error_json(ERR_INTERNAL, NULL, NULL, msg));
+            return true;
+        }
+    }
+    if (calls && json_array_size(calls)) {
+        for (size_t j = 0; j < json_array_size(calls); j++) {
+            json_t *tc = json_deep_copy(json_array_get(calls, j));
+            json_object_set_new(tc, "index", json_integer((json_int_t)j));
+            json_t *delta = json_pack("{s:[o]}", "tool_calls", tc);
+            if (delta)
+                send_delta(call, k, delta, NULL);
+        }
+        fin = "tool_calls";
+        json_decref(content);
+    } else if (content || ch->text_len) {
+        json_t *delta = json_object();
+        json_object_set_new(delta, "content", content ? content : api_json_text(ch->text, ch->text_len));
+        send_delta(call, k, delta, NULL);
+    }
+    json_decref(calls);
+    send_delta(call, k, json_object(), fin ? fin : "length");
+    return true;
+}
 
 /* Streams what is new in choice c of request i: its tokens, then its finish chunk. false when it stopped
  * for backpressure (the rest goes at the next pump, from call->sent). */
@@ -202,6 +331,13 @@ static bool stream_choice(void *ctx, int c, const struct sched_choice *ch)
     struct read_ctx *rc = ctx;
     struct api_call *call = rc->call;
     int k = rc->i * call->n + c;
+    if (call->tools_active && !call->tool_text[k]) {
+        /* auto: once the answer shows it is text, it streams as any text does (nothing was sent yet) */
+        if (call->tool_auto && tool_answer_is_text((enum chat_tool_format)call->tool_fmt, ch->text, ch->text_len))
+            call->tool_text[k] = true;
+        else
+            return stream_tool_choice(call, k, ch);
+    }
     while (call->sent[k] < ch->n_toks) {
         if (http_conn_pending(call->conn) >= API_BACKPRESSURE_BYTES)
             return false;
@@ -268,14 +404,42 @@ static bool full_choice(void *ctx, int c, const struct sched_choice *ch)
     int i = rc->i;
     json_t *lp = NULL;
     size_t echo_len = call->echo_text[i] ? strlen(call->echo_text[i]) : 0;
+    if (call->route != ROUTE_CHAT && call->echo && call->logprobs >= 0) {
+        if (c == 0) {
+            json_decref(rc->prompt_lp);
+            rc->prompt_lp = prompt_logprobs_json(call, i, ch);
+        }
+        lp = json_deep_copy(rc->prompt_lp);
+    }
     for (int t = 0; call->logprobs >= 0 && t < ch->n_toks; t++)
         logprobs_add(call->srv, call, ch, &ch->toks[t], echo_len + ch->toks[t].text_off, &lp);
     json_t *choice = json_object();
     json_object_set_new(choice, "index", json_integer(i * call->n + c));
+    const char *fin = api_finish_name(ch->finish);
     if (call->route == ROUTE_CHAT) {
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string("assistant"));
-        json_object_set_new(m, "content", api_json_text(ch->text ? ch->text : "", ch->text_len));
+        json_t *calls = NULL, *content = NULL;
+        if (call->tools_active && ch->finish == SCHED_STOP) {
+            char err[ERR_MSG_MAX], id[64];
+            snprintf(id, sizeof id, "call_%s_%d", call_id_tail(call), i * call->n + c);
+            if (tool_calls_parse((enum chat_tool_format)call->tool_fmt, ch->text, ch->text_len, call->tools,
+                                 call->tool_params, call->n_tools, id, &calls, &content, err)) {
+                snprintf(rc->err, sizeof rc->err, "tool calls: choice %d: %s", i * call->n + c, err);
+                json_decref(m);
+                json_decref(choice);
+                json_decref(lp);
+                return false;
+            }
+        }
+        if (calls && json_array_size(calls)) {
+            json_object_set_new(m, "content", content ? content : json_null());
+            json_object_set_new(m, "tool_calls", calls);
+            fin = "tool_calls";
+        } else {
+            json_decref(calls);
+            json_object_set_new(m, "content", content ? content : api_json_text(ch->text ? ch->text : "", ch->text_len));
+        }
         json_object_set_new(choice, "message", m);
     } else if (echo_len) {
         char *full = malloc(echo_len + ch->text_len + 1);
@@ -290,7 +454,6 @@ static bool full_choice(void *ctx, int c, const struct sched_choice *ch)
         json_object_set_new(choice, "text", api_json_text(ch->text ? ch->text : "", ch->text_len));
     }
     json_object_set_new(choice, "logprobs", lp ? lp : json_null());
-    const char *fin = api_finish_name(ch->finish);
     json_object_set_new(choice, "finish_reason", json_string(fin ? fin : "length"));
     json_array_append_new(rc->choices, choice);
     return true;
@@ -302,7 +465,15 @@ static void respond_full(struct api_call *call)
     json_t *choices = json_array();
     for (int i = 0; i < call->n_reqs; i++) {
         struct read_ctx rc = {.call = call, .i = i, .choices = choices};
-        sched_req_read(call->reqs[i], full_choice, &rc);
+        bool ok = sched_req_read(call->reqs[i], full_choice, &rc);
+        json_decref(rc.prompt_lp);
+        if (!ok && rc.err[0]) {
+            log_error("%s: %s", call->id, rc.err);
+            json_decref(o);
+            json_decref(choices);
+            api_call_respond_error(call, ERR_INTERNAL, rc.err);
+            return;
+        }
     }
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(call));
@@ -388,18 +559,36 @@ void api_completions(struct api_call *call)
     call->echo = g.echo;
     call->logprobs = g.logprobs;
     call->n = g.n;
+    if (chat && g.tool_choice != GEN_TOOLS_NONE) {
+        char *gbnf = NULL;
+        call->tool_fmt = chat_tool_format_of(srv->chat);
+        if (tool_grammar_build(call->tool_fmt, &g, &gbnf, &e)) {
+            api_call_fail(call, &e);
+            gen_request_deinit(&g);
+            return;
+        }
+        g.constraint_kind = GRAMMAR_KIND_GBNF;
+        g.constraint_text = gbnf;
+        g.constraint_param = "tools";
+        call->tools_active = true;
+        call->tool_auto = g.tool_choice == GEN_TOOLS_AUTO;
+    }
     for (int i = 0; i < n_prompts; i++) {
         const struct gen_prompt *p = chat ? NULL : &g.prompts[i];
         char param[32];
         snprintf(param, sizeof param, n_prompts > 1 ? "prompt[%d]" : chat ? "messages" : "prompt", i);
         int n_toks = 0, max_tokens = 0;
-        int32_t *toks = chat ? api_tokenize_chat(srv, g.messages, g.n_messages, true, &n_toks, &e)
+        int32_t *toks = chat ? api_tokenize_chat(srv, g.messages, g.n_messages, g.tool_choice ? g.tools : NULL,
+                                                 g.tool_choice ? g.n_tools : 0, true, &n_toks, &e)
                              : api_tokenize_prompt(srv, p, g.parse_special, param, &n_toks, &e);
         struct sched_req *r = NULL;
         if (toks && !api_check_context(srv, n_toks, g.max_tokens, &max_tokens, &e))
             r = api_make_sched_req(srv, &g, toks, n_toks, max_tokens, &e);
-        if (r && call->batch)
+        if (r && call->batch) {
             r->priority = SCHED_PRIORITY_BATCH;
+            r->deadline = 0; /* a line waits below live traffic for as long as that takes: its batch's
+                                completion window bounds it, not server.request_timeout */
+        }
         if (r && g.echo && p) {
             if (p->text) {
                 call->echo_text[i] = strdup(p->text);
@@ -423,6 +612,14 @@ void api_completions(struct api_call *call)
             return;
         }
         call->reqs[i] = r;
+    }
+    if (call->tools_active) { /* the calls are read back against the tools' schemas */
+        call->tools = g.tools;
+        call->tool_params = g.tool_params;
+        call->n_tools = g.n_tools;
+        g.tools = NULL;
+        g.tool_params = NULL;
+        g.n_tools = 0;
     }
     gen_request_deinit(&g);
     if (!api_reserve_generation(call, &e))

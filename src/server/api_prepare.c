@@ -115,14 +115,15 @@ int32_t *api_tokenize_prompt(struct server *srv, const struct gen_prompt *p, boo
     return t;
 }
 
-int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs, bool add_generation_prompt,
-                           int *n_out, struct api_error *e)
+int32_t *api_tokenize_chat(struct server *srv, const struct chat_message *msgs, int n_msgs,
+                           const struct chat_tool *tools, int n_tools, bool add_generation_prompt, int *n_out,
+                           struct api_error *e)
 {
     char err[ERR_MSG_MAX];
     struct tok_span *content = NULL;
     size_t n_content = 0;
-    char *text = chat_template_render(srv->chat, msgs, n_msgs, add_generation_prompt, srv->bos_text, srv->eos_text,
-                                      &content, &n_content, err);
+    char *text = chat_template_render_tools(srv->chat, msgs, n_msgs, tools, n_tools, add_generation_prompt,
+                                            srv->bos_text, srv->eos_text, &content, &n_content, err);
     if (!text) {
         api_error_set(e, ERR_INVALID_ARG, "messages", NULL, "%s", err);
         return NULL;
@@ -155,6 +156,8 @@ bool api_reserve_generation(struct api_call *call, struct api_error *e)
         total += (int64_t)r->n_choices * r->max_tokens * per_token;
         if (call->echo_text && call->echo_text[i])
             total += (int64_t)r->n_choices * (int64_t)strlen(call->echo_text[i]) * 2;
+        if (r->prompt_logprobs) /* echo with logprobs: an entry per prompt token in every choice */
+            total += (int64_t)r->n_choices * r->n_prompt * per_token;
     }
     char what[192];
     int n = snprintf(what, sizeof what, "%d prompt%s x %d choice%s x %d max_tokens", prompts, prompts == 1 ? "" : "s",
@@ -248,10 +251,34 @@ struct sched_req *api_make_sched_req(struct server *srv, const struct gen_reques
             return NULL;
         }
     }
+    if (g->n_logit_bias) {
+        int n_vocab = tokenizer_n_vocab(srv->model->tok);
+        for (int i = 0; i < g->n_logit_bias; i++)
+            if (g->logit_bias[i].token >= n_vocab) {
+                sched_req_unref(r);
+                api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL,
+                              "'logit_bias' names token id %d, outside the vocabulary [0, %d)", g->logit_bias[i].token,
+                              n_vocab);
+                return NULL;
+            }
+        if (sched_req_set_logit_bias(r, g->logit_bias, g->n_logit_bias)) {
+            sched_req_unref(r);
+            api_error_set(e, ERR_NOMEM, "", NULL, "out of memory");
+            return NULL;
+        }
+    }
     r->n_logprobs = g->logprobs;
+    r->prompt_logprobs = g->echo && g->logprobs >= 0 && g->kind == API_COMPLETIONS;
     r->ignore_eos = g->ignore_eos;
+    if (g->spec == SCHED_SPEC_DRAFT && !srv->draft_engine) {
+        sched_req_unref(r);
+        api_error_set(e, ERR_INVALID_ARG, "speculation", NULL,
+                      "'speculation': \"draft\" needs a draft model, and this server has none (start it with "
+                      "--draft-model FILE)");
+        return NULL;
+    }
     if (g->spec >= 0)
-        r->spec = g->spec ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+        r->spec = g->spec;
     if (g->prediction && *g->prediction) {
         /* plain text (no BOS, special-token text kept as text): drafts for the tokens the model writes */
         int32_t *pt;

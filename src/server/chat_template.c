@@ -19,6 +19,13 @@
  * prompt merged into a user turn, a turn trimmed as a whole). The server tokenizes the prompt with special
  * tokens parsed only outside those spans, so "</s>" or "<|im_end|>" typed by a user stays text and cannot
  * close their turn, while the template's own markers are the real special tokens.
+ *
+ * Tools (OpenAI's tools, assistant tool_calls and role "tool" results) are rendered in the format each
+ * family's models were trained on, as llama.cpp's common/chat.cpp renders them: Hermes blocks on ChatML
+ * (Qwen 2.5, Hermes 2/3), Meta's JSON calls and ipython turns on Llama 3, [AVAILABLE_TOOLS] / [TOOL_CALLS] /
+ * [TOOL_RESULTS] on Mistral v3 and v7; every other family gets the generic form, which rewrites the
+ * conversation into plain messages (a system message listing the tools, calls and results as JSON) and
+ * renders those. Tool definitions, arguments and results are content, never markup.
  */
 #include "server/chat_template.h"
 
@@ -26,6 +33,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
 #include <ctype.h>
+#include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,7 +256,7 @@ static void buf_clear(struct chat_buf *b)
 
 /* ---- messages ---- */
 
-enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT };
+enum chat_role { ROLE_SYSTEM, ROLE_USER, ROLE_ASSISTANT, ROLE_TOOL };
 
 struct chat_ctx {
     const struct chat_message *msgs;
@@ -256,7 +264,61 @@ struct chat_ctx {
     int n;
     const char *bos, *eos;
     bool gen;
+    const struct chat_tool *tools;
+    int n_tools;
 };
+
+enum chat_tool_format chat_tool_format_of(enum chat_family f)
+{
+    switch (f) {
+    case CHAT_CHATML: return CHAT_TOOLS_HERMES;
+    case CHAT_LLAMA3: return CHAT_TOOLS_LLAMA3;
+    case CHAT_MISTRAL_V3:
+    case CHAT_MISTRAL_V3_TEKKEN:
+    case CHAT_MISTRAL_V7:
+    case CHAT_MISTRAL_V7_TEKKEN: return CHAT_TOOLS_MISTRAL;
+    default: return CHAT_TOOLS_GENERIC;
+    }
+}
+
+const char *chat_tool_format_name(enum chat_tool_format t)
+{
+    switch (t) {
+    case CHAT_TOOLS_LLAMA3: return "llama3";
+    case CHAT_TOOLS_HERMES: return "hermes";
+    case CHAT_TOOLS_MISTRAL: return "mistral";
+    default: return "generic";
+    }
+}
+
+/* Appends s as a JSON string literal (content). */
+static void buf_put_json_string(struct chat_buf *b, const char *s)
+{
+    json_t *j = json_string(s);
+    char *t = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    if (!t)
+        b->oom = true;
+    else
+        buf_put_text(b, t);
+    free(t);
+    json_decref(j);
+}
+
+/* A call's arguments text ("{}" when empty). */
+static const char *call_args(const struct chat_tool_call *tc)
+{
+    return tc->arguments && *tc->arguments ? tc->arguments : "{}";
+}
+
+static bool msg_has_tools(const struct chat_ctx *c)
+{
+    if (c->n_tools)
+        return true;
+    for (int i = 0; i < c->n; i++)
+        if (c->roles[i] == ROLE_TOOL || c->msgs[i].n_tool_calls)
+            return true;
+    return false;
+}
 
 static const char *msg_content(const struct chat_ctx *c, int i)
 {
@@ -276,9 +338,55 @@ static int find_user(const struct chat_ctx *c, bool last)
     return found;
 }
 
+/* Hermes / Qwen 2.5: the tools block ends the (first) system message; calls are <tool_call> blocks in the
+ * assistant turn; consecutive tool results share one user turn of <tool_response> blocks. */
 static void render_chatml(const struct chat_ctx *c, struct chat_buf *b)
 {
-    for (int i = 0; i < c->n; i++) {
+    int first = 0;
+    if (c->n_tools) {
+        buf_puts(b, "<|im_start|>system\n");
+        if (c->n && c->roles[0] == ROLE_SYSTEM) {
+            buf_put_text(b, msg_content(c, 0));
+            buf_puts(b, "\n\n");
+            first = 1;
+        }
+        buf_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        for (int t = 0; t < c->n_tools; t++) {
+            buf_puts(b, "\n");
+            buf_put_text(b, c->tools[t].json);
+        }
+        buf_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    }
+    for (int i = first; i < c->n; i++) {
+        if (c->roles[i] == ROLE_TOOL) {
+            if (i == 0 || c->roles[i - 1] != ROLE_TOOL)
+                buf_puts(b, "<|im_start|>user");
+            buf_puts(b, "\n<tool_response>\n");
+            buf_put_text(b, msg_content(c, i));
+            buf_puts(b, "\n</tool_response>");
+            if (i + 1 == c->n || c->roles[i + 1] != ROLE_TOOL)
+                buf_puts(b, "<|im_end|>\n");
+            continue;
+        }
+        if (c->msgs[i].n_tool_calls) {
+            buf_puts(b, "<|im_start|>assistant\n");
+            buf_put_text(b, msg_content(c, i));
+            for (int k = 0; k < c->msgs[i].n_tool_calls; k++) {
+                const struct chat_tool_call *tc = &c->msgs[i].tool_calls[k];
+                if (k || *msg_content(c, i))
+                    buf_puts(b, "\n");
+                buf_puts(b, "<tool_call>\n{\"name\": ");
+                buf_put_json_string(b, tc->name);
+                buf_puts(b, ", \"arguments\": ");
+                buf_put_text(b, call_args(tc));
+                buf_puts(b, "}\n</tool_call>");
+            }
+            buf_puts(b, "<|im_end|>\n");
+            continue;
+        }
         buf_puts(b, "<|im_start|>");
         buf_puts(b, c->msgs[i].role);
         buf_puts(b, "\n");
@@ -289,13 +397,39 @@ static void render_chatml(const struct chat_ctx *c, struct chat_buf *b)
         buf_puts(b, "<|im_start|>assistant\n");
 }
 
+/* Llama 3.1+ JSON tool calling (Meta's template): the tools and the answer format go into the first user
+ * message; a call is the assistant's whole turn, {"name": N, "parameters": ARGS}; results are ipython turns. */
 static void render_llama3(const struct chat_ctx *c, struct chat_buf *b)
 {
+    int first_user = c->n_tools ? find_user(c, false) : -1;
     for (int i = 0; i < c->n; i++) {
         buf_puts(b, "<|start_header_id|>");
-        buf_puts(b, c->msgs[i].role);
+        buf_puts(b, c->roles[i] == ROLE_TOOL ? "ipython" : c->msgs[i].role);
         buf_puts(b, "<|end_header_id|>\n\n");
-        buf_put_text_trimmed(b, msg_content(c, i));
+        if (i == first_user) {
+            buf_puts(b, "Given the following functions, please respond with a JSON for a function call with its "
+                        "proper arguments that best answers the given prompt.\n\nRespond in the format "
+                        "{\"name\": function name, \"parameters\": dictionary of argument name and its value}. "
+                        "Do not use variables.\n\n");
+            for (int t = 0; t < c->n_tools; t++) {
+                buf_put_text(b, c->tools[t].json);
+                buf_puts(b, "\n\n");
+            }
+        }
+        if (c->msgs[i].n_tool_calls) {
+            for (int k = 0; k < c->msgs[i].n_tool_calls; k++) {
+                const struct chat_tool_call *tc = &c->msgs[i].tool_calls[k];
+                if (k)
+                    buf_puts(b, "\n");
+                buf_puts(b, "{\"name\": ");
+                buf_put_json_string(b, tc->name);
+                buf_puts(b, ", \"parameters\": ");
+                buf_put_text(b, call_args(tc));
+                buf_puts(b, "}");
+            }
+        } else {
+            buf_put_text_trimmed(b, msg_content(c, i));
+        }
         buf_puts(b, "<|eot_id|>");
     }
     if (c->gen)
@@ -383,6 +517,8 @@ static void render_llama2(const struct chat_ctx *c, struct chat_buf *b, struct c
             buf_puts(b, " ");
             buf_puts(b, c->eos);
             break;
+        case ROLE_TOOL: /* never here: rewritten by the generic form, or rendered by render_mistral_tools */
+            break;
         }
     }
     if (sys->len)
@@ -410,6 +546,8 @@ static void render_mistral_legacy(const struct chat_ctx *c, struct chat_buf *b)
         case ROLE_ASSISTANT:
             buf_puts(b, c->eos);
             in_turn = false;
+            break;
+        case ROLE_TOOL: /* never here: rewritten by the generic form, or rendered by render_mistral_tools */
             break;
         }
     }
@@ -451,6 +589,8 @@ static void render_mistral_v1_v3(const struct chat_ctx *c, struct chat_buf *b, s
                 buf_put_text(b, msg_content(c, i));
             buf_puts(b, c->eos);
             break;
+        case ROLE_TOOL: /* never here: rewritten by the generic form, or rendered by render_mistral_tools */
+            break;
         }
     }
     if (sys_at < 0 && sys->len) { /* no user turn to carry it: the system prompt becomes one */
@@ -483,8 +623,160 @@ static void render_mistral_v7(const struct chat_ctx *c, struct chat_buf *b, bool
             buf_put_text(b, msg_content(c, i));
             buf_puts(b, c->eos);
             break;
+        case ROLE_TOOL: /* never here: rewritten by the generic form, or rendered by render_mistral_tools */
+            break;
         }
     }
+}
+
+/* Mistral v3 / v7 with tools: [AVAILABLE_TOOLS] before the last user turn, calls as [TOOL_CALLS] with a JSON
+ * array (each call's 9-character id), results as [TOOL_RESULTS] {"content", "call_id"}. v3 puts the system
+ * prompt into the last user turn, v7 writes [SYSTEM_PROMPT] blocks in place; the tekken variants drop the
+ * spaces after the tags. */
+static void render_mistral_tools(const struct chat_ctx *c, struct chat_buf *b, struct chat_buf *sys,
+                                 enum chat_family f)
+{
+    bool v7 = f == CHAT_MISTRAL_V7 || f == CHAT_MISTRAL_V7_TEKKEN;
+    const char *sp = f == CHAT_MISTRAL_V3 || f == CHAT_MISTRAL_V7 ? " " : "";
+    int last_user = find_user(c, true);
+    if (!v7)
+        for (int i = 0; i < c->n; i++)
+            if (c->roles[i] == ROLE_SYSTEM)
+                buf_put_joined(sys, msg_content(c, i), false);
+    for (int i = 0; i < c->n; i++) {
+        switch (c->roles[i]) {
+        case ROLE_SYSTEM:
+            if (v7) {
+                buf_puts(b, "[SYSTEM_PROMPT]");
+                buf_puts(b, sp);
+                buf_put_text(b, msg_content(c, i));
+                buf_puts(b, "[/SYSTEM_PROMPT]");
+            }
+            break;
+        case ROLE_USER:
+            if (i == last_user && c->n_tools) {
+                buf_puts(b, "[AVAILABLE_TOOLS]");
+                buf_puts(b, sp);
+                buf_puts(b, "[");
+                for (int t = 0; t < c->n_tools; t++) {
+                    if (t)
+                        buf_puts(b, ", ");
+                    buf_put_text(b, c->tools[t].json);
+                }
+                buf_puts(b, "][/AVAILABLE_TOOLS]");
+            }
+            buf_puts(b, "[INST]");
+            buf_puts(b, sp);
+            if (i == last_user && sys->len) {
+                buf_append(b, sys);
+                buf_puts(b, "\n\n");
+            }
+            buf_put_text(b, msg_content(c, i));
+            buf_puts(b, "[/INST]");
+            break;
+        case ROLE_ASSISTANT:
+            if (*msg_content(c, i)) {
+                buf_puts(b, sp);
+                buf_put_text(b, msg_content(c, i));
+            }
+            if (c->msgs[i].n_tool_calls) {
+                buf_puts(b, "[TOOL_CALLS]");
+                buf_puts(b, sp);
+                buf_puts(b, "[");
+                for (int k = 0; k < c->msgs[i].n_tool_calls; k++) {
+                    const struct chat_tool_call *tc = &c->msgs[i].tool_calls[k];
+                    buf_puts(b, k ? ", {\"name\": " : "{\"name\": ");
+                    buf_put_json_string(b, tc->name);
+                    buf_puts(b, ", \"arguments\": ");
+                    buf_put_text(b, call_args(tc));
+                    if (tc->id) {
+                        buf_puts(b, ", \"id\": ");
+                        buf_put_json_string(b, tc->id);
+                    }
+                    buf_puts(b, "}");
+                }
+                buf_puts(b, "]");
+            }
+            buf_puts(b, c->eos);
+            break;
+        case ROLE_TOOL:
+            buf_puts(b, "[TOOL_RESULTS]");
+            buf_puts(b, sp);
+            buf_puts(b, "{\"content\": ");
+            buf_put_json_string(b, msg_content(c, i));
+            if (c->msgs[i].tool_call_id) {
+                buf_puts(b, ", \"call_id\": ");
+                buf_put_json_string(b, c->msgs[i].tool_call_id);
+            }
+            buf_puts(b, "}[/TOOL_RESULTS]");
+            break;
+        }
+    }
+}
+
+/* The generic tool form: the conversation rewritten into system / user / assistant messages (tools listed
+ * in a first system message, calls and results as JSON), for families with no tool format of their own.
+ * *out gets the messages (strings in *texts, all malloc'd; free with generic_free). 0 or ERR_NOMEM. */
+static int generic_rewrite(const struct chat_ctx *c, struct chat_message **out, int *n_out)
+{
+    int n = c->n + (c->n_tools ? 1 : 0), k = 0;
+    struct chat_message *m = calloc((size_t)n, sizeof *m);
+    if (!m)
+        return ERR_NOMEM;
+    *out = m;
+    *n_out = 0;
+    if (c->n_tools) {
+        struct chat_buf t = {0};
+        buf_puts(&t, "You can call these tools:\n");
+        for (int i = 0; i < c->n_tools; i++) {
+            buf_puts(&t, c->tools[i].json);
+            buf_puts(&t, "\n");
+        }
+        buf_puts(&t, "\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": <tool name>, \"arguments\": "
+                     "<arguments object>}]} to call tools, or {\"response\": <your answer>} to answer directly.");
+        free(t.sp);
+        if (t.oom || !t.p)
+            return ERR_NOMEM;
+        m[k].role = "system";
+        m[k++].content = t.p;
+        *n_out = k;
+    }
+    for (int i = 0; i < c->n; i++, k++) {
+        const struct chat_message *src = &c->msgs[i];
+        json_t *o = NULL;
+        m[k].role = c->roles[i] == ROLE_TOOL ? "user" : src->role;
+        if (c->roles[i] == ROLE_TOOL) {
+            o = json_pack("{s:{s:s?,s:s?,s:s}}", "tool_response", "tool_call_id", src->tool_call_id, "name",
+                          src->name, "content", msg_content(c, i));
+        } else if (src->n_tool_calls) {
+            json_t *calls = json_array();
+            for (int j = 0; calls && j < src->n_tool_calls; j++) {
+                json_t *args = json_loads(call_args(&src->tool_calls[j]), JSON_DECODE_ANY, NULL);
+                json_array_append_new(calls, json_pack("{s:s,s:o}", "name", src->tool_calls[j].name, "arguments",
+                                                       args ? args : json_string(call_args(&src->tool_calls[j]))));
+            }
+            o = calls ? json_pack("{s:o}", "tool_calls", calls) : NULL;
+        }
+        if (o) {
+            m[k].content = json_dumps(o, 0);
+            json_decref(o);
+        } else if (c->roles[i] == ROLE_TOOL || src->n_tool_calls) {
+            m[k].content = NULL;
+        } else {
+            m[k].content = strdup(msg_content(c, i));
+        }
+        *n_out = k + 1;
+        if (!m[k].content)
+            return ERR_NOMEM;
+    }
+    return 0;
+}
+
+static void generic_free(struct chat_message *m, int n)
+{
+    for (int i = 0; m && i < n; i++)
+        free((char *)m[i].content);
+    free(m);
 }
 
 char *chat_template_apply(enum chat_family f, const struct chat_message *msgs, int n_msgs,
@@ -497,6 +789,17 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
                            bool add_generation_prompt, const char *bos_text, const char *eos_text,
                            struct tok_span **content, size_t *n_content, char *err)
 {
+    return chat_template_render_tools(f, msgs, n_msgs, NULL, 0, add_generation_prompt, bos_text, eos_text, content,
+                                      n_content, err);
+}
+
+char *chat_template_render_tools(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                                 const struct chat_tool *tools, int n_tools, bool add_generation_prompt,
+                                 const char *bos_text, const char *eos_text, struct tok_span **content,
+                                 size_t *n_content, char *err)
+{
+    struct chat_message *gm = NULL;
+    int n_gm = 0;
     struct chat_buf out = {0}, sys = {0}, tmp = {0};
     enum chat_role *roles = NULL;
     if (content)
@@ -512,7 +815,7 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
         err_set(err, ERR_INVALID_ARG, "messages must contain at least one message");
         return NULL;
     }
-    roles = malloc((size_t)n_msgs * sizeof(*roles));
+    roles = malloc(((size_t)n_msgs + 1) * sizeof(*roles)); /* + 1: the generic form's tools message */
     if (!roles)
         goto oom;
     for (int i = 0; i < n_msgs; i++) {
@@ -527,9 +830,16 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
             roles[i] = ROLE_USER;
         } else if (strcmp(r, "assistant") == 0) {
             roles[i] = ROLE_ASSISTANT;
+        } else if (strcmp(r, "tool") == 0) {
+            roles[i] = ROLE_TOOL;
         } else {
             err_set(err, ERR_INVALID_ARG,
-                    "messages[%d].role is \"%.64s\": only \"system\", \"user\" and \"assistant\" are supported", i, r);
+                    "messages[%d].role is \"%.64s\": only \"system\", \"user\", \"assistant\" and \"tool\" are "
+                    "supported", i, r);
+            goto fail;
+        }
+        if (msgs[i].n_tool_calls && roles[i] != ROLE_ASSISTANT) {
+            err_set(err, ERR_INVALID_ARG, "messages[%d] has tool_calls: only assistant messages make calls", i);
             goto fail;
         }
     }
@@ -540,7 +850,22 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
         .bos = bos_text ? bos_text : "<s>",
         .eos = eos_text ? eos_text : "</s>",
         .gen = add_generation_prompt,
+        .tools = tools,
+        .n_tools = n_tools > 0 && tools ? n_tools : 0,
     };
+    if (msg_has_tools(&c) && chat_tool_format_of(f) == CHAT_TOOLS_GENERIC) {
+        if (generic_rewrite(&c, &gm, &n_gm))
+            goto oom;
+        for (int i = 0; i < n_gm; i++) /* the rewritten roles: system, user or assistant */
+            roles[i] = !strcmp(gm[i].role, "system") ? ROLE_SYSTEM : !strcmp(gm[i].role, "user") ? ROLE_USER
+                                                                                                 : ROLE_ASSISTANT;
+        c.msgs = gm;
+        c.n = n_gm;
+        c.n_tools = 0;
+    } else if (msg_has_tools(&c) && chat_tool_format_of(f) == CHAT_TOOLS_MISTRAL) {
+        render_mistral_tools(&c, &out, &sys, f);
+        goto rendered;
+    }
     switch (f) {
     case CHAT_CHATML:
         render_chatml(&c, &out);
@@ -575,6 +900,7 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
     default:
         break;
     }
+rendered:
     if (out.oom || sys.oom || tmp.oom)
         goto oom;
     if (!out.p) { /* every message empty: an empty prompt is still a prompt */
@@ -583,6 +909,7 @@ char *chat_template_render(enum chat_family f, const struct chat_message *msgs, 
             goto oom;
     }
     free(roles);
+    generic_free(gm, n_gm);
     buf_free(&sys);
     buf_free(&tmp);
     if (content && n_content) {
@@ -596,6 +923,7 @@ oom:
     err_set(err, ERR_NOMEM, "out of memory rendering the chat prompt");
 fail:
     free(roles);
+    generic_free(gm, n_gm);
     buf_free(&out);
     buf_free(&sys);
     buf_free(&tmp);

@@ -28,10 +28,42 @@ enum chat_family {
     CHAT_FAMILY_COUNT_
 };
 
-struct chat_message {
-    const char *role; /* "system", "user", "assistant" (others refused) */
-    const char *content;
+/* A function call an assistant message made (OpenAI's message.tool_calls[i]). */
+struct chat_tool_call {
+    const char *id;        /* may be NULL */
+    const char *name;
+    const char *arguments; /* the arguments object as JSON text */
 };
+
+struct chat_message {
+    const char *role; /* "system", "user", "assistant", "tool" (others refused) */
+    const char *content;
+    const struct chat_tool_call *tool_calls; /* assistant: the calls it made, [n_tool_calls]; may be NULL */
+    int n_tool_calls;
+    const char *tool_call_id; /* tool: the call this message answers (may be NULL) */
+    const char *name;         /* tool: the function's name (may be NULL) */
+};
+
+/* A function the model may call (OpenAI's tools[i].function). */
+struct chat_tool {
+    const char *name;
+    const char *json; /* the whole tool as JSON text, {"type": "function", "function": {name, description,
+                         parameters}}, written into the prompt as the family's template writes it */
+};
+
+/* How a family's models write tool calls (and how tools, calls and results are rendered):
+ * LLAMA3  {"name": N, "parameters": ARGS} as the whole answer (Meta's Llama 3.1+ JSON tool calling; one
+ *         call per turn), results in "ipython" turns;
+ * HERMES  <tool_call>\n{"name": N, "arguments": ARGS}\n</tool_call>, one or more (Hermes 2/3, Qwen 2.5 on
+ *         ChatML), results in <tool_response> blocks of a user turn;
+ * MISTRAL [TOOL_CALLS][{"name": N, "arguments": ARGS, "id": 9 alphanumerics}, ...] (v3 / v7, tekken or
+ *         not), results in [TOOL_RESULTS] blocks;
+ * GENERIC every other family: the answer is one JSON object, {"tool_calls": [{"name", "arguments"}...]}
+ *         or (tool_choice auto) {"response": TEXT}; tools listed in a system message, results as user
+ *         turns holding {"tool_response": ...}. */
+enum chat_tool_format { CHAT_TOOLS_GENERIC, CHAT_TOOLS_LLAMA3, CHAT_TOOLS_HERMES, CHAT_TOOLS_MISTRAL };
+enum chat_tool_format chat_tool_format_of(enum chat_family f);
+const char *chat_tool_format_name(enum chat_tool_format t);
 
 /* Family from template text (NULL or unrecognized -> CHAT_NONE). A text that is exactly a family name
  * gives that family. Templates of families we do not render (phi4, SmolVLM, GLM) give CHAT_NONE rather
@@ -62,5 +94,13 @@ struct tok_span;
 char *chat_template_render(enum chat_family f, const struct chat_message *msgs, int n_msgs,
                            bool add_generation_prompt, const char *bos_text, const char *eos_text,
                            struct tok_span **content, size_t *n_content, char *err);
+
+/* chat_template_render with tools[0..n_tools) offered to the model (n_tools 0: none listed; tool messages
+ * and assistant tool calls are rendered either way), in the family's tool format (chat_tool_format_of).
+ * Tool definitions, call arguments and tool results are content, never markup. */
+char *chat_template_render_tools(enum chat_family f, const struct chat_message *msgs, int n_msgs,
+                                 const struct chat_tool *tools, int n_tools, bool add_generation_prompt,
+                                 const char *bos_text, const char *eos_text, struct tok_span **content,
+                                 size_t *n_content, char *err);
 
 #endif

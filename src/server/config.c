@@ -75,7 +75,11 @@ static const struct cfg_item cfg_items[] = {
     {"server", "body_timeout", "--body-timeout", CK_SECONDS, OFF(body_timeout), 0, 0.001, 1e6,
      "seconds to receive a request body (default 30)"},
     {"server", "spec", "--spec", CK_STR, OFF(spec), 0, 0, 0,
-     "speculative decoding's drafts besides a request's prediction: off (default) or ngram (prompt lookup)"},
+     "speculative decoding's drafts besides a request's prediction: off (default), ngram (prompt lookup) or draft "
+     "(the draft model's; the default when server.draft_model is set)"},
+    {"server", "draft_model", "--draft-model", CK_PATH, OFF(draft_model_path), 0, 0, 0,
+     "speculative decoding's draft model: a small GGUF with the same vocabulary (e.g. a smaller or more quantized "
+     "sibling); its drafts are verified, the output is the same"},
     {"server", "draft_max", "--draft-max", CK_INT, OFF(draft_max), 0, 0, SCHED_DRAFT_MAX,
      "most drafted tokens a sequence verifies per step (default 16; 0: no speculation, predictions ignored)"},
     {"server", "draft_min", "--draft-min", CK_INT, OFF(draft_min), 0, 0, SCHED_DRAFT_MAX,
@@ -119,7 +123,9 @@ static const struct cfg_item cfg_items[] = {
     {"jobs", "max_lines", "--max-batch-lines", CK_INT, OFF(jobs_max_lines), 0, 1, 10000000,
      "requests per batch input file (default 50000)"},
     {"jobs", "max_inflight", "--batch-inflight", CK_INT, OFF(jobs_max_inflight), 0, 0, 100000,
-     "batch lines running at once (default: max-batch-size; 0: batch jobs off)"},
+     "batch lines started at once (default: 2 x max-batch-size; 0: batch jobs off)"},
+    {"jobs", "lease", "--batch-lease", CK_SECONDS, OFF(jobs_lease), 0, 0.1, 86400,
+     "Redis queue: seconds a line stays with a worker that stopped renewing it (default 30)"},
     {"slo", "itl_p95_ms", "--slo-itl-p95-ms", CK_DOUBLE, OFF(slo_itl_p95_ms), 0, 0, 1e6,
      "inter-token latency p95 target: the batch size adapts to it (0: off)"},
     {"slo", "ttft_p95_ms", "--slo-ttft-p95-ms", CK_DOUBLE, OFF(slo_ttft_p95_ms), 0, 0, 1e7,
@@ -193,6 +199,7 @@ void server_config_deinit(struct server_config *c)
     free(c->jobs_queue);
     free(c->backend);
     free(c->spec);
+    free(c->draft_model_path);
     free(c->host);
     free(c->log_level);
     cfg_list_clear(c->aliases, &c->n_aliases);
@@ -658,8 +665,11 @@ int server_config_check(const struct server_config *c, char *err)
     if (c->slo_min_batch && c->slo_max_batch && c->slo_min_batch > c->slo_max_batch)
         return err_set(err, ERR_INVALID_ARG, "slo.min_batch_size (%d) is above slo.max_batch_size (%d)",
                        c->slo_min_batch, c->slo_max_batch);
-    if (c->spec && strcmp(c->spec, "off") && strcmp(c->spec, "ngram"))
-        return err_set(err, ERR_INVALID_ARG, "server.spec: '%s' is not a draft source (off, ngram)", c->spec);
+    if (c->spec && strcmp(c->spec, "off") && strcmp(c->spec, "ngram") && strcmp(c->spec, "draft"))
+        return err_set(err, ERR_INVALID_ARG, "server.spec: '%s' is not a draft source (off, ngram, draft)", c->spec);
+    if (c->spec && !strcmp(c->spec, "draft") && !c->draft_model_path)
+        return err_set(err, ERR_INVALID_ARG, "server.spec: draft needs a draft model: set server.draft_model (or "
+                       "--draft-model FILE)");
     if (c->max_body < 1024)
         return err_set(err, ERR_INVALID_ARG, "server.max_body must be at least 1KiB (got %lld bytes)",
                        (long long)c->max_body);

@@ -7,7 +7,7 @@
  *   model:      {name, path, aliases: [..], chat_template}
  *   server:     {host, port, threads, backend, ctx_size, max_batch_size, kv_memory, max_queue, request_timeout,
  *                drain_timeout, prefill_chunk, max_body, max_connections, header_timeout, body_timeout,
- *                spec, draft_max, draft_min, draft_fixed,
+ *                spec, draft_model, draft_max, draft_min, draft_fixed,
  *                log_requests, log_level, workers, max_response, max_inflight, parse_special}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
  *   auth:       {api_keys: [..], api_key_file}
@@ -54,7 +54,9 @@ struct server_config {
     int max_connections;
     double header_timeout; /* seconds */
     double body_timeout;   /* seconds */
-    char *spec;            /* speculative decoding's n-gram drafts: "off" (NULL too) or "ngram" */
+    char *spec;            /* speculative decoding's drafts: "off", "ngram" or "draft"; NULL: "draft" when
+                              draft_model_path is set, else "off" */
+    char *draft_model_path; /* the draft model's GGUF, or NULL */
     int draft_max;         /* most drafted tokens per sequence and step (0: no speculation) */
     int draft_min;         /* shorter drafts are not verified */
     bool draft_fixed;      /* verify drafts whole (sched_params.draft_adaptive off) */
@@ -82,7 +84,8 @@ struct server_config {
     char *jobs_queue;             /* NULL: SQLite under the data dir; redis://...: Redis */
     int64_t jobs_max_file_bytes;  /* largest upload -> 413 (default 200 MB) */
     int jobs_max_lines;           /* requests per input file (default 50,000) */
-    int jobs_max_inflight;        /* batch lines running at once; -1: max_batch_size; 0: no runner */
+    int jobs_max_inflight;        /* batch lines started at once; -1: 2 x max_batch_size; 0: no runner */
+    double jobs_lease;            /* seconds before another worker may take a line not renewed; 0: default */
     /* observability (docs/observability.md) */
     struct alert_config *alerts; /* the alerts: section; NULL when absent */
     bool batch_auto;             /* server.max_batch_size: auto (slots: slo_max_batch, limit by the controller) */

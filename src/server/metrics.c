@@ -236,7 +236,7 @@ void metrics_sample(struct metrics *m, struct alert_sample *s)
 void metrics_gauges_init(struct metrics_gauges *g)
 {
     memset(g, 0, sizeof *g);
-    g->batch_limit = g->cost_per_hour = g->cost_total = g->cost_per_mtok = NAN;
+    g->batch_limit = g->prefill_chunk = g->cost_per_hour = g->cost_total = g->cost_per_mtok = NAN;
     g->energy_joules = g->tokens_per_joule = g->energy_est_joules = g->tokens_per_joule_est = NAN;
     g->alerts_firing = g->alerts_pending = -1;
     g->notif_pending = -1;
@@ -358,6 +358,9 @@ char *metrics_render(struct metrics *m, const struct metrics_gauges *g, size_t *
     mb_gauge(&b, "wafer_ready", "1 when the server accepts generation requests.", g->ready);
     mb_float(&b, "wafer_batch_limit", "gauge", "Running sequences the scheduler admits now (the SLO controller's choice).",
              g->batch_limit);
+    mb_float(&b, "wafer_prefill_chunk", "gauge",
+             "Prompt tokens one engine step carries now (server.prefill_chunk, or the SLO controller's choice).",
+             g->prefill_chunk);
     mb_float(&b, "wafer_cost_per_hour_dollars", "gauge", "Configured price of the machine (cost.per_hour).",
              g->cost_per_hour);
     mb_float(&b, "wafer_cost_dollars_total", "counter", "Machine cost accrued since start (cost.per_hour).",

@@ -52,6 +52,7 @@ struct metrics_gauges {
     int ready; /* 1 ready, 0 loading or draining */
     /* what observe.c adds (observe_fill_gauges); NaN or negative: the metric is absent */
     double batch_limit;            /* wafer_batch_limit: running sequences the scheduler admits now */
+    double prefill_chunk;          /* wafer_prefill_chunk: prompt tokens a step carries now */
     double cost_per_hour;          /* wafer_cost_per_hour_dollars */
     double cost_total;             /* wafer_cost_dollars_total: machine cost accrued since start */
     double cost_per_mtok;          /* wafer_cost_per_million_tokens_dollars, over the last minute */

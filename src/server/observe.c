@@ -94,24 +94,10 @@ struct observe *observe_create(const struct server_config *cfg, struct metrics *
     pthread_condattr_destroy(&ca);
     alert_sample_init(&o->last, o->t_start_ns);
 
-    char *db = NULL;
-    const char *dir = o->acfg->data_dir;
-    if (dir) {
-        if (mkdir(dir, 0755) && errno != EEXIST) {
-            err_set(err, ERR_IO, "alerts.data_dir: cannot create '%s': %s", dir, strerror(errno));
-            goto fail;
-        }
-        if (asprintf(&db, "%s/alerts.sqlite", dir) < 0) {
-            db = NULL;
-            err_set(err, ERR_NOMEM, "out of memory");
-            goto fail;
-        }
-    } else if (o->acfg->n_receivers) {
+    if (!o->acfg->data_dir && o->acfg->n_receivers)
         log_warn("alerts: no alerts.data_dir: alert states and pending notifications live in memory and a restart "
                  "loses them");
-    }
-    o->store = alert_store_open(db, err);
-    free(db);
+    o->store = alert_store_open_dir(o->acfg->data_dir, err);
     if (!o->store)
         goto fail;
     o->engine = alert_engine_create(o->acfg, o->store, o->t_start_ns, wall_now());
@@ -145,7 +131,8 @@ struct observe *observe_create(const struct server_config *cfg, struct metrics *
                                 .window_s = cfg->slo_window_s, .min_batch = cfg->slo_min_batch ? cfg->slo_min_batch : 1,
                                 .max_batch = cfg->slo_max_batch && cfg->slo_max_batch < cfg->max_batch_size
                                                  ? cfg->slo_max_batch
-                                                 : cfg->max_batch_size};
+                                                 : cfg->max_batch_size,
+                                .max_chunk = cfg->prefill_chunk};
         slo_control_init(&o->slo, &sp, sp.max_batch, 0);
     }
     return o;
@@ -202,6 +189,7 @@ static void take_sample(struct observe *o, struct alert_sample *s)
         s->gauge[ALERT_G_PREFIX_USAGE] =
             st.kv_blocks_total ? (double)st.prefix_cache_blocks / (double)st.kv_blocks_total : 0;
         s->gauge[ALERT_G_BATCH_LIMIT] = st.max_running;
+        s->gauge[ALERT_G_PREFILL_CHUNK] = st.prefill_chunk;
     }
     if (o->energy)
         s->counter[ALERT_C_ENERGY_J] = energy_meter_read(o->energy);
@@ -226,10 +214,19 @@ static void slo_tick(struct observe *o, const struct alert_sample *s)
     struct slo_input in = {.itl_p95_ms = measure(o, "itl_p95_ms", s, w),
                            .ttft_p95_ms = measure(o, "ttft_p95_ms", s, w),
                            .output_tps = measure(o, "output_tokens_per_second", s, w),
+                           .itl_p50_ms = measure(o, "itl_p50_ms", s, w),
                            .running = (int)s->gauge[ALERT_G_RUNNING],
                            .waiting = (int)s->gauge[ALERT_G_WAITING]};
-    int before = o->slo.limit;
+    int before = o->slo.limit, chunk_before = o->slo.chunk;
     int now_limit = slo_control_step(&o->slo, &in, (double)(s->t_ns - o->t_start_ns) / 1e9);
+    if (o->slo.chunk > 0 && o->slo.chunk != scheduler_prefill_chunk(sched)) {
+        scheduler_set_prefill_chunk(sched, o->slo.chunk);
+        if (o->slo.chunk != chunk_before)
+            log_info("slo: prefill chunk %d -> %d (%s; ITL p95 %.2f ms, p50 %.2f ms, TTFT p95 %.1f ms, %d running, "
+                     "%d waiting)",
+                     chunk_before, o->slo.chunk, o->slo.reason, in.itl_p95_ms, in.itl_p50_ms, in.ttft_p95_ms,
+                     in.running, in.waiting);
+    }
     if (now_limit != scheduler_max_running(sched)) {
         scheduler_set_max_running(sched, now_limit);
         if (now_limit != before)
@@ -458,6 +455,7 @@ void observe_fill_gauges(struct observe *o, struct metrics_gauges *g)
     fresh_sample(o, &s);
     struct scheduler *sched = atomic_load(&o->sched);
     g->batch_limit = sched ? scheduler_max_running(sched) : NAN;
+    g->prefill_chunk = sched ? scheduler_prefill_chunk(sched) : NAN;
     if (o->cfg->cost_per_hour > 0) {
         g->cost_per_hour = o->cfg->cost_per_hour;
         g->cost_total = s.counter[ALERT_C_COST];
@@ -520,68 +518,11 @@ static char *dump(json_t *o, size_t *len)
 
 char *observe_alerts_json(struct observe *o, size_t *len)
 {
-    int n;
+    /* views point into the rules: hold them against a reload; interval_s is the reloaded rules' */
     pthread_rwlock_rdlock(&o->swap);
-    struct alert_view *v = alert_engine_views(o->engine, true, &n);
-    json_t *alerts = json_array(), *rules = json_array();
-    for (int i = 0; i < n; i++) {
-        const struct alert_view *a = &v[i];
-        const struct alert_rule *r = a->rule;
-        char val[48], fp[17];
-        snprintf(val, sizeof val, "%g", a->value);
-        alert_fingerprint_format(a->fingerprint, fp);
-        if (a->state == ALERT_PENDING || a->state == ALERT_FIRING) {
-            /* Prometheus's /api/v1/alerts shape */
-            json_t *x = json_object();
-            json_object_set(x, "labels", a->labels);
-            json_object_set(x, "annotations", a->annotations);
-            json_object_set_new(x, "state", json_string(alert_state_name(a->state)));
-            json_object_set_new(x, "activeAt", time_or_null(a->active_at));
-            json_object_set_new(x, "value", json_string(val));
-            json_array_append_new(alerts, x);
-        }
-        json_t *y = json_object();
-        json_object_set_new(y, "name", json_string(r->name));
-        json_object_set_new(y, "measure", json_string(r->measure_name));
-        json_object_set_new(y, "op", json_string(op_name(r->op)));
-        json_object_set_new(y, "threshold", json_real(r->threshold));
-        json_object_set_new(y, "window_s", json_real(r->window_s > 0 ? r->window_s : o->rules->interval_s));
-        json_object_set_new(y, "for_s", json_real(r->for_s));
-        json_object_set_new(y, "severity", r->severity ? json_string(r->severity) : json_null());
-        json_object_set_new(y, "state", json_string(alert_state_name(a->state)));
-        json_object_set_new(y, "value", num_or_null(a->value));
-        json_object_set_new(y, "activeAt", time_or_null(a->active_at));
-        json_object_set_new(y, "firedAt", time_or_null(a->fired_at));
-        json_object_set_new(y, "resolvedAt", time_or_null(a->resolved_at));
-        json_object_set_new(y, "fingerprint", json_string(fp));
-        json_object_set(y, "labels", a->labels);
-        json_object_set(y, "annotations", a->annotations);
-        json_array_append_new(rules, y);
-    }
-    alert_views_free(v, n);
-    json_t *data = json_object();
-    json_object_set_new(data, "alerts", alerts);
-    json_t *root = json_object();
-    json_object_set_new(root, "status", json_string("success"));
-    json_object_set_new(root, "data", data);
-    json_object_set_new(root, "rules", rules);
-    json_object_set_new(root, "interval_s", json_real(o->rules->interval_s));
+    char *out = notify_alerts_json(o->engine, o->rules, o->notify, len);
     pthread_rwlock_unlock(&o->swap);
-    if (o->notify) {
-        struct notify_stats ns;
-        notify_stats_get(o->notify, &ns);
-        json_t *nj = json_object();
-        json_object_set_new(nj, "sent", json_integer(ns.sent));
-        json_object_set_new(nj, "failed_posts", json_integer(ns.failed_posts));
-        json_object_set_new(nj, "dropped", json_integer(ns.dropped));
-        json_object_set_new(nj, "pending", json_integer(ns.pending));
-        json_t *recv = json_array();
-        for (int i = 0; i < o->acfg->n_receivers; i++)
-            json_array_append_new(recv, json_string(o->acfg->receivers[i].name));
-        json_object_set_new(nj, "receivers", recv);
-        json_object_set_new(root, "notifications", nj);
-    }
-    return dump(root, len);
+    return out;
 }
 
 /* The charted measures at one-second steps over the last n seconds, oldest first. */
@@ -590,7 +531,7 @@ static json_t *stats_history(struct observe *o, double window_s, int n, const st
     static const char *const charted[] = {
         "output_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms",
         "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms", "running", "waiting",
-        "batch_limit", "kv_usage", "prefix_cache_usage", "error_rate",
+        "batch_limit", "prefill_chunk", "kv_usage", "prefix_cache_usage", "error_rate",
     };
     json_t *h = json_object(), *t = json_array();
     json_object_set_new(h, "t", t);
@@ -608,13 +549,13 @@ static json_t *stats_history(struct observe *o, double window_s, int n, const st
     return h;
 }
 
-char *observe_stats_json(struct observe *o, double window_s, int history, size_t *len)
+char *observe_stats_json(struct observe *o, double window_s, int history, json_t *jobs, size_t *len)
 {
     static const char *const windowed[] = {
         "output_tokens_per_second", "prompt_tokens_per_second", "requests_per_second", "ttft_p50_ms", "ttft_p95_ms",
         "ttft_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms", "e2e_p99_ms",
         "queue_p50_ms", "queue_p95_ms", "queue_p99_ms", "error_rate", "preemptions_per_second", "running",
-        "waiting", "kv_usage", "prefix_cache_usage", "batch_limit", "watts", "tokens_per_joule",
+        "waiting", "kv_usage", "prefix_cache_usage", "batch_limit", "prefill_chunk", "watts", "tokens_per_joule",
     };
     struct alert_sample s, last;
     pthread_mutex_lock(&o->mu);
@@ -696,6 +637,7 @@ char *observe_stats_json(struct observe *o, double window_s, int history, size_t
                         o->cfg->slo_ttft_p95_ms > 0 ? json_real(o->cfg->slo_ttft_p95_ms) : json_null());
     json_object_set_new(slo, "auto", json_boolean(o->cfg->batch_auto));
     json_object_set_new(root, "slo", slo);
+    json_object_set_new(root, "jobs", jobs ? jobs : json_null());
     if (history > 1)
         json_object_set_new(root, "history", stats_history(o, window_s, history, &s));
     return dump(root, len);

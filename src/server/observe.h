@@ -16,6 +16,7 @@
 #ifndef WAFER_SERVER_OBSERVE_H
 #define WAFER_SERVER_OBSERVE_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 struct server_config;
@@ -49,8 +50,9 @@ void observe_fill_gauges(struct observe *o, struct metrics_gauges *g);
 char *observe_alerts_json(struct observe *o, size_t *len);
 /* GET /v1/stats: the measures over the last window_s (the dashboard's data), totals, answers by kind,
  * active alerts; with history > 0, also the charted measures once a second over the last `history`
- * seconds ({"t": [seconds ago], name: [values]}). malloc'd; NULL on OOM. */
-char *observe_stats_json(struct observe *o, double window_s, int history, size_t *len);
+ * seconds ({"t": [seconds ago], name: [values]}); jobs (taken; NULL: none) becomes its "jobs" field (the
+ * batch jobs' progress, api_jobs_progress). malloc'd; NULL on OOM. */
+char *observe_stats_json(struct observe *o, double window_s, int history, json_t *jobs, size_t *len);
 /* Dollars for a request that generated n tokens, at the machine cost per generated token over the last
  * minute; NaN when cost.per_hour is not set or nothing was generated. */
 double observe_request_cost(struct observe *o, int n_generated);

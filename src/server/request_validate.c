@@ -3,7 +3,9 @@
  * getters then check each field's type and range and name the parameter on failure. A JSON null counts as
  * absent, as OpenAI's own clients send nulls for unset fields. Unknown fields are ignored (clients send
  * extras such as "user"), but fields that would change the output and that wafer does not implement
- * (tools, logit_bias, suffix) are refused rather than silently dropped. Structured output (response_format,
+ * (the legacy functions / function_call, suffix) are refused rather than silently dropped. Tools are taken
+ * apart here (names, the parameter schemas as compact JSON, tool_choice); the server renders them with the
+ * chat template and builds the grammar their calls must follow (tool_call.c). Structured output (response_format,
  * grammar, json_schema) is taken apart here and compiled by the server (api_prepare.c), which answers a
  * malformed schema or grammar 400 with the compiler's position.
  */
@@ -12,6 +14,7 @@
 #include "core/err.h"
 #include "engine/grammar/grammar.h"
 #include "engine/grammar/grammar_cache.h"
+#include "engine/scheduler.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -278,7 +281,7 @@ static int jtext_parts(json_t *c, const char *param, char **out, struct api_erro
 }
 
 /* prediction (OpenAI's predicted outputs): {"type": "content", "content": text or text parts}, the output
- * the client expects; and wafer's "speculation": "off" or "ngram", the request's n-gram drafts. */
+ * the client expects; and wafer's "speculation": "off", "ngram" or "draft", the request's other drafts. */
 static int jprediction(json_t *o, struct gen_request *r, struct api_error *e)
 {
     json_t *p = jget(o, "prediction");
@@ -309,10 +312,236 @@ static int jprediction(json_t *o, struct gen_request *r, struct api_error *e)
     }
     json_t *sv = jget(o, "speculation");
     if (sv) {
-        if (!json_is_string(sv) || (strcmp(json_string_value(sv), "off") && strcmp(json_string_value(sv), "ngram")))
+        const char *v = json_is_string(sv) ? json_string_value(sv) : "";
+        r->spec = !strcmp(v, "off") ? SCHED_SPEC_OFF : !strcmp(v, "ngram") ? SCHED_SPEC_NGRAM
+                : !strcmp(v, "draft") ? SCHED_SPEC_DRAFT : -1;
+        if (r->spec < 0)
             return api_error_set(e, ERR_INVALID_ARG, "speculation", NULL,
-                                 "'speculation' must be \"off\" or \"ngram\" (n-gram drafts; the output is the same)");
-        r->spec = strcmp(json_string_value(sv), "off") ? 1 : 0;
+                                 "'speculation' must be \"off\", \"ngram\" (n-gram drafts) or \"draft\" (the "
+                                 "server's draft model); the output is the same");
+    }
+    return 0;
+}
+
+/* A function name as OpenAI allows it: 1 to 64 of a-z, A-Z, 0-9, '_' and '-' (so it needs no escaping in
+ * any tool format). */
+static bool tool_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+              s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* Copies a string field of o (absent or null: NULL) into *out; 0 or an error naming param. */
+static int jstr_opt(json_t *o, const char *key, const char *param, char **out, struct api_error *e)
+{
+    json_t *v = jget(o, key);
+    *out = NULL;
+    if (!v)
+        return 0;
+    if (!json_is_string(v))
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be a string, got %s", param,
+                             json_type_name(v));
+    *out = strdup(json_string_value(v));
+    return *out ? 0 : api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
+}
+
+/* messages[i]'s tool fields: an assistant's tool_calls [{id, type: function, function: {name, arguments}}],
+ * a tool message's tool_call_id (required) and name. */
+static int jmessage_tools(json_t *m, size_t i, const char *role, struct chat_message *out, struct api_error *e)
+{
+    char param[96];
+    int rc;
+    json_t *tc = jget(m, "tool_calls");
+    if (!strcmp(role, "tool")) {
+        snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+        if (!jget(m, "tool_call_id"))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' is required in a tool message", param);
+        if ((rc = jstr_opt(m, "tool_call_id", param, (char **)&out->tool_call_id, e)))
+            return rc;
+        snprintf(param, sizeof param, "messages[%zu].name", i);
+        return jstr_opt(m, "name", param, (char **)&out->name, e);
+    }
+    if (!tc)
+        return 0;
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (strcmp(role, "assistant"))
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s': only assistant messages have tool_calls", param);
+    if (!json_is_array(tc))
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be an array, got %s", param,
+                             json_type_name(tc));
+    size_t n = json_array_size(tc);
+    if (n > REQ_MAX_TOOLS)
+        return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' holds more than %d calls", param, REQ_MAX_TOOLS);
+    struct chat_tool_call *calls = calloc(n ? n : 1, sizeof *calls);
+    if (!calls)
+        return api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
+    out->tool_calls = calls;
+    for (size_t k = 0; k < n; k++) {
+        json_t *c = json_array_get(tc, k);
+        json_t *f = json_is_object(c) ? jget(c, "function") : NULL;
+        json_t *t = json_is_object(c) ? jget(c, "type") : NULL;
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
+        if (!json_is_object(c) || !json_is_object(f) || (t && (!json_is_string(t) ||
+                                                              strcmp(json_string_value(t), "function"))))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                                 "'%s' must be {id, type: \"function\", function: {name, arguments}}", param);
+        out->n_tool_calls = (int)k + 1;
+        struct chat_tool_call *call = &calls[k];
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].id", i, k);
+        if ((rc = jstr_opt(c, "id", param, (char **)&call->id, e)))
+            return rc;
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.name", i, k);
+        if ((rc = jstr_opt(f, "name", param, (char **)&call->name, e)))
+            return rc;
+        if (!call->name || !tool_name_ok(call->name))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                                 "'%s' must be 1 to 64 letters, digits, '_' or '-'", param);
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu].function.arguments", i, k);
+        if ((rc = jstr_opt(f, "arguments", param, (char **)&call->arguments, e)))
+            return rc;
+        if (!call->arguments && !(call->arguments = strdup("{}")))
+            return api_error_set(e, ERR_NOMEM, param, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* tools [{type: "function", function: {name, description, parameters, strict}}], tool_choice and
+ * parallel_tool_calls. */
+static int jtools(json_t *o, struct gen_request *r, struct api_error *e)
+{
+    int rc;
+    json_t *tools = jget(o, "tools"), *choice = jget(o, "tool_choice");
+    if ((rc = jbool(o, "parallel_tool_calls", &r->parallel_tool_calls, e)))
+        return rc;
+    if (tools && !json_is_array(tools))
+        return api_error_set(e, ERR_INVALID_ARG, "tools", NULL, "'tools' must be an array, got %s",
+                             json_type_name(tools));
+    size_t n = tools ? json_array_size(tools) : 0;
+    if (n > REQ_MAX_TOOLS)
+        return api_error_set(e, ERR_INVALID_ARG, "tools", NULL, "'tools' may hold at most %d tools, got %zu",
+                             REQ_MAX_TOOLS, n);
+    if (n) {
+        r->tools = calloc(n, sizeof *r->tools);
+        r->tool_params = calloc(n, sizeof *r->tool_params);
+        if (!r->tools || !r->tool_params)
+            return api_error_set(e, ERR_NOMEM, "tools", NULL, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        char param[64];
+        json_t *t = json_array_get(tools, i);
+        json_t *type = json_is_object(t) ? jget(t, "type") : NULL;
+        json_t *f = json_is_object(t) ? jget(t, "function") : NULL;
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") ||
+            !json_is_object(f))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                                 "'%s' must be {\"type\": \"function\", \"function\": {name, description, parameters}}",
+                                 param);
+        json_t *name = jget(f, "name"), *desc = jget(f, "description"), *params = jget(f, "parameters");
+        json_t *strict = jget(f, "strict");
+        snprintf(param, sizeof param, "tools[%zu].function.name", i);
+        if (!json_is_string(name) || !tool_name_ok(json_string_value(name)))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL,
+                                 "'%s' must be a string of 1 to 64 letters, digits, '_' or '-'", param);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(r->tools[k].name, json_string_value(name)))
+                return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s': two tools are named '%s'", param,
+                                     json_string_value(name));
+        snprintf(param, sizeof param, "tools[%zu].function.description", i);
+        if (desc && !json_is_string(desc))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be a string", param);
+        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
+        if (params && !json_is_object(params))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be a JSON Schema object, got %s", param,
+                                 json_type_name(params));
+        snprintf(param, sizeof param, "tools[%zu].function.strict", i);
+        if (strict && !json_is_boolean(strict))
+            return api_error_set(e, ERR_INVALID_ARG, param, NULL, "'%s' must be a boolean", param);
+        r->n_tools = (int)i + 1;
+        r->tools[i].name = strdup(json_string_value(name));
+        json_t *shown = json_pack("{s:s,s:{s:O,s:O?,s:O?}}", "type", "function", "function", "name", name,
+                                  "description", desc, "parameters", params);
+        r->tools[i].json = shown ? json_dumps(shown, 0) : NULL;
+        json_decref(shown);
+        if (params)
+            r->tool_params[i] = json_dumps(params, JSON_COMPACT);
+        if (!r->tools[i].name || !r->tools[i].json || (params && !r->tool_params[i]))
+            return api_error_set(e, ERR_NOMEM, "tools", NULL, "out of memory");
+    }
+    r->tool_choice = n ? GEN_TOOLS_AUTO : GEN_TOOLS_NONE;
+    if (!choice)
+        return 0;
+    const char *cs = json_is_string(choice) ? json_string_value(choice) : NULL;
+    if (cs && !strcmp(cs, "none")) {
+        r->tool_choice = GEN_TOOLS_NONE;
+        return 0;
+    }
+    if (!n)
+        return api_error_set(e, ERR_INVALID_ARG, "tool_choice", NULL,
+                             "'tool_choice' is only allowed when 'tools' are given");
+    if (cs && !strcmp(cs, "auto")) {
+        r->tool_choice = GEN_TOOLS_AUTO;
+        return 0;
+    }
+    if (cs && !strcmp(cs, "required")) {
+        r->tool_choice = GEN_TOOLS_REQUIRED;
+        return 0;
+    }
+    json_t *type = json_is_object(choice) ? jget(choice, "type") : NULL;
+    json_t *f = json_is_object(choice) ? jget(choice, "function") : NULL;
+    json_t *name = json_is_object(f) ? jget(f, "name") : NULL;
+    if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
+        return api_error_set(e, ERR_INVALID_ARG, "tool_choice", NULL,
+                             "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                             "\"function\": {\"name\": ...}}");
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(r->tools[i].name, json_string_value(name))) {
+            r->tool_choice = GEN_TOOLS_NAMED;
+            r->tool_named = (int)i;
+            return 0;
+        }
+    return api_error_set(e, ERR_INVALID_ARG, "tool_choice.function.name", NULL,
+                         "'tool_choice.function.name' is '%.64s', which is not one of the tools", json_string_value(name));
+}
+
+/* logit_bias {"token id": bias in [-100, 100]} (ids checked against the vocabulary by the server). */
+static int jlogit_bias(json_t *o, struct gen_request *r, struct api_error *e)
+{
+    json_t *lb = jget(o, "logit_bias");
+    if (!lb)
+        return 0;
+    if (!json_is_object(lb))
+        return api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL,
+                             "'logit_bias' must be an object mapping token ids to biases, got %s", json_type_name(lb));
+    size_t n = json_object_size(lb);
+    if (n > REQ_MAX_LOGIT_BIAS)
+        return api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL, "'logit_bias' may hold at most %d entries, got %zu",
+                             REQ_MAX_LOGIT_BIAS, n);
+    r->logit_bias = calloc(n ? n : 1, sizeof *r->logit_bias);
+    if (!r->logit_bias)
+        return api_error_set(e, ERR_NOMEM, "logit_bias", NULL, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(lb, key, v) {
+        char *end;
+        errno = 0;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || errno == ERANGE || id < 0 || id > INT32_MAX || !(key[0] >= '0' && key[0] <= '9'))
+            return api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL,
+                                 "'logit_bias' keys must be token ids (non-negative integers as strings), got '%.32s'",
+                                 key);
+        if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < -100 ||
+            json_number_value(v) > 100)
+            return api_error_set(e, ERR_INVALID_ARG, "logit_bias", NULL,
+                                 "'logit_bias' values must be numbers from -100 to 100; token %s has %s%s", key,
+                                 json_is_number(v) ? "" : json_type_name(v), json_is_number(v) ? "one out of range" : "");
+        r->logit_bias[r->n_logit_bias++] = (struct sampler_bias){(int32_t)id, (float)json_number_value(v)};
     }
     return 0;
 }
@@ -348,9 +577,13 @@ static int jmessages(json_t *o, struct gen_request *r, struct api_error *e)
         const char *rs = json_string_value(role);
         if (!strcmp(rs, "developer"))
             rs = "system"; /* OpenAI's newer name for the system role */
-        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+        if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") && strcmp(rs, "tool"))
             return api_error_set(e, ERR_INVALID_ARG, param, NULL,
-                                 "'%s' must be one of system, developer, user, assistant; got '%.64s'", param, rs);
+                                 "'%s' must be one of system, developer, user, assistant, tool; got '%.64s'", param, rs);
+        r->n_messages = (int)i + 1; /* from here on deinit frees what this message holds */
+        int rc = jmessage_tools(m, i, rs, &r->messages[i], e);
+        if (rc)
+            return rc;
         snprintf(param, sizeof param, "messages[%zu].content", i);
         json_t *c = json_object_get(m, "content");
         char *text = NULL;
@@ -359,7 +592,7 @@ static int jmessages(json_t *o, struct gen_request *r, struct api_error *e)
         } else if ((!c || json_is_null(c)) && !strcmp(rs, "assistant")) {
             text = strdup("");
         } else if (c && json_is_array(c)) {
-            int rc = jtext_parts(c, param, &text, e);
+            rc = jtext_parts(c, param, &text, e);
             if (rc)
                 return rc;
         } else {
@@ -390,6 +623,7 @@ static void gen_request_init(struct gen_request *r, enum api_kind kind, const st
     r->add_special = true;
     r->parse_special = d->parse_special;
     r->add_generation_prompt = true;
+    r->parallel_tool_calls = true;
     r->sp.temperature = d->temperature;
     r->sp.top_k = d->top_k;
     r->sp.top_p = d->top_p;
@@ -412,10 +646,27 @@ void gen_request_deinit(struct gen_request *r)
     }
     free(r->prompts);
     for (int i = 0; i < r->n_messages; i++) {
-        free((char *)r->messages[i].role);
-        free((char *)r->messages[i].content);
+        struct chat_message *m = &r->messages[i];
+        free((char *)m->role);
+        free((char *)m->content);
+        free((char *)m->tool_call_id);
+        free((char *)m->name);
+        for (int k = 0; k < m->n_tool_calls; k++) {
+            free((char *)m->tool_calls[k].id);
+            free((char *)m->tool_calls[k].name);
+            free((char *)m->tool_calls[k].arguments);
+        }
+        free((void *)m->tool_calls);
     }
     free(r->messages);
+    for (int i = 0; i < r->n_tools; i++) {
+        free((char *)r->tools[i].name);
+        free((char *)r->tools[i].json);
+        free(r->tool_params[i]);
+    }
+    free(r->tools);
+    free(r->tool_params);
+    free(r->logit_bias);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
     free(r->stop);
@@ -461,16 +712,14 @@ static int parse_sampling(json_t *o, struct gen_request *r, struct api_error *e)
 /* Fields that would change the output and that wafer does not implement: refused, never dropped. */
 static int refuse_unsupported(json_t *o, struct api_error *e)
 {
-    static const char *const names[] = {"tools", "functions", "tool_choice", "function_call"};
+    static const char *const names[] = {"functions", "function_call"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         json_t *v = jget(o, names[i]);
         if (v && !(json_is_array(v) && json_array_size(v) == 0) && !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-            return api_error_set(e, ERR_UNSUPPORTED, names[i], NULL, "'%s' (tool calling) is not supported by wafer",
-                                 names[i]);
+            return api_error_set(e, ERR_UNSUPPORTED, names[i], NULL,
+                                 "'%s' (the legacy function calling) is not supported by wafer: use 'tools' and "
+                                 "'tool_choice'", names[i]);
     }
-    json_t *lb = jget(o, "logit_bias");
-    if (lb && !(json_is_object(lb) && json_object_size(lb) == 0))
-        return api_error_set(e, ERR_UNSUPPORTED, "logit_bias", NULL, "'logit_bias' is not supported by wafer");
     json_t *sfx = jget(o, "suffix");
     if (sfx && !(json_is_string(sfx) && json_string_length(sfx) == 0))
         return api_error_set(e, ERR_UNSUPPORTED, "suffix", NULL, "'suffix' (insertion) is not supported by wafer");
@@ -579,8 +828,20 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
         if (present)
             r->max_tokens = (int)x;
     }
-    if ((rc = parse_sampling(o, r, e)) || (rc = jstop(o, "stop", r, e)) || (rc = jconstraint(o, r, e)))
+    if ((rc = parse_sampling(o, r, e)) || (rc = jstop(o, "stop", r, e)) || (rc = jconstraint(o, r, e)) ||
+        (rc = jlogit_bias(o, r, e)))
         return rc;
+    if (r->kind == API_CHAT) {
+        if ((rc = jtools(o, r, e)))
+            return rc;
+        if (r->tool_choice != GEN_TOOLS_NONE && r->constraint_kind)
+            return api_error_set(e, ERR_INVALID_ARG, r->constraint_param, NULL,
+                                 "'%s' cannot be combined with tools (the tool calls have their own grammar); "
+                                 "send tool_choice \"none\" or leave it out", r->constraint_param);
+    } else if (jget(o, "tools") || jget(o, "tool_choice")) {
+        return api_error_set(e, ERR_INVALID_ARG, jget(o, "tools") ? "tools" : "tool_choice", NULL,
+                             "tools are a chat completions feature (POST /v1/chat/completions)");
+    }
     if ((rc = jint(o, "n", 1, REQ_MAX_N, &x, &present, e)))
         return rc;
     if (present)

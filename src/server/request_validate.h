@@ -30,6 +30,16 @@ enum api_kind {
 #define REQ_MAX_LOGPROBS 20   /* top logprobs */
 #define REQ_MAX_PROMPTS 64    /* prompts in one completions request / items in one batch */
 #define REQ_MAX_TOKENS_LIMIT (1 << 24)
+#define REQ_MAX_TOOLS 128      /* tools per request (OpenAI's limit) */
+#define REQ_MAX_LOGIT_BIAS 1024 /* logit_bias entries */
+
+/* tool_choice */
+enum gen_tool_choice {
+    GEN_TOOLS_NONE = 0, /* no tools offered, free text (the default without tools) */
+    GEN_TOOLS_AUTO,     /* text or calls, as the model decides (the default with tools) */
+    GEN_TOOLS_REQUIRED, /* one or more calls */
+    GEN_TOOLS_NAMED,    /* calls of tool_named only */
+};
 
 struct api_error {
     int code;            /* ERR_* (ERR_FORMAT, ERR_INVALID_ARG, ERR_UNSUPPORTED, ...) */
@@ -89,7 +99,18 @@ struct gen_request {
     int32_t *tokens;    /* detokenize input, owned */
     int n_tokens;
     char *prediction;   /* completions, chat: OpenAI's prediction.content (owned), or NULL */
-    int spec;           /* "speculation": -1 not given, 0 off, 1 ngram (enum sched_spec) */
+    /* chat tools: tools[i].name / .json owned; tool_params[i] the function's parameters schema as compact JSON
+     * (key order kept), owned, NULL when it has none (any arguments object) */
+    struct chat_tool *tools;
+    char **tool_params;
+    int n_tools;
+    int tool_choice; /* enum gen_tool_choice */
+    int tool_named;  /* GEN_TOOLS_NAMED: index into tools */
+    bool parallel_tool_calls; /* default true: one or more calls per answer; false: exactly one */
+    struct sampler_bias *logit_bias; /* [n_logit_bias], owned: token ids checked against the vocabulary by
+                                        the server */
+    int n_logit_bias;
+    int spec;           /* "speculation": -1 not given, else enum sched_spec (off, ngram, draft) */
 };
 
 void gen_defaults_init(struct gen_defaults *d);

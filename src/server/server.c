@@ -419,7 +419,20 @@ static int server_load(struct server *srv)
     sp.max_batch_size = cfg->max_batch_size;
     sp.max_queue = cfg->max_queue;
     sp.prefill_chunk = cfg->prefill_chunk;
-    sp.spec = cfg->spec && !strcmp(cfg->spec, "ngram") ? SCHED_SPEC_NGRAM : SCHED_SPEC_OFF;
+    const char *spec = cfg->spec ? cfg->spec : cfg->draft_model_path ? "draft" : "off";
+    sp.spec = !strcmp(spec, "ngram") ? SCHED_SPEC_NGRAM : !strcmp(spec, "draft") ? SCHED_SPEC_DRAFT : SCHED_SPEC_OFF;
+    if (cfg->draft_model_path) {
+        int64_t td = clock_now_ns();
+        if (!(srv->draft_engine = engine_create_draft(cfg->draft_model_path, cfg->use_mmap, srv->engine, &eo,
+                                                      &srv->draft_model, err))) {
+            log_error("server.draft_model: %s", err);
+            return 1;
+        }
+        sp.draft_engine = srv->draft_engine;
+        log_info("draft model %s: %s, %d layers, dim %d, %s weights, loaded in %.0f ms", srv->draft_model->name,
+                 srv->draft_model->hp.arch, srv->draft_model->hp.n_layers, srv->draft_model->hp.dim,
+                 dtype_name(srv->draft_model->main_type), (double)(clock_now_ns() - td) / 1e6);
+    }
     sp.draft_max = cfg->draft_max;
     sp.draft_min = cfg->draft_min;
     sp.draft_adaptive = !cfg->draft_fixed;
@@ -646,6 +659,8 @@ int server_run(struct server_config *cfg)
     grammar_cache_destroy(srv->grammars); /* requests hold their own references */
     engine_destroy(srv->engine);
     model_destroy(srv->model);
+    engine_destroy(srv->draft_engine);
+    model_destroy(srv->draft_model);
     metrics_destroy(srv->metrics);
     free(srv->bos_text);
     free(srv->eos_text);

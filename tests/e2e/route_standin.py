@@ -215,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class Standin:
-    def __init__(self, models=("standin",), mode="ok"):
+    def __init__(self, models=("standin",), mode="ok", host="127.0.0.1", port=0):
         self.models = list(models)
         self.mode = mode
         self.script = collections.deque()
@@ -233,11 +233,11 @@ class Standin:
         self.cut_after = 3
         self.retry_after = None
         self._id = 0
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self.httpd = ThreadingHTTPServer((host, port), _Handler)
         self.httpd.daemon_threads = True
         self.httpd.owner = self
         self.port = self.httpd.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "http://%s:%d" % (host, self.port)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 

@@ -96,3 +96,29 @@ def test_bench_depth():
     assert r.returncode == 1 and "-d 100000" in r.stderr and "more than the model's context" in r.stderr
     r = bench("--model", STORIES, "-d", "-1")
     assert r.returncode == 2 and "--depth" in r.stderr
+
+
+@need_stories
+def test_bench_spec():
+    """--spec: speculative decoding end to end, answers checked equal inside (a mismatch fails the run), the
+    drafts counted; the draft model (here the model itself) accepts every greedy draft."""
+    r = bench("--model", STORIES, "-n", "24", "-r", "2", "-t", "1", "--no-membw", "--spec", "exact", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    s = j["spec"]
+    assert s["source"] == "exact" and s["speedup"] > 0 and s["plain_tps"] > 0 and s["spec_tps"] > 0
+    assert 0 < s["accepted"] == s["drafted"], s
+    assert j["pp_tps"] is None and j["tg_tps"] is None  # --spec replaces pp/tg
+    assert "| spec exact tg24 |" in r.stdout and "spec exact round 2:" in " ".join(r.stderr.split())
+    r = bench("--model", STORIES, "-n", "24", "-r", "1", "-t", "1", "--no-membw", "--spec", "draft",
+              "--draft-model", STORIES, "--draft-fixed", "--json")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout.strip().splitlines()[-1])["spec"]
+    assert 0 < s["accepted"] == s["drafted"], s
+    for src in ("half", "wrong", "ngram"):
+        r = bench("--model", STORIES, "-n", "16", "-r", "1", "-t", "1", "--no-membw", "--spec", src)
+        assert r.returncode == 0, (src, r.stderr)
+    r = bench("--model", STORIES, "--spec", "draft")
+    assert r.returncode == 2 and "--spec draft needs --draft-model FILE" in r.stderr
+    r = bench("--model", STORIES, "--spec", "medusa")
+    assert r.returncode == 2 and "'medusa' is not one of exact, half, wrong, ngram, draft" in r.stderr

@@ -93,6 +93,7 @@ def test_run_speculation_prints_the_same(name):
     text = plain.stdout[:-1]
     edited = text.replace(" a ", " the ")
     for extra in (["--spec", "ngram", "--draft-fixed"], ["--prediction", text, "--draft-fixed"],
+                  ["--draft-model", STORIES, "--draft-fixed"], ["--spec", "draft", "--draft-model", STORIES],
                   ["--prediction", edited, "--draft-max", "4", "--draft-min", "2", "--draft-fixed"],
                   ["--prediction", text]):
         r = wafer("run", "--model", STORIES, *run_args(req), *extra)
@@ -100,8 +101,23 @@ def test_run_speculation_prints_the_same(name):
         assert r.stdout == plain.stdout, (extra, r.stdout, plain.stdout)
         if extra[0] == "--prediction" and extra[-1] == "--draft-fixed" and len(text) > 8:
             assert "drafted:" in r.stderr, r.stderr
+        if extra[0] == "--draft-model" and name == "greedy-0":  # the model drafting for itself, greedy:
+            # every drafted token accepted (a stop string or sampling may end or reject a draft)
+            assert "drafted:" in r.stderr and "accepted (100%)" in r.stderr, r.stderr
     r = wafer("run", "--model", STORIES, "--prompt", "x", "--spec", "draft")
-    assert r.returncode == 2 and "--spec: 'draft' is not a draft source (off, ngram)" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--spec draft needs --draft-model FILE" in r.stderr, r.stderr
+    r = wafer("run", "--model", STORIES, "--prompt", "x", "--spec", "medusa")
+    assert r.returncode == 2 and "--spec: 'medusa' is not a draft source (off, ngram, draft)" in r.stderr, r.stderr
+
+
+def test_run_draft_model_vocabulary_refused():
+    """A draft model with another vocabulary is refused before anything is generated, both named."""
+    need(STORIES)
+    need(LLAMA19M)
+    r = wafer("run", "--model", LLAMA19M, "--draft-model", STORIES, "--prompt", "Once", "--max-tokens", "4")
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == ""
+    assert "another vocabulary (llama, 512 tokens)" in r.stderr and "(llama, 32000 tokens)" in r.stderr, r.stderr
 
 
 def test_stop_string_is_the_servers(server):

@@ -2,14 +2,17 @@
 batch results (greedy results equal to the same request sent alone), bad input, and kill -9 of the server at
 random points of one batch with restarts on the same data dir: every custom_id exactly once."""
 import json
+import os
 import random
+import subprocess
 import tempfile
+import threading
 import time
 
 import httpx
 import pytest
 
-from conftest import STORIES, Server, need
+from conftest import STORIES, WAFER_BIN, Server, need
 
 
 def lines(n, model="stories260K", bad_model_at=None, max_tokens=24):
@@ -172,3 +175,156 @@ def test_lines_are_bounded_like_live_requests(make_server):
     assert err[0]["response"]["body"]["error"]["code"] == "response_too_large"
     assert err[0]["response"]["body"] == srv.client.post("/v1/completions", json=big).json()
     assert sorted(x["custom_id"] for x in content(srv, b["output_file_id"])) == ["r0", "r2"]
+
+
+def test_openai_node_client_batches(make_server, tmp_path):
+    """The official openai npm client (v5) drives the Batch API unchanged (tests/e2e/node/batch_client.mjs):
+    files.create, batches.create/retrieve/list/cancel, files.content; its results equal the same requests
+    sent alone."""
+    from test_serve_openai_node import NODE_DIR, ensure_client
+    ensure_client()
+    srv = make_server(STORIES, "--batch-inflight", "2")
+    reqs = lines(6)
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    long = tmp_path / "long.jsonl"
+    long.write_text("".join(json.dumps(r) + "\n" for r in lines(80, max_tokens=60)))
+    p = subprocess.run(["node", "batch_client.mjs", srv.base, str(src), str(long)], cwd=NODE_DIR,
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr + srv.log()[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["status"] == "completed" and out["request_counts"] == {"total": 6, "completed": 6, "failed": 0}
+    assert sorted(x["custom_id"] for x in out["output"]) == sorted(r["custom_id"] for r in reqs)
+    by_id = {r["custom_id"]: r["body"] for r in reqs}
+    for x in out["output"]:
+        assert x["response"]["body"]["choices"][0]["text"] == alone(srv, by_id[x["custom_id"]])
+    c = out["cancelled_counts"]
+    assert c["total"] == 80 and c["completed"] + c["failed"] == 80 and c["failed"] > 0
+    assert out["cancelled_at"] > 0 and len(out["listed"]) == 2 and out["not_found"] == 404
+
+
+def jobs_cli(*args, timeout=120):
+    env = {k: v for k, v in os.environ.items() if k not in ("WAFER_URL", "WAFER_API_KEY", "OPENAI_API_KEY")}
+    return subprocess.run([WAFER_BIN, "jobs", *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def test_cli_against_serve(make_server, tmp_path):
+    """`wafer jobs` against wafer serve: submit --wait (progress bar, exit 0 once completed), list, status,
+    results -o, results --errors, cancel; every custom_id once across the files."""
+    srv = make_server(STORIES, "--batch-inflight", "2")
+    reqs = lines(10, bad_model_at=4)
+    src = tmp_path / "reqs.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    r = jobs_cli("submit", src, "--url", srv.base, "--wait", "--interval", "0.2")
+    assert r.returncode == 0, r.stderr + srv.log()[-2000:]
+    bid = r.stdout.strip()
+    assert bid.startswith("batch_")
+    assert "10/10 lines" in r.stderr and "lines/s" in r.stderr and "completed" in r.stderr, r.stderr
+    out = tmp_path / "out.jsonl"
+    r = jobs_cli("results", bid, "-o", out, "--url", srv.base)
+    assert r.returncode == 0, r.stderr
+    got = [json.loads(x) for x in out.read_text().splitlines()]
+    assert sorted(x["custom_id"] for x in got) == sorted(f"r{i}" for i in range(10) if i != 4)
+    by_id = {q["custom_id"]: q["body"] for q in reqs}
+    for x in got[::3]:
+        assert x["response"]["body"]["choices"][0]["text"] == alone(srv, by_id[x["custom_id"]])
+    r = jobs_cli("results", bid, "--errors", "--url", srv.base)
+    assert r.returncode == 0 and [json.loads(x)["custom_id"] for x in r.stdout.splitlines()] == ["r4"]
+    r = jobs_cli("status", bid, "--url", srv.base)
+    assert r.returncode == 0 and "completed" in r.stdout and "10/10 lines done" in r.stdout, r.stdout
+    r = jobs_cli("list", "--url", srv.base)
+    assert r.returncode == 0 and bid in r.stdout, r.stdout
+    # a long batch, cancelled from the CLI: each custom_id once across output and error files
+    src2 = tmp_path / "long.jsonl"
+    src2.write_text("".join(json.dumps(q) + "\n" for q in lines(60, max_tokens=60)))
+    r = jobs_cli("submit", src2, "--url", srv.base)
+    assert r.returncode == 0, r.stderr
+    bid2 = r.stdout.strip()
+    r = jobs_cli("cancel", bid2, "--url", srv.base)
+    assert r.returncode == 0 and ("cancelled" in r.stdout or "cancelling" in r.stdout), r.stdout + r.stderr
+    b = wait_final(srv, bid2)
+    assert b["status"] == "cancelled"
+    ids = [json.loads(x)["custom_id"] for x in jobs_cli("results", bid2, "--errors", "--url", srv.base).stdout.splitlines()]
+    if b["output_file_id"]:
+        ids += [json.loads(x)["custom_id"] for x in jobs_cli("results", bid2, "--url", srv.base).stdout.splitlines()]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(60))
+    r = jobs_cli("status", "batch_nope", "--url", srv.base)
+    assert r.returncode == 1 and "(HTTP 404)" in r.stderr
+
+
+def test_batch_lines_wait_under_live_load(make_server):
+    """Live load that keeps the bounded wait queue full (max_queue 2, many concurrent live requests: some get
+    429) while a batch runs: batch lines wait for capacity instead. No line ends with an error, none is
+    refused (handed back) even once, every 429 counted went to a live client, and results equal the
+    requests sent alone."""
+    srv = make_server(STORIES, "--max-batch-size", "2", "--max-queue", "2", "--batch-inflight", "4")
+    stop = threading.Event()
+    statuses = []
+
+    def live():
+        with httpx.Client(base_url=srv.base, timeout=60) as c:
+            while not stop.is_set():
+                r = c.post("/v1/completions", json={"model": "stories260K", "prompt": "Live", "max_tokens": 30,
+                                                     "temperature": 0})
+                statuses.append(r.status_code)
+
+    threads = [threading.Thread(target=live) for _ in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5)
+        reqs = lines(24, max_tokens=16)
+        b = create(srv, upload(srv, reqs).json()["id"]).json()
+        b = wait_final(srv, b["id"], timeout=120)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert statuses.count(429) > 0, "the live load never filled the queue: make it heavier"
+    assert b["status"] == "completed" and b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, b
+    m = srv.metrics()
+    assert m['wafer_requests_rejected_total'] == statuses.count(429)  # every refusal was a live request's
+    refused = [x for x in srv.log().splitlines() if "peer=batch" in x and "status=200" not in x]
+    assert not refused, refused[:3]  # no batch line was refused (and handed back) even once
+    out = content(srv, b["output_file_id"])
+    by_id = {r["custom_id"]: r["body"] for r in reqs}
+    for x in out[::5]:
+        assert x["response"]["body"]["choices"][0]["text"] == alone(srv, by_id[x["custom_id"]])
+
+
+def test_expiry_returns_what_finished(make_server):
+    """A batch whose completion window closes while it runs ends `expired`: the lines that finished are in the
+    output file, the rest are batch_expired error lines; each custom_id exactly once."""
+    srv = make_server(STORIES, "--batch-inflight", "1", "--max-batch-size", "1")
+    reqs = lines(400, max_tokens=100)
+    f = upload(srv, reqs).json()
+    b = srv.client.post("/v1/batches", json={"input_file_id": f["id"], "endpoint": "/v1/completions",
+                                             "completion_window": "2s"})
+    assert b.status_code == 200, b.text
+    b = wait_final(srv, b.json()["id"], timeout=60)
+    assert b["status"] == "expired" and b["expired_at"] is not None, b
+    err = content(srv, b["error_file_id"])
+    assert err and all(x["error"]["code"] == "batch_expired" and x["response"] is None for x in err)
+    out = content(srv, b["output_file_id"]) if b["output_file_id"] else []
+    assert out, "no line finished within the window: make the lines shorter"
+    assert sorted(x["custom_id"] for x in out + err) == sorted(r["custom_id"] for r in reqs)
+    assert b["request_counts"] == {"total": 400, "completed": len(out), "failed": len(err)}
+
+
+def test_redis_unreachable_at_start():
+    need(STORIES)
+    p = subprocess.run([WAFER_BIN, "serve", "--model", STORIES, "--port", "0", "--threads", "1", "--queue",
+                        "redis://127.0.0.1:1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    msg = p.stdout + p.stderr
+    assert "Redis at 127.0.0.1:1 is unreachable" in msg and "start redis-server" in msg, msg
+
+
+def test_lines_wait_past_request_timeout(make_server):
+    """server.request_timeout bounds live requests, not batch lines: lines waiting for the one slot longer
+    than it still complete (the completion window bounds them)."""
+    srv = make_server(STORIES, "--request-timeout", "0.5", "--max-batch-size", "1", "--batch-inflight", "24")
+    b = create(srv, upload(srv, lines(24, max_tokens=100)).json()["id"]).json()
+    b = wait_final(srv, b["id"], timeout=120)
+    assert b["status"] == "completed" and b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, b

@@ -21,14 +21,14 @@ from route_standin import Standin, generate, text_of
 class Router:
     """One wafer route process on a free port, configured by a YAML file it can be told to reload."""
 
-    def __init__(self, yaml_text, *args, wait_ready=True, timeout=15):
+    def __init__(self, yaml_text, *args, wait_ready=True, timeout=15, wrap=()):
         self.dir = tempfile.mkdtemp(prefix="wafer-route-")
         self.cfg = os.path.join(self.dir, "route.yaml")
         with open(self.cfg, "w") as f:
             f.write(yaml_text)
         self.log_path = os.path.join(self.dir, "route.log")
         self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen([WAFER_BIN, "route", "--config", self.cfg, "--port", "0", *args],
+        self.proc = subprocess.Popen([*wrap, WAFER_BIN, "route", "--config", self.cfg, "--port", "0", *args],
                                      stdout=self.log_file, stderr=subprocess.STDOUT)
         self.base = None
         deadline = time.time() + timeout
@@ -366,6 +366,25 @@ def test_sticky_split_by_header_and_admin_key(standin, router):
     assert all(after[u] == first[u] for u in on_canary)
     n_canary = sum(1 for b in after.values() if b.endswith(":%d" % canary.port))
     assert 160 <= n_canary <= 240, n_canary
+
+
+def test_sticky_split_by_api_key(standin, router):
+    stable, canary = standin(), standin()
+    r = router(pools_yaml({"stable": [stable.url], "canary": [canary.url]}) +
+               "routes:\n  - model: '*'\n    split: {stable: 50, canary: 50}\n    sticky: api_key\n")
+    fc = FastClient(r.base)
+
+    def backend_of(key, how="authorization"):
+        h = {"authorization": "Bearer " + key} if how == "authorization" else {"x-api-key": key}
+        status, headers, _ = fc.post("/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 1}, h)
+        assert status == 200
+        return headers["x-wafer-backend"]
+
+    first = {k: backend_of("sk-%d" % k) for k in range(60)}
+    assert 10 <= sum(1 for b in first.values() if b.endswith(":%d" % canary.port)) <= 50
+    for k in range(60):  # the same key, the same pool, whichever header carries it
+        assert backend_of("sk-%d" % k, "x-api-key" if k % 2 else "authorization") == first[k]
+    fc.close()
 
 
 def test_sighup_reload_drops_no_request(standin, router):

@@ -426,9 +426,47 @@ def test_prediction_default_server(stories_server):
     ({"prediction": {"type": "content", "content": 5}}, "prediction.content"),
     ({"prediction": {"type": "content", "content": [{"type": "image_url"}]}}, "prediction.content"),
     ({"prediction": {"type": "content", "content": "a"}, "n": 2}, "prediction"),
-    ({"speculation": "draft"}, "speculation"),
+    ({"speculation": "draft"}, "speculation"),  # this server has no draft model
+    ({"speculation": "medusa"}, "speculation"),
 ])
 def test_prediction_refused(stories_server, body, param):
     r = stories_server.client.post("/v1/completions", json=dict({"prompt": "Once", "max_tokens": 4}, **body))
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.text
+
+
+def test_draft_model_same_text(make_server, tmp_path):
+    """A draft model (here the model drafting for itself, set in the YAML config) changes the speed, never the
+    answer: greedy, seeded with logprobs, streamed; the usage counts its drafts (all accepted: the same model);
+    a request may turn it off."""
+    cfg = tmp_path / "serve.yaml"
+    cfg.write_text(f"server:\n  draft_model: {STORIES}\n  draft_fixed: true\n")
+    s = make_server(STORIES, "--config", str(cfg))
+    c = s.client
+    req = {"prompt": "Lily went to the park and", "max_tokens": 40, "temperature": 0}
+    plain = c.post("/v1/completions", json=dict(req, speculation="off")).json()
+    assert plain["usage"]["completion_tokens_details"]["draft_tokens"] == 0
+    r = c.post("/v1/completions", json=req).json()  # the server's default: the draft model
+    assert r["choices"][0]["text"] == plain["choices"][0]["text"]
+    d = r["usage"]["completion_tokens_details"]
+    assert d["draft_tokens"] >= 20 and d["accepted_draft_tokens"] == d["draft_tokens"], d
+    assert d["accepted_prediction_tokens"] == 0 and d["rejected_prediction_tokens"] == 0, d
+    sreq = dict(req, temperature=0.9, seed=5, logprobs=2)
+    a = c.post("/v1/completions", json=dict(sreq, speculation="off")).json()["choices"][0]
+    b = c.post("/v1/completions", json=sreq).json()["choices"][0]
+    assert b["text"] == a["text"] and b["logprobs"] == a["logprobs"]
+    ev = sse_events(c.post("/v1/completions", json=dict(req, stream=True)))
+    assert "".join(e["choices"][0]["text"] for e in ev[:-1]) == plain["choices"][0]["text"]
+    assert s.metrics()["wafer_spec_decode_num_draft_tokens_total"] > 0
+
+
+def test_draft_model_vocabulary_refused(tmp_path):
+    """A draft model whose vocabulary is not the model's: the server does not start, and says why."""
+    import subprocess
+    from conftest import LLAMA19M, WAFER_BIN, need
+    need(STORIES)
+    need(LLAMA19M)
+    p = subprocess.run([WAFER_BIN, "serve", "--model", LLAMA19M, "--draft-model", STORIES, "--port", "0",
+                        "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1
+    assert "another vocabulary (llama, 512 tokens)" in p.stderr and "(llama, 32000 tokens)" in p.stderr, p.stderr

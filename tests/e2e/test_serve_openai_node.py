@@ -14,7 +14,7 @@ NODE_DIR = os.path.join(os.path.dirname(__file__), "node")
 def ensure_client():
     if not shutil.which("node") or not shutil.which("npm"):
         pytest.skip("node/npm not installed")
-    if os.path.isdir(os.path.join(NODE_DIR, "node_modules", "openai")):
+    if all(os.path.isdir(os.path.join(NODE_DIR, "node_modules", m)) for m in ("openai", "zod")):
         return
     cmd = ["npm", "ci"] if os.path.exists(os.path.join(NODE_DIR, "package-lock.json")) else ["npm", "install"]
     p = subprocess.run(cmd + ["--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True, timeout=300)

@@ -196,3 +196,11 @@ def test_openai_npm_client_parse(server):
               "required": ["city", "population"], "additionalProperties": False}
     jsonschema.validate(out["parsed"], schema)
     jsonschema.validate(out["streamed"], schema)
+    jsonschema.validate(out["zod_parsed"], schema)
+    jsonschema.validate(out["tool_arguments"], {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 10},
+                                         "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+        "required": ["city", "days"], "additionalProperties": False})
+    jsonschema.validate(out["zod_tool_arguments"], {
+        "type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
+                                         "tag": {"enum": ["a", "b"]}}, "required": ["id", "tag"]})

@@ -52,6 +52,14 @@ static void test_measure_names(void **state)
     assert_int_equal(alert_measure_parse("waiting", &m), 0);
     assert_int_equal(m.kind, AM_QUEUE_DEPTH);
     assert_int_equal(alert_measure_parse("burn_rate", &m), 0);
+    assert_int_equal(alert_measure_parse("prefill_chunk", &m), 0);
+    assert_int_equal(m.kind, AM_PREFILL_CHUNK);
+    struct alert_sample g;
+    alert_sample_init(&g, 0);
+    assert_true(isnan(alert_measure_value(&m, NULL, &g, NULL, NULL))); /* no scheduler: NaN */
+    g.gauge[ALERT_G_PREFILL_CHUNK] = 64;
+    assert_true(alert_measure_value(&m, NULL, &g, NULL, NULL) == 64);
+    assert_non_null(strstr(alert_measure_names(), "prefill_chunk"));
     assert_int_equal(alert_measure_parse("ttft_p95", &m), ERR_INVALID_ARG);
     assert_int_equal(alert_measure_parse("ttft_p5_ms", &m), ERR_INVALID_ARG);
     assert_int_equal(alert_measure_parse("latency", &m), ERR_INVALID_ARG);

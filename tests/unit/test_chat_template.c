@@ -4,6 +4,8 @@
  * every family, that message content cannot forge special tokens: the content spans the renderer reports
  * cover the contents and nothing else, and the rendered prompt tokenized with them (what the server does)
  * turns special-token text written in a message into text tokens while the template's markers stay special. */
+/* the conversations below give role and content only; the tool fields of struct chat_message stay zero */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #include "testutil.h"
 
 #include "core/err.h"
@@ -275,13 +277,92 @@ static void test_render_variants(void **state)
                   "<start_of_turn>user\nA\n\nB\n\nQ<end_of_turn>\n<start_of_turn>model\n");
 }
 
+/* A tool offered, called and answered, in each family's tool format. */
+static const struct chat_tool_call tool_call1[] = {{"abcDEF123", "get_time", "{\"tz\":\"UTC\"}"}};
+static const struct chat_tool tools1[] = {{"get_time", "{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}"}};
+static const struct chat_message tool_conv[] = {
+    {"system", "S"},
+    {"user", "Q"},
+    {"assistant", NULL, tool_call1, 1, NULL, NULL},
+    {"tool", "12:00", NULL, 0, "abcDEF123", "get_time"},
+};
+
+static void expect_tools(enum chat_family f, const char *want)
+{
+    char err[ERR_MSG_MAX] = "";
+    struct tok_span *sp = NULL;
+    size_t n_sp = 0;
+    char *got = chat_template_render_tools(f, tool_conv, 4, tools1, 1, true, "<s>", "</s>", &sp, &n_sp, err);
+    if (!got)
+        fail_msg("%s: %s", chat_family_name(f), err);
+    if (strcmp(got, want) != 0)
+        print_error("%s rendered\n[%s]\nwanted\n[%s]\n", chat_family_name(f), got, want);
+    assert_string_equal(got, want);
+    /* the tool's definition, the call's arguments and the result are content, never markup */
+    const char *needles[] = {"\"get_time\"}}", "UTC", "12:00"};
+    for (size_t k = 0; k < 3; k++) {
+        const char *at = strstr(got, needles[k]);
+        assert_non_null(at);
+        size_t off = (size_t)(at - got), len = strlen(needles[k]);
+        bool inside = false;
+        for (size_t i = 0; i < n_sp; i++)
+            inside |= sp[i].off <= off && off + len <= sp[i].off + sp[i].len;
+        if (!inside)
+            fail_msg("%s: '%s' is not content", chat_family_name(f), needles[k]);
+    }
+    free(sp);
+    free(got);
+}
+
+static void test_render_tools(void **state)
+{
+    (void)state;
+    expect_tools(CHAT_CHATML,
+                 "<|im_start|>system\nS\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+                 "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+                 "{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}\n</tools>\n\nFor each function call, "
+                 "return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+                 "<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+                 "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_time\", "
+                 "\"arguments\": {\"tz\":\"UTC\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n12:00\n"
+                 "</tool_response><|im_end|>\n<|im_start|>assistant\n");
+    expect_tools(CHAT_LLAMA3,
+                 "<|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+                 "Given the following functions, please respond with a JSON for a function call with its proper "
+                 "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                 "\"parameters\": dictionary of argument name and its value}. Do not use variables.\n\n"
+                 "{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}\n\nQ<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"get_time\", \"parameters\": "
+                 "{\"tz\":\"UTC\"}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n\n12:00<|eot_id|>"
+                 "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    expect_tools(CHAT_MISTRAL_V7_TEKKEN,
+                 "[SYSTEM_PROMPT]S[/SYSTEM_PROMPT][AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": "
+                 "{\"name\": \"get_time\"}}][/AVAILABLE_TOOLS][INST]Q[/INST][TOOL_CALLS][{\"name\": \"get_time\", "
+                 "\"arguments\": {\"tz\":\"UTC\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS]{\"content\": \"12:00\", "
+                 "\"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]");
+    expect_tools(CHAT_MISTRAL_V3,
+                 "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_time\"}}]"
+                 "[/AVAILABLE_TOOLS][INST] S\n\nQ[/INST][TOOL_CALLS] [{\"name\": \"get_time\", \"arguments\": "
+                 "{\"tz\":\"UTC\"}, \"id\": \"abcDEF123\"}]</s>[TOOL_RESULTS] {\"content\": \"12:00\", "
+                 "\"call_id\": \"abcDEF123\"}[/TOOL_RESULTS]");
+    expect_tools(CHAT_ZEPHYR,
+                 "<|system|>\nYou can call these tools:\n{\"type\": \"function\", \"function\": {\"name\": "
+                 "\"get_time\"}}\n\nAnswer with one JSON object: {\"tool_calls\": [{\"name\": <tool name>, "
+                 "\"arguments\": <arguments object>}]} to call tools, or {\"response\": <your answer>} to answer "
+                 "directly.</s>\n<|system|>\nS</s>\n<|user|>\nQ</s>\n<|assistant|>\n{\"tool_calls\": [{\"name\": "
+                 "\"get_time\", \"arguments\": {\"tz\": \"UTC\"}}]}</s>\n<|user|>\n{\"tool_response\": "
+                 "{\"tool_call_id\": \"abcDEF123\", \"name\": \"get_time\", \"content\": \"12:00\"}}</s>\n"
+                 "<|assistant|>\n");
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
     char err[ERR_MSG_MAX] = "";
-    const struct chat_message bad[] = {{"user", "hi"}, {"tool", "42"}};
+    const struct chat_message bad[] = {{"user", "hi"}, {"function", "42"}};
     assert_null(chat_template_apply(CHAT_CHATML, bad, 2, true, "<s>", "</s>", err));
-    assert_string_equal(err, "messages[1].role is \"tool\": only \"system\", \"user\" and \"assistant\" are supported");
+    assert_string_equal(err, "messages[1].role is \"function\": only \"system\", \"user\", \"assistant\" and "
+                             "\"tool\" are supported");
 
     const struct chat_message norole[] = {{NULL, "hi"}};
     assert_null(chat_template_apply(CHAT_LLAMA3, norole, 1, true, "<s>", "</s>", err));
@@ -513,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_render_families),
         cmocka_unit_test(test_render_variants),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_render_tools),
         cmocka_unit_test(test_content_spans),
         cmocka_unit_test(test_content_cannot_forge),
     };

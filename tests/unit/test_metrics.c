@@ -91,10 +91,12 @@ static void test_render(void **state)
     assert_null(strstr(t, "wafer_energy"));
     assert_null(strstr(t, "joule"));
     assert_null(strstr(t, "wafer_batch_limit"));
+    assert_null(strstr(t, "wafer_prefill_chunk"));
     assert_null(strstr(t, "wafer_alert"));
     free(t);
     /* observed: present, the estimate under names that say so */
     g.batch_limit = 7;
+    g.prefill_chunk = 64;
     g.cost_per_hour = 1.2;
     g.cost_total = 0.5;
     g.cost_per_mtok = 3.25;
@@ -106,6 +108,7 @@ static void test_render(void **state)
     g.notif_pending = 0;
     t = metrics_render(m, &g, &len);
     assert_line(t, "wafer_batch_limit 7");
+    assert_line(t, "wafer_prefill_chunk 64");
     assert_line(t, "wafer_cost_per_hour_dollars 1.2");
     assert_line(t, "wafer_cost_dollars_total 0.5");
     assert_line(t, "wafer_cost_per_million_tokens_dollars 3.25");

@@ -5,6 +5,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
+#include "core/redis_url.h"
 #include "route/route_cache.h"
 #include "route/route_config.h"
 #include "route/route_limits.h"
@@ -126,6 +127,34 @@ static void test_config_more_keys(void **state)
     assert_int_equal(route_url_parse("http://:80", host, sizeof host, &port, prefix, sizeof prefix), ERR_INVALID_ARG);
 }
 
+/* cache.url: a shared cache in Redis, its URL parsed by the one Redis URL parser. */
+static void test_config_redis_cache(void **state)
+{
+    (void)state;
+    struct route_config c;
+    route_config_init(&c);
+    char err[ERR_MSG_MAX] = "";
+    const char *y = "cache: {url: 'redis://:pw@10.0.0.5:6380/2', ttl_s: 30, prefix: 'a:', timeout_ms: 50}\n";
+    assert_int_equal(route_config_load_string(&c, y, strlen(y), "c.yaml", err), 0);
+    assert_string_equal(c.cache_url, "redis://:pw@10.0.0.5:6380/2");
+    assert_string_equal(c.cache_prefix, "a:");
+    assert_int_equal(c.cache_timeout_ms, 50);
+    assert_true(c.cache_ttl_s == 30);
+    route_config_deinit(&c);
+    struct redis_url u;
+    assert_int_equal(redis_url_parse("redis://:pw@10.0.0.5:6380/2", &u, err), 0);
+    assert_string_equal(u.host, "10.0.0.5");
+    assert_int_equal(u.port, 6380);
+    assert_int_equal(u.db, 2);
+    assert_string_equal(u.password, "pw");
+    assert_string_equal(u.user, "");
+    assert_int_equal(redis_url_parse("redis://cache", &u, err), 0);
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(redis_url_parse("redis://u:p@h:1/x", &u, err), ERR_INVALID_ARG);
+    assert_int_equal(redis_url_parse("rediss://h", &u, err), ERR_INVALID_ARG);
+    assert_int_equal(redis_url_parse("redis://:1", &u, err), ERR_INVALID_ARG);
+}
+
 /* Each bad file must fail with its name, the line of the offending entry and a word about it. */
 static void test_config_errors(void **state)
 {
@@ -147,7 +176,9 @@ static void test_config_errors(void **state)
         {"pools:\n  - name: a\n    backends: [http://x:1]\n  - name: a\n    backends: [http://y:1]\n",
          "b.yaml:4: pools: pool 'a' is defined twice"},
         {"health: {path: ready}\n", "b.yaml:1: health.path"},
-        {"cache: {url: 'redis://x:6379'}\n", "b.yaml:1: cache.url"},
+        {"cache: {url: 'http://x:6379'}\n", "b.yaml:1: cache.url: 'http://x:6379': expected redis://"},
+        {"cache: {url: 'redis://x:0'}\n", "b.yaml:1: cache.url"},
+        {"cache: {url: 'redis://x', timeout_ms: 0}\n", "b.yaml:1: cache.timeout_ms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct route_config c;
@@ -497,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_config_issue_example),
         cmocka_unit_test(test_config_more_keys),
         cmocka_unit_test(test_config_errors),
+        cmocka_unit_test(test_config_redis_cache),
         cmocka_unit_test(test_config_add_backend),
         cmocka_unit_test(test_config_key_file),
         cmocka_unit_test(test_sticky_shares_and_stability),

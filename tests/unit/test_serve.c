@@ -160,6 +160,20 @@ static void test_slo_parse(void **state)
     assert_int_equal(serve_slo_parse("ttft", &s, err), ERR_INVALID_ARG);
     assert_int_equal(serve_slo_parse("ttft=-1", &s, err), ERR_INVALID_ARG);
     assert_int_equal(serve_slo_parse("", &s, err), ERR_INVALID_ARG);
+    /* itl_p95, and the short form ITL_P95_MS[,TTFT_MS] of wafer serve's slo: section */
+    assert_int_equal(serve_slo_parse("itl_p95=20ms,itl=1s", &s, err), 0);
+    assert_float_equal(s.itl_p95_ms, 20, 0);
+    assert_float_equal(s.itl_ms, 1000, 0);
+    assert_int_equal(serve_slo_parse("50,2000", &s, err), 0);
+    assert_float_equal(s.itl_p95_ms, 50, 0);
+    assert_float_equal(s.ttft_ms, 2000, 0);
+    assert_true(isnan(s.itl_ms) && isnan(s.e2e_ms));
+    assert_int_equal(serve_slo_parse("7.5", &s, err), 0);
+    assert_float_equal(s.itl_p95_ms, 7.5, 0);
+    assert_true(isnan(s.ttft_ms));
+    assert_int_equal(serve_slo_parse("50,", &s, err), ERR_INVALID_ARG);
+    assert_int_equal(serve_slo_parse("50,x", &s, err), ERR_INVALID_ARG);
+    assert_int_equal(serve_slo_parse("0", &s, err), ERR_INVALID_ARG);
 }
 
 static void test_stats_compute(void **state)
@@ -206,6 +220,20 @@ static void test_stats_compute(void **state)
     assert_true(s.has_cost);
     assert_float_equal(s.usd_per_request, 0.001, 1e-12);            /* $3.6/h = $0.001/s at 1 req/s */
     assert_float_equal(s.usd_per_million_output_tokens, 1000.0 / 3.0, 1e-9);
+    assert_float_equal(s.output_goodput, 2.0, 1e-12); /* the good one's 4 tokens over 2 s */
+    serve_run_summary_deinit(&s);
+
+    /* itl_p95 judges each request's own gaps: r[0]'s p95 of {10, 20, 30} is 29, r[1]'s is 40 */
+    struct serve_slo slo2 = {.ttft_ms = NAN, .tpot_ms = NAN, .itl_ms = NAN, .e2e_ms = NAN, .itl_p95_ms = 35};
+    assert_int_equal(serve_stats_compute(r, 4, 2.0, &slo2, NAN, &s, err), 0);
+    assert_int_equal(s.good, 1);
+    assert_float_equal(s.output_goodput, 2.0, 1e-12);
+    assert_float_equal(s.itl.s.p50, 25, 1e-9); /* the pooled gaps are intact */
+    serve_run_summary_deinit(&s);
+    slo2.itl_p95_ms = 28;
+    assert_int_equal(serve_stats_compute(r, 4, 2.0, &slo2, NAN, &s, err), 0);
+    assert_int_equal(s.good, 0);
+    assert_float_equal(s.output_goodput, 0, 0);
     serve_run_summary_deinit(&s);
 
     /* nothing completed: every latency is missing, not zero */

@@ -209,6 +209,27 @@ static void test_draft_lookups(void **state)
     assert_int_equal(n, 2);
     assert_int_equal(out[0], 16);
     assert_int_equal(cur, 6);
+    /* text the prediction does not have: a far single-token match does not realign, three tokens do */
+    const int32_t pred2[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 50, 51, 52, 53};
+    cur = 3;
+    const int32_t g6[] = {1, 2, 3, 60, 61, 62, 63, 64, 65, 12};
+    assert_int_equal(spec_draft_prediction(pred2, 16, g6, 10, &cur, out, 16), 0);
+    assert_int_equal(cur, 4); /* stepped over the token 12 replaced */
+    const int32_t g7[] = {1, 2, 3, 60, 61, 62, 63, 64, 65, 12, 50, 51};
+    n = spec_draft_prediction(pred2, 16, g7, 12, &cur, out, 16);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0], 52);
+    assert_int_equal(cur, 14);
+    /* a chunk replaced by as many tokens: the cursor steps along, and the drafts resume right after it */
+    const int32_t pred3[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const int32_t g8[] = {1, 2, 90, 91, 92, 6};
+    cur = 2; /* after 1 2 */
+    for (int i = 3; i <= 5; i++)
+        assert_int_equal(spec_draft_prediction(pred3, 8, g8, i, &cur, out, 16), 0);
+    assert_int_equal(cur, 5);
+    n = spec_draft_prediction(pred3, 8, g8, 6, &cur, out, 16);
+    assert_int_equal(n, 2);
+    assert_int_equal(out[0], 7);
     /* the end of the prediction: nothing left to draft */
     const int32_t g5[] = {16, 17};
     assert_int_equal(spec_draft_prediction(pred, 8, g5, 2, &cur, out, 16), 0);
@@ -320,13 +341,15 @@ static void test_obs_count(void *ctx, enum sched_counter c, int64_t v)
 
 struct fixture {
     struct engine *e;
+    struct engine *de; /* the draft model's, or NULL */
     struct scheduler *s;
     struct test_obs obs;
 };
 
-/* A scheduler of max_batch slots on m; draft_max 0 turns speculation off (the reference). */
+/* A scheduler of max_batch slots on m; draft_max 0 turns speculation off (the reference); dm: a draft
+ * model, on its own engine (NULL: none). */
 static void fixture_up(struct fixture *f, const struct model *m, int max_batch, int draft_max, bool adaptive,
-                       enum sched_spec spec, int64_t kv_blocks)
+                       enum sched_spec spec, int64_t kv_blocks, const struct model *dm)
 {
     char err[ERR_MSG_MAX];
     struct engine_params ep;
@@ -338,6 +361,12 @@ static void fixture_up(struct fixture *f, const struct model *m, int max_batch, 
     ep.kv_blocks = kv_blocks;
     f->e = engine_create(m, &ep, err);
     assert_non_null(f->e);
+    f->de = NULL;
+    if (dm) {
+        ep.kv_blocks = 0;
+        f->de = engine_create(dm, &ep, err);
+        assert_non_null(f->de);
+    }
     memset(&f->obs, 0, sizeof f->obs);
     struct sched_observer obs = {.ctx = &f->obs, .count = test_obs_count};
     struct sched_params sp;
@@ -347,6 +376,7 @@ static void fixture_up(struct fixture *f, const struct model *m, int max_batch, 
     sp.draft_max = draft_max;
     sp.draft_adaptive = adaptive;
     sp.spec = spec;
+    sp.draft_engine = f->de;
     f->s = scheduler_create(f->e, m->tok, &sp, &obs, on_notify, NULL, err);
     if (!f->s)
         fail_msg("%s", err);
@@ -364,6 +394,11 @@ static void fixture_down(struct fixture *f)
     struct kv_pool *pool = engine_kv(f->e);
     assert_int_equal(kv_pool_free_blocks(pool), kv_pool_params(pool)->n_blocks);
     engine_destroy(f->e);
+    if (f->de) { /* the draft model's KV rolled back and freed with its sequences too */
+        pool = engine_kv(f->de);
+        assert_int_equal(kv_pool_free_blocks(pool), kv_pool_params(pool)->n_blocks);
+        engine_destroy(f->de);
+    }
 }
 
 struct out {
@@ -409,6 +444,7 @@ struct job {
     const char *stop;
     bool sample;   /* seeded sampling with penalties and logprobs, else greedy */
     int spec;      /* the request's n-gram choice (-1: the scheduler's) */
+    uint64_t temp_seed; /* plain sampling at temperature 0.6 with this seed (OpenAI's defaults otherwise) */
 };
 
 static struct sched_req *job_submit(const struct model *m, struct scheduler *s, const struct job *j)
@@ -421,6 +457,10 @@ static struct sched_req *job_submit(const struct model *m, struct scheduler *s, 
     r->max_tokens = j->max_tokens;
     r->sp.temperature = 0;
     r->spec = j->spec;
+    if (j->temp_seed) {
+        r->sp.temperature = 0.6f;
+        r->sp.seed = j->temp_seed;
+    }
     if (j->sample) {
         r->sp.temperature = 0.9f;
         r->sp.top_k = 40;
@@ -531,7 +571,7 @@ static void spec_equal_check(bool adaptive, bool sample)
                                .n_choices = i == 1 ? 2 : 1};
     static struct req_out ref[8], got[64];
     struct fixture f;
-    fixture_up(&f, m, 8, 0, true, SCHED_SPEC_OFF, 0);
+    fixture_up(&f, m, 8, 0, true, SCHED_SPEC_OFF, 0, NULL);
     run_jobs(m, f.s, base, np, ref);
     assert_int_equal(atomic_load(&f.obs.count[SCHED_CTR_SPEC_DRAFTS]), 0);
     fixture_down(&f);
@@ -550,11 +590,16 @@ static void spec_equal_check(bool adaptive, bool sample)
         jobs[nj] = base[i];
         jobs[nj++].spec = SCHED_SPEC_NGRAM;
     }
-    fixture_up(&f, m, 8, 6, adaptive, SCHED_SPEC_OFF, 0);
+    for (int i = 0; i < np; i++) { /* the draft model's drafts: the same model on its own engine */
+        jobs[nj] = base[i];
+        jobs[nj++].spec = SCHED_SPEC_DRAFT;
+    }
+    fixture_up(&f, m, 8, 6, adaptive, SCHED_SPEC_OFF, 0, m);
     run_jobs(m, f.s, jobs, nj, got);
     int64_t drafted = 0, accepted = 0;
     for (int j = 0; j < nj; j++) {
-        int i = j < np * P_COUNT ? j / P_COUNT : j - np * P_COUNT;
+        int i = j < np * P_COUNT ? j / P_COUNT : (j - np * P_COUNT) % np;
+        bool by_model = j >= np * P_COUNT + np;
         assert_same_output(&ref[i], &got[j], jobs[j].n_choices, j);
         const struct sched_req_status *st = &got[j].st;
         drafted += st->draft_tokens;
@@ -572,8 +617,14 @@ static void spec_equal_check(bool adaptive, bool sample)
             assert_int_equal(st->accepted_tokens, st->draft_tokens);
             assert_true(st->accepted_tokens >= ref[i].ch[0].n / 2);
         }
-        if (!adaptive && jobs[j].pred && j % P_COUNT == P_WRONG && !sample)
-            assert_true(st->accepted_tokens < st->draft_tokens);
+        if (!adaptive && jobs[j].pred && j % P_COUNT == P_THEN_WRONG && !sample)
+            assert_true(st->accepted_tokens < st->draft_tokens); /* drafts rejected (and rolled back) */
+        if (!adaptive && by_model) {
+            /* the target drafting for itself: greedy, every drafted token is the target's own */
+            assert_true(st->draft_tokens >= ref[i].ch[0].n / 2);
+            if (!sample)
+                assert_int_equal(st->accepted_tokens, st->draft_tokens);
+        }
     }
     /* what the observer was told adds up to what the requests report */
     assert_int_equal(atomic_load(&f.obs.count[SCHED_CTR_SPEC_DRAFT_TOKENS]), drafted);
@@ -623,7 +674,7 @@ static void test_stop_max_tokens_prefix(void **state)
     static struct req_out ref[32], got[32];
     struct job full = {.prompt = prompts[0], .max_tokens = 60, .spec = -1};
     struct fixture f;
-    fixture_up(&f, m, 4, 0, true, SCHED_SPEC_OFF, 0);
+    fixture_up(&f, m, 4, 0, true, SCHED_SPEC_OFF, 0, NULL);
     run_jobs(m, f.s, &full, 1, ref);
     /* a stop string from the middle of the text, and max_tokens 1..12 */
     static char stop[16];
@@ -644,7 +695,7 @@ static void test_stop_max_tokens_prefix(void **state)
 
     /* with the exact prediction, run twice (the second finds the prompt in the prefix cache), and n-gram
      * drafts as the default */
-    fixture_up(&f, m, 4, 8, false, SCHED_SPEC_NGRAM, 0);
+    fixture_up(&f, m, 4, 8, false, SCHED_SPEC_NGRAM, 0, m);
     for (int rep = 0; rep < 2; rep++) {
         for (int j = 0; j < nj; j++) {
             jobs[j].pred = o->ids;
@@ -655,12 +706,22 @@ static void test_stop_max_tokens_prefix(void **state)
             assert_same_output(&ref[1 + j], &got[j], 1, j);
         for (int j = 1; j < nj; j++)
             assert_true(got[j].st.n_generated == jobs[j].max_tokens);
-        /* without a prediction: n-gram drafts */
+        /* without a prediction: n-gram drafts, then the draft model's */
         for (int j = 0; j < nj; j++)
             jobs[j].pred = NULL;
         run_jobs(m, f.s, jobs, nj, got);
         for (int j = 0; j < nj; j++)
             assert_same_output(&ref[1 + j], &got[j], 1, j);
+        for (int j = 0; j < nj; j++)
+            jobs[j].spec = SCHED_SPEC_DRAFT;
+        run_jobs(m, f.s, jobs, nj, got);
+        for (int j = 0; j < nj; j++) {
+            assert_same_output(&ref[1 + j], &got[j], 1, j);
+            if (j > 0) /* (job 0's stop string ends it inside a draft) */
+                assert_int_equal(got[j].st.accepted_tokens, got[j].st.draft_tokens);
+        }
+        for (int j = 0; j < nj; j++)
+            jobs[j].spec = -1;
     }
     assert_true(atomic_load(&f.obs.count[SCHED_CTR_SPEC_ACCEPTED_TOKENS]) > 0);
     fixture_down(&f);
@@ -681,7 +742,7 @@ static void test_small_kv(void **state)
     for (int i = 0; i < 4; i++)
         jobs[i] = (struct job){.prompt = prompts[i], .max_tokens = 50, .spec = SCHED_SPEC_NGRAM};
     struct fixture f;
-    fixture_up(&f, m, 4, 0, true, SCHED_SPEC_OFF, 0);
+    fixture_up(&f, m, 4, 0, true, SCHED_SPEC_OFF, 0, NULL);
     run_jobs(m, f.s, jobs, 4, ref);
     fixture_down(&f);
     static int32_t preds[4][MAXT];
@@ -690,11 +751,156 @@ static void test_small_kv(void **state)
         jobs[i].pred = preds[i];
         jobs[i].n_pred = ref[i].ch[0].n;
     }
-    fixture_up(&f, m, 4, 16, false, SCHED_SPEC_OFF, 30); /* 30 blocks of 8: about 60 positions each */
+    fixture_up(&f, m, 4, 16, false, SCHED_SPEC_OFF, 30, NULL); /* 30 blocks of 8: about 60 positions each */
     run_jobs(m, f.s, jobs, 4, got);
     for (int i = 0; i < 4; i++)
         assert_same_output(&ref[i], &got[i], 1, i);
     fixture_down(&f);
+    model_destroy(m);
+}
+
+/* A draft model whose vocabulary is not the target's is refused at creation, both vocabularies named. */
+static void test_draft_vocab_refused(void **state)
+{
+    (void)state;
+    const char *tp = TEST_SHARED_OR_SKIP("models/llama-19M/llama-19M-Q4_0.gguf");
+    const char *dp = TEST_SHARED_OR_SKIP(MODEL);
+    char err[ERR_MSG_MAX];
+    struct model *t = model_load(tp, err), *d = model_load(dp, err);
+    assert_non_null(t);
+    assert_non_null(d);
+    struct engine_params ep;
+    engine_params_default(&ep);
+    ep.n_threads = 1;
+    ep.n_ctx = 64;
+    struct engine *te = engine_create(t, &ep, err), *de = engine_create(d, &ep, err);
+    assert_non_null(te);
+    assert_non_null(de);
+    struct sched_params sp;
+    sched_params_default(&sp);
+    sp.max_batch_size = 1;
+    sp.prefill_chunk = 16;
+    sp.draft_engine = de;
+    err[0] = 0;
+    assert_null(scheduler_create(te, t->tok, &sp, NULL, on_notify, NULL, err));
+    print_message("refused: %s\n", err);
+    assert_non_null(strstr(err, "vocabulary"));
+    assert_non_null(strstr(err, "512 tokens"));
+    assert_non_null(strstr(err, "32000 tokens"));
+    /* the same model drafting for itself is accepted */
+    sp.draft_engine = te;
+    struct scheduler *s = scheduler_create(te, t->tok, &sp, NULL, on_notify, NULL, err);
+    assert_non_null(s);
+    scheduler_destroy(s);
+    engine_destroy(te);
+    engine_destroy(de);
+    model_destroy(t);
+    model_destroy(d);
+}
+
+/* Chi-square critical value for df degrees of freedom at p = 0.001 (Wilson-Hilferty). */
+static double chi2_crit(int df)
+{
+    double a = 2.0 / (9.0 * df), z = 3.09;
+    return df * pow(1 - a + z * sqrt(a), 3);
+}
+
+/* Two-sample chi-square homogeneity statistic of the token counts a and b (each n in all) over n_vocab
+ * bins; bins where both are rare are pooled into one. Returns the statistic, *df its degrees of freedom. */
+static double chi2_two_sample(const int *a, const int *b, int n_vocab, int *df)
+{
+    double x = 0;
+    int bins = 0, ra = 0, rb = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? 1 : n_vocab); i++) {
+            int ca = pass ? ra : a[i], cb = pass ? rb : b[i];
+            if (!pass && ca + cb < 30) { /* pooled */
+                ra += ca, rb += cb;
+                continue;
+            }
+            if (ca + cb == 0)
+                continue;
+            double e = (ca + cb) / 2.0; /* equal sample sizes */
+            x += (ca - e) * (ca - e) / e + (cb - e) * (cb - e) / e;
+            bins++;
+        }
+    *df = bins - 1;
+    return x;
+}
+
+/* With sampling, speculation keeps the model's distribution: the first three tokens of many seeded requests
+ * drawn with drafts (the draft model's, a prediction's) are distributed as without speculation. The seeds
+ * differ between the runs (so this tests the distribution, not the seeded identity tested above): a rule
+ * that accepted drafts too readily would pull the tokens towards the drafts (the greedy ones) and fail. */
+static void test_sampling_distribution(void **state)
+{
+    (void)state;
+    const char *path = TEST_SHARED_OR_SKIP(MODEL);
+    char err[ERR_MSG_MAX];
+    struct model *m = model_load(path, err);
+    assert_non_null(m);
+    int nv = m->hp.n_vocab;
+    enum { N = 768, POS = 4, BATCH = 64 };
+    static struct req_out out[BATCH];
+    int *counts = calloc((size_t)3 * POS * nv, sizeof *counts); /* [run][pos][token] */
+    assert_non_null(counts);
+    struct job greedy = {.prompt = "Lily went to the park and", .max_tokens = 8, .spec = -1};
+    struct fixture f;
+    fixture_up(&f, m, 8, 0, true, SCHED_SPEC_OFF, 0, NULL);
+    run_jobs(m, f.s, &greedy, 1, out);
+    fixture_down(&f);
+    static int32_t pred[MAXT];
+    int n_pred = out[0].ch[0].n;
+    memcpy(pred, out[0].ch[0].ids, (size_t)n_pred * sizeof *pred);
+    int64_t drafted = 0, accepted = 0;
+    int greedy_len[3][POS + 1] = {{0}}; /* requests whose first i tokens, no more, are the greedy answer's */
+    for (int run = 0; run < 3; run++) { /* plain, the draft model's drafts, the greedy answer as prediction */
+        /* two slots: few steps with another request's prompt in them (those do not speculate) */
+        fixture_up(&f, m, 2, run ? 4 : 0, false, SCHED_SPEC_OFF, 0, run == 1 ? m : NULL);
+        for (int at = 0; at < N; at += BATCH) {
+            struct job jobs[BATCH];
+            for (int i = 0; i < BATCH; i++)
+                jobs[i] = (struct job){.prompt = greedy.prompt, .max_tokens = POS, .spec = run == 1 ? SCHED_SPEC_DRAFT : -1,
+                                       .pred = run == 2 ? pred : NULL, .n_pred = run == 2 ? n_pred : 0,
+                                       .temp_seed = (uint64_t)(run * N + at + i + 1)};
+            run_jobs(m, f.s, jobs, BATCH, out);
+            for (int i = 0; i < BATCH; i++) {
+                assert_int_equal(out[i].ch[0].n, POS);
+                int g = 0;
+                while (g < POS && g < n_pred && out[i].ch[0].ids[g] == pred[g])
+                    g++;
+                greedy_len[run][g]++;
+                for (int p = 0; p < POS; p++)
+                    counts[((size_t)run * POS + p) * nv + out[i].ch[0].ids[p]]++;
+                drafted += out[i].st.draft_tokens;
+                accepted += out[i].st.accepted_tokens;
+            }
+        }
+        fixture_down(&f);
+    }
+    print_message("%lld drafted, %lld accepted\n", (long long)drafted, (long long)accepted);
+    assert_true(drafted > N && accepted > N / 2); /* drafts were verified, many accepted */
+    for (int run = 1; run < 3; run++) {
+        /* the most telling statistic: a rule biased towards drafts makes greedy-looking answers likelier */
+        int df;
+        double x = chi2_two_sample(greedy_len[0], greedy_len[run], POS + 1, &df);
+        print_message("%s, tokens equal to the greedy answer's (0..%d): plain %d %d %d %d %d, speculation %d %d %d %d "
+                      "%d: chi2 %.1f, df %d, critical %.1f\n", run == 1 ? "draft model" : "prediction", POS,
+                      greedy_len[0][0], greedy_len[0][1], greedy_len[0][2], greedy_len[0][3], greedy_len[0][4],
+                      greedy_len[run][0], greedy_len[run][1], greedy_len[run][2], greedy_len[run][3],
+                      greedy_len[run][4], x, df, chi2_crit(df));
+        assert_true(x < chi2_crit(df));
+    }
+    for (int run = 1; run < 3; run++)
+        for (int p = 0; p < POS; p++) {
+            int df;
+            double x = chi2_two_sample(counts + (size_t)p * nv, counts + ((size_t)run * POS + p) * nv, nv, &df);
+            print_message("%s, token %d: chi2 %.1f, df %d, critical (p = 0.001) %.1f\n",
+                          run == 1 ? "draft model" : "prediction", p + 1, x, df, chi2_crit(df));
+            assert_true(df >= 3);
+            assert_true(x < chi2_crit(df));
+        }
+    free(counts);
     model_destroy(m);
 }
 
@@ -705,7 +911,8 @@ int main(void)
         cmocka_unit_test(test_plan),                     cmocka_unit_test(test_cost_curve),
         cmocka_unit_test(test_greedy_equal_fixed),       cmocka_unit_test(test_greedy_equal_adaptive),
         cmocka_unit_test(test_seeded_equal),             cmocka_unit_test(test_stop_max_tokens_prefix),
-        cmocka_unit_test(test_small_kv),
+        cmocka_unit_test(test_small_kv),                 cmocka_unit_test(test_draft_vocab_refused),
+        cmocka_unit_test(test_sampling_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
