@@ -60,7 +60,7 @@ static void t_read_stats(const char *path, unsigned long long v[4])
 static void test_redis_crash(void **state)
 {
     TEST_REDIS_OR_SKIP(&redis);
-    const int n = 1500, kills = 6, lease = 300;
+    const int n = 4000, kills = 6, lease = 300; /* more lines than 6 short-lived workers can finish (4 x 250 lines/s) */
     struct jobs_store *s = tj_open(NULL, redis.url, "observer", lease);
     char id[JOBS_ID_MAX];
     tj_batch(s, n, "24h", id);
