@@ -360,6 +360,29 @@ bool sched_req_read(struct sched_req *r, bool (*fn)(void *ctx, int c, const stru
 
 /* ---------------------------------------------------------------- outbox (engine side) */
 
+/* Appends n_top alternatives to ch->top (grown by doubling; caller holds the request's lock) and sets *off to
+ * where they start, -1 when n_top is 0. 0 or ERR_NOMEM. */
+static int choice_top_append(struct sched_choice *ch, const struct sampler_logprob *top, int n_top, int32_t *off)
+{
+    *off = -1;
+    if (!top || n_top <= 0)
+        return 0;
+    if (ch->n_top_used + n_top > ch->cap_top) {
+        int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
+        while (cap < ch->n_top_used + n_top)
+            cap *= 2;
+        struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
+        if (!nt)
+            return ERR_NOMEM;
+        ch->top = nt;
+        ch->cap_top = cap;
+    }
+    *off = ch->n_top_used;
+    memcpy(ch->top + ch->n_top_used, top, (size_t)n_top * sizeof *top);
+    ch->n_top_used += n_top;
+    return 0;
+}
+
 static int choice_append(struct sched_req *r, int c, int32_t id, const char *text, size_t len, float lp,
                          const struct sampler_logprob *top, int n_top)
 {
@@ -388,24 +411,9 @@ static int choice_append(struct sched_req *r, int c, int32_t id, const char *tex
         ch->toks = nt;
         ch->cap_toks = cap;
     }
-    int32_t top_off = -1;
-    if (top && n_top > 0) {
-        if (ch->n_top_used + n_top > ch->cap_top) {
-            int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
-            while (cap < ch->n_top_used + n_top)
-                cap *= 2;
-            struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
-            if (!nt) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            ch->top = nt;
-            ch->cap_top = cap;
-        }
-        top_off = ch->n_top_used;
-        memcpy(ch->top + ch->n_top_used, top, (size_t)n_top * sizeof *top);
-        ch->n_top_used += n_top;
-    }
+    int32_t top_off;
+    if ((rc = choice_top_append(ch, top, n_top, &top_off)))
+        goto out;
     if (len)
         memcpy(ch->text + ch->text_len, text, len);
     ch->toks[ch->n_toks++] = (struct sched_token){.id = id, .text_off = (uint32_t)ch->text_len,
@@ -1214,24 +1222,9 @@ static int prompt_score(struct scheduler *s, struct sched_req *r, int pos, const
         ch->ptoks = nt;
         ch->cap_ptoks = cap;
     }
-    int32_t top_off = -1;
-    if (n_top) {
-        if (ch->n_top_used + n_top > ch->cap_top) {
-            int cap = ch->cap_top ? ch->cap_top * 2 : 64 * n_top;
-            while (cap < ch->n_top_used + n_top)
-                cap *= 2;
-            struct sampler_logprob *nt = realloc(ch->top, (size_t)cap * sizeof *nt);
-            if (!nt) {
-                rc = ERR_NOMEM;
-                goto out;
-            }
-            ch->top = nt;
-            ch->cap_top = cap;
-        }
-        top_off = ch->n_top_used;
-        memcpy(ch->top + ch->n_top_used, s->top_buf, (size_t)n_top * sizeof *s->top_buf);
-        ch->n_top_used += n_top;
-    }
+    int32_t top_off;
+    if ((rc = choice_top_append(ch, s->top_buf, n_top, &top_off)))
+        goto out;
     ch->ptoks[ch->n_ptoks++] = (struct sched_token){.id = tok, .logprob = lp, .top_off = top_off};
     r->st->version++;
 out:
