@@ -4,7 +4,7 @@ import json
 import httpx
 import pytest
 
-from conftest import STORIES, LLAMA19M
+from conftest import STORIES, LLAMA19M, need
 
 COMPLETION_KEYS = {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
 USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
@@ -311,7 +311,7 @@ def test_chat_without_template(make_server):
 
 def test_config_file(make_server, tmp_path):
     cfg = tmp_path / "wafer.yaml"
-    cfg.write_text(f"model:\n  name: storyteller\n  path: {STORIES}\n  chat_template: zephyr\n"
+    cfg.write_text(f"model:\n  name: storyteller\n  path: {need(STORIES)}\n  chat_template: zephyr\n"
                    "server:\n  max_batch_size: 4\ngeneration:\n  max_new_tokens: 7\n  temperature: 0\n")
     s = make_server(None, "--config", str(cfg))
     assert httpx.get(s.url("/v1/models")).json()["data"][0]["id"] == "storyteller"
