@@ -25,6 +25,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -841,6 +842,11 @@ int route_run(struct route_config *cfg)
         log_error("route: %s", err);
         goto out;
     }
+    /* The I/O thread allocates and frees a few KiB per request in its own arena; by default glibc gives the
+     * arena's top back to the system after each burst and grows it again on the next (sysmalloc and
+     * mprotect on the hot path, about a quarter of the router's user time at 1,000 requests/s) */
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_TOP_PAD, 4 << 20);
     struct io_arg io = {.http = r->http, .rc = 0};
     pthread_t tid;
     if (pthread_create(&tid, NULL, io_thread, &io)) {

@@ -47,6 +47,7 @@
 #define RT_MAX_ORDER 17
 #define RT_MAX_RETRY_AFTER_MS 30000 /* the longest Retry-After a request waits out in the router */
 #define RT_MAX_RESUME_CHOICES 16    /* n beyond this: a broken stream is not resumed */
+#define RT_MAX_SPARE_REQS 64        /* finished requests' structs kept for reuse */
 
 enum rt_mode { RM_NONE, RM_BUFFER, RM_SSE };
 enum rt_cache_state { RC_NONE, RC_MISS, RC_HIT, RC_BYPASS };
@@ -409,7 +410,13 @@ static void req_finish(struct rt_req *q)
     free(q->cache_key);
     free(q->last_body);
     free(q->key);
-    free(q);
+    if (r->n_spare_reqs < RT_MAX_SPARE_REQS) {
+        q->next = r->spare_reqs;
+        r->spare_reqs = q;
+        r->n_spare_reqs++;
+    } else {
+        free(q);
+    }
 }
 
 static void answer_count(struct rt_req *q, int status)
@@ -1694,7 +1701,14 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
             return;
         }
     }
-    struct rt_req *q = calloc(1, sizeof *q);
+    struct rt_req *q = r->spare_reqs;
+    if (q) {
+        r->spare_reqs = q->next;
+        r->n_spare_reqs--;
+        memset(q, 0, sizeof *q);
+    } else {
+        q = calloc(1, sizeof *q);
+    }
     if (!q) {
         json_decref(o);
         if (key_idx >= 0)
@@ -1809,4 +1823,10 @@ void rt_proxy_cancel_all(struct router *r)
         }
         req_finish(q);
     }
+    while (r->spare_reqs) {
+        struct rt_req *q = r->spare_reqs;
+        r->spare_reqs = q->next;
+        free(q);
+    }
+    r->n_spare_reqs = 0;
 }
