@@ -18,6 +18,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "route/route_internal.h"
 #include "route/route_policy.h"
 #include "route/route_observe.h"
@@ -670,6 +671,9 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     else if (path_is(req, "/health") && get) {
         json_t *o = json_object();
         json_object_set_new(o, "status", json_string("ok"));
+        json_object_set_new(o, "version", json_string(version_get()));
+        json_object_set_new(o, "commit", json_string(version_commit_get()));
+        json_object_set_new(o, "mode", json_string(r->models ? "models" : "route"));
         respond_json(r, c, 200, o);
     } else if (path_is(req, "/ready") && get)
         ep_ready(r, c);

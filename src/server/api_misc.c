@@ -18,6 +18,7 @@
 #include "server/api.h"
 
 #include "core/log.h"
+#include "core/version.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -35,6 +36,8 @@ void api_health(struct server *srv, struct http_conn *c)
 {
     json_t *o = json_object();
     json_object_set_new(o, "status", json_string("ok"));
+    json_object_set_new(o, "version", json_string(version_get()));
+    json_object_set_new(o, "commit", json_string(version_commit_get()));
     api_respond_json(srv, c, ROUTE_HEALTH, 200, o);
 }
 
