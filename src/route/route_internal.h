@@ -235,7 +235,7 @@ struct rt_models_hooks {
 };
 struct rt_models *rt_models_create(struct router *r, struct route_models_config *c,
                                    const struct rt_models_hooks *hooks, char *err);
-/* Stops every child (SIGTERM, SIGKILL after a grace) and answers waiting requests 503. I/O thread, once
+/* Stops every child (SIGTERM, SIGKILL after a grace). I/O thread, once
  * the HTTP server has stopped (the children die with the thread that forked them). */
 void rt_models_shutdown(struct router *r);
 void rt_models_destroy(struct rt_models *mm);

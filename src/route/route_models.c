@@ -1,8 +1,8 @@
 /*
  * route_models: the model manager of `wafer serve` in models mode (route_models.h has the design). It runs
- * on the router's I/O thread like everything of the router, so it needs no lock: a 100 ms tick reaps
- * children (waitpid WNOHANG), polls loading children's /ready, unloads idle models after keep_alive,
- * escalates SIGTERM to SIGKILL after a grace, and retries loads waiting for memory.
+ * on the router's I/O thread like everything of the router, so it needs no lock: a 100 ms tick (20 ms while
+ * a model loads) reaps children (waitpid WNOHANG), polls loading children's /ready, unloads idle models
+ * after keep_alive, escalates SIGTERM to SIGKILL after a grace, and retries loads waiting for memory.
  *
  * A model's life: unloaded -> (waiting for memory) -> loading (child spawned, /ready polled) -> loaded ->
  * stopping (SIGTERM sent) -> unloaded. A child that exits unasked is logged and marked unloaded; its
@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #define MM_TICK_MS 100
+#define MM_TICK_LOADING_MS 20
 #define MM_STOP_GRACE_MS 5000
 
 enum mm_state { MM_UNLOADED, MM_WAITING, MM_LOADING, MM_LOADED, MM_STOPPING };
@@ -301,6 +302,7 @@ static int mm_try_load(struct mm_model *m)
     m->state = MM_LOADING;
     m->t_start = evloop_now_ms();
     m->last_error[0] = 0;
+    evloop_timer_set(mm->r->loop, &mm->tick, m->t_start + MM_TICK_LOADING_MS);
     log_info("models: loading '%s' from %s (pid %d, port %d, ~%lld MiB, reason: %s)", m->conf->name, m->path,
              (int)m->pid, m->port, (long long)(m->bytes >> 20), mm_reason_names[m->load_reason]);
     return 0;
@@ -490,7 +492,11 @@ static void mm_tick(struct ev_timer *t)
                            m->last_error[0] ? m->last_error : "it does not fit memory_budget");
         }
     }
-    evloop_timer_set(mm->r->loop, &mm->tick, now + MM_TICK_MS);
+    bool loading = false;
+    for (int i = 0; i < mm->n; i++)
+        loading |= mm->m[i].state == MM_LOADING;
+    /* a loading child's /ready is polled more often: the first request waits for it */
+    evloop_timer_set(mm->r->loop, &mm->tick, now + (loading ? MM_TICK_LOADING_MS : MM_TICK_MS));
 }
 
 /* ---- the proxy's hooks ----------------------------------------------------------------------------- */
@@ -962,7 +968,8 @@ void rt_models_shutdown(struct router *r)
             up_cancel(m->probe);
             m->probe = NULL;
         }
-        mm_release_waiters(m, false, 503, "shutting_down", 1, "the server is shutting down");
+        /* requests still waiting are ended by the router after this thread (rt_proxy_cancel_all); the
+         * HTTP server has stopped, so they cannot be answered here */
         if (m->pid > 0) {
             if (m->state != MM_STOPPING) {
                 m->m_unloads[MR_SHUTDOWN]++;
