@@ -314,6 +314,54 @@ def test_kill_9_of_a_child_mid_request(models):
     assert s.complete("tiny").status_code == 200  # the other model never noticed
 
 
+def child_metric(s, model, name):
+    port = s.admin_models()[model]["port"]
+    for line in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def wait_child_metric(s, model, name, pred, timeout=20):
+    deadline = time.time() + timeout
+    v = None
+    while time.time() < deadline:
+        v = child_metric(s, model, name)
+        if v is not None and pred(v):
+            return v
+        time.sleep(0.02)
+    raise AssertionError(f"{model}'s {name} = {v}")
+
+
+def test_kill_9_of_a_child_during_a_non_streamed_request(models):
+    s = models(two_models())
+    assert s.complete("llama", max_tokens=2).status_code == 200
+    pid = s.admin_models()["llama"]["pid"]
+    out = {}
+    th = threading.Thread(target=lambda: out.update(r=s.complete("llama", max_tokens=400, ignore_eos=True)))
+    th.start()
+    wait_child_metric(s, "llama", "wafer_requests_running", lambda v: v >= 1)
+    os.kill(pid, signal.SIGKILL)
+    th.join(60)
+    r = out["r"]
+    assert r.status_code == 502 and is_openai_error(r.json(), "upstream_error"), r.text
+    s.wait_state("llama", "unloaded")
+    assert s.complete("llama").status_code == 200
+
+
+def test_a_client_that_leaves_frees_the_slot_on_the_model(models):
+    s = models(two_models())
+    assert s.complete("llama", max_tokens=2).status_code == 200
+    body = {"model": "llama", "prompt": "Once", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    with httpx.Client(base_url=s.base, timeout=60) as c:
+        with c.stream("POST", "/v1/completions", json=body) as resp:
+            for _ in resp.iter_text():
+                break  # the first bytes, then the client leaves
+    wait_child_metric(s, "llama", "wafer_requests_running", lambda v: v == 0, timeout=10)
+    assert child_metric(s, "llama", "wafer_requests_cancelled_total") >= 1
+    assert s.admin_models()["llama"]["active"] == 0
+
+
 def test_sigterm_stops_every_child(models):
     s = models(two_models())
     assert s.complete("tiny").status_code == 200 and s.complete("llama").status_code == 200
