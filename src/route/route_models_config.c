@@ -295,10 +295,12 @@ static int mc_item(struct mc_ctx *x, const struct mk_item *it, struct fy_node *v
     const char *sect = it->section;
     int vl = node_line(v, kl);
     snprintf(where, sizeof where, "%s:%d: %s%s%s", x->name, vl, sect, *sect ? "." : "", it->key);
-    if (it->kind == MK_LIST && v && fy_node_is_sequence(v)) {
+    if (it->kind == MK_LIST) { /* the file's list replaces what was there */
         list_free(*(char ***)((char *)x->c + it->off), *(int *)((char *)x->c + it->off2));
         *(char ***)((char *)x->c + it->off) = NULL;
         *(int *)((char *)x->c + it->off2) = 0;
+    }
+    if (it->kind == MK_LIST && v && fy_node_is_sequence(v)) {
         void *si = NULL;
         struct fy_node *e;
         while ((e = fy_node_sequence_iterate(v, &si))) {
