@@ -228,13 +228,16 @@ class Soak:
             return 0
         want = self.kv_mib * 1048576
         try:
-            size, kv = 0, 0
+            kv, is_kv = 0, False
             with open(f"/proc/{self.pid}/smaps") as f:
                 for line in f:
                     m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
                     if m:
+                        # the server maps the cache between guard pages (never merged with a neighbour), named
+                        # [anon:wafer-kv] where the kernel supports it, else known by its size
                         size = int(m.group(2), 16) - int(m.group(1), 16)
-                    elif line.startswith("Rss:") and abs(size - want) < 0.06 * 1048576 + 4096:
+                        is_kv = "[anon:wafer-kv]" in line or abs(size - want) < 0.06 * 1048576 + 4096
+                    elif line.startswith("Rss:") and is_kv:
                         kv += int(line.split()[1])
             return kv
         except OSError:

@@ -13,6 +13,11 @@
 int redis_url_parse(const char *url, struct redis_url *out, char *err)
 {
     memset(out, 0, sizeof *out);
+    /* TLS needs hiredis >= 1.0 (hiredis_ssl); Debian 12 ships 0.14, which has none */
+    if (!strncmp(url, "rediss://", 9))
+        return err_set(err, ERR_INVALID_ARG,
+                       "'%s': rediss:// (TLS) is not supported by this build (Debian 12's hiredis 0.14 has no TLS); "
+                       "use redis:// on a trusted network, or a local TLS tunnel (stunnel) to the server", url);
     if (strncmp(url, "redis://", 8))
         goto bad;
     const char *p = url + 8;

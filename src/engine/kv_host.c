@@ -7,6 +7,8 @@
 
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 int kv_host_init(struct kv_host *h, const struct kv_pool_params *p, char *err)
 {
@@ -16,13 +18,25 @@ int kv_host_init(struct kv_host *h, const struct kv_pool_params *p, char *err)
     h->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * h->row_bytes;
     h->layer_bytes = h->block_layer_bytes * (size_t)p->n_blocks;
     size_t bytes = 2 * h->layer_bytes * (size_t)p->n_layers;
-    /* anonymous mapping: pages are zero and only touched pages cost memory */
-    void *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    /* Anonymous mapping: pages are zero and only touched pages cost memory. It sits between two PROT_NONE
+     * guard pages, so an overrun faults instead of scribbling on a neighbour, and the kernel cannot merge it
+     * with an adjacent anonymous mapping: /proc/PID/smaps then shows the cache as one mapping of exactly
+     * `bytes`, named [anon:wafer-kv] where the kernel supports names, which is how the soak test tells the
+     * KV cache's resident pages (bounded by the pool) from the rest of the process's memory. */
+    uint8_t *m = mmap(NULL, bytes + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + page, bytes, PROT_READ | PROT_WRITE) != 0) {
+        if (m != MAP_FAILED)
+            munmap(m, bytes + 2 * page);
         return err_set(err, ERR_NOMEM, "cannot allocate %.1f MiB for the KV cache (%lld blocks); lower the KV budget",
                        bytes / 1048576.0, (long long)p->n_blocks);
+    }
+#ifdef PR_SET_VMA_ANON_NAME
+    prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, (unsigned long)(m + page), bytes, (unsigned long)"wafer-kv"); /* best effort */
+#endif
     h->map_bytes = bytes;
-    h->k = m;
+    h->guard_bytes = page;
+    h->k = m + page;
     h->v = h->k + h->layer_bytes * (size_t)p->n_layers;
     return 0;
 }
@@ -30,7 +44,7 @@ int kv_host_init(struct kv_host *h, const struct kv_pool_params *p, char *err)
 void kv_host_deinit(struct kv_host *h)
 {
     if (h->k)
-        munmap(h->k, h->map_bytes);
+        munmap(h->k - h->guard_bytes, h->map_bytes + 2 * h->guard_bytes);
     memset(h, 0, sizeof *h);
 }
 

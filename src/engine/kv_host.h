@@ -21,6 +21,7 @@ struct kv_host {
     uint8_t *k;               /* [n_layers][n_blocks][n_kv_heads][block_size] rows */
     uint8_t *v;               /* same */
     size_t map_bytes;         /* K and V together */
+    size_t guard_bytes;       /* one PROT_NONE page mapped before k and after the end of v */
 };
 
 /* Maps zeroed storage for p->n_blocks blocks (only pages touched cost memory). 0, or ERR_NOMEM with a

@@ -15,9 +15,15 @@
  * (return_token_ids), so the router knows the prompt's tokens and the tokens whose text the client already
  * has; the continuation is a /v1/completions request with prompt = those tokens, the remaining max_tokens
  * and the same seed and sampling, on another backend, and its text is relayed in the client's format under
- * the original id. For a greedy request the client's text equals an unbroken run. When resuming is not
- * possible (n > 1, a backend that gives no token ids, no backend left) the stream ends with an
- * OpenAI-shaped error event and [DONE], never a silent cut.
+ * the original id. For a greedy request the client's text equals an unbroken run. With n > 1 the router
+ * keeps each choice's tokens and continues the unfinished choices one after another (each its own
+ * continuation with its own remaining budget; a client tells choices apart by index, not by order).
+ * Logprobs continue too: the continuation asks for them in the client's shape (wafer's
+ * "logprobs_format": "chat" for a chat stream) and completions' text_offset is shifted by the text the
+ * choice already had. When resuming is not possible (a backend that gives no token ids, a constrained
+ * answer (grammar, response_format, tools) whose constraint cannot restart mid-answer, more than
+ * RT_MAX_RESUME_CHOICES choices, no backend left) the stream ends with an OpenAI-shaped error event and
+ * [DONE], never a silent cut.
  *
  * Backpressure: while the client's output queue is above RT_BACKPRESSURE bytes the upstream connection is
  * paused (not read), so a slow client slows its backend instead of filling the router's memory.
@@ -40,9 +46,18 @@
 #define RT_MAX_EVENT (4 << 20)       /* one SSE event */
 #define RT_MAX_ORDER 17
 #define RT_MAX_RETRY_AFTER_MS 30000 /* the longest Retry-After a request waits out in the router */
+#define RT_MAX_RESUME_CHOICES 16    /* n beyond this: a broken stream is not resumed */
 
 enum rt_mode { RM_NONE, RM_BUFFER, RM_SSE };
 enum rt_cache_state { RC_NONE, RC_MISS, RC_HIT, RC_BYPASS };
+
+/* One choice of a stream that may be resumed: what the client has of it. */
+struct rt_choice {
+    int32_t *ids; /* [n] token ids sent to the client */
+    int n, cap;
+    size_t text_bytes; /* bytes of text sent (completions' text_offset of the next token) */
+    bool done;         /* its finish_reason was sent */
+};
 
 struct rt_req {
     struct router *r;
@@ -94,13 +109,16 @@ struct rt_req {
     bool ids_ok;     /* every content chunk so far carried its token ids */
     bool resuming;   /* the current attempt continues a broken stream */
     int resumes;
-    int gen_base;    /* tokens generated before the current resumed attempt */
     char sid[160];
     int64_t created;
     char smodel[256];
     json_t *prompt_ids;
-    int32_t *gen_ids;
-    int n_gen, cap_gen;
+    struct rt_choice *ch; /* [n_choices] when a broken stream may be resumed, else NULL */
+    int n_gen;            /* token ids received, all choices */
+    int cur;              /* the choice the current resumed attempt continues */
+    int chained;          /* continuations started for further choices after one finished (not breaks) */
+    size_t text_base;     /* the current continuation's choice's text_bytes when it began */
+    bool usage_sent;
     char *text;
     size_t text_len, text_cap;
     int n_pieces;    /* chunks with text relayed (a token each for wafer) */
@@ -200,10 +218,15 @@ void rt_backend_failure(struct router *r, struct rt_backend *b, enum rt_err_kind
              (double)cd / 1000.0, b->consecutive_failures, b->ejections);
 }
 
-/* The least-loaded available backend of pool p; untried_only skips backends this request already used.
- * Ties are broken at random so equal backends share the traffic. A resume needs a wafer pool (token-id
- * prompts, token ids back). */
-static struct rt_backend *pick_in_pool(struct rt_req *q, int p, bool untried_only, int64_t now)
+enum pick_mode {
+    PICK_ANY,
+    PICK_UNTRIED,    /* skips backends this request already used */
+    PICK_NOT_FAILED, /* skips backends that failed this request (a continuation's best bet after untried) */
+};
+
+/* The least-loaded available backend of pool p, as mode allows. Ties are broken at random so equal backends
+ * share the traffic. A resume needs a wafer pool (token-id prompts, token ids back). */
+static struct rt_backend *pick_in_pool(struct rt_req *q, int p, enum pick_mode mode, int64_t now)
 {
     const struct rt_pool *pl = &q->t->pools[p];
     if (q->resuming && !pl->wafer)
@@ -215,10 +238,13 @@ static struct rt_backend *pick_in_pool(struct rt_req *q, int p, bool untried_onl
         struct rt_backend *b = pl->b[i];
         if (!rt_backend_available(b, now))
             continue;
-        bool tried = false;
+        bool tried = false, failed = false;
         for (int k = 0; k < q->n_tried; k++)
-            tried |= q->tried[k] == b;
-        if (untried_only && tried)
+            if (q->tried[k] == b) {
+                tried = true;
+                failed |= q->tried_status[k] < 0 || q->tried_status[k] == 429 || q->tried_status[k] >= 500;
+            }
+        if ((mode == PICK_UNTRIED && tried) || (mode == PICK_NOT_FAILED && failed))
             continue;
         int64_t load = backend_load(b);
         if (!best || load < best_load) {
@@ -382,7 +408,9 @@ static void req_finish(struct rt_req *q)
     json_decref(q->json);
     json_decref(q->prompt_ids);
     free(q->buf);
-    free(q->gen_ids);
+    for (int i = 0; q->ch && i < q->n_choices; i++)
+        free(q->ch[i].ids);
+    free(q->ch);
     free(q->text);
     free(q->cache_key);
     free(q->last_body);
@@ -508,8 +536,10 @@ static void sse_write(struct rt_req *q, json_t *o)
     free(s);
 }
 
-/* A chunk in the client's format for text (may be NULL) and finish (may be NULL), under the answer's id. */
-static json_t *make_chunk(struct rt_req *q, const char *text, size_t len, bool role, const char *finish)
+/* A chunk in the client's format for choice index with text (may be NULL), finish (may be NULL) and
+ * logprobs (may be NULL; the reference is taken), under the answer's id. */
+static json_t *make_chunk(struct rt_req *q, int index, const char *text, size_t len, bool role, const char *finish,
+                          json_t *logprobs)
 {
     bool chat = q->ep == RT_EP_CHAT;
     json_t *o = json_object();
@@ -518,7 +548,7 @@ static json_t *make_chunk(struct rt_req *q, const char *text, size_t len, bool r
     json_object_set_new(o, "created", json_integer(q->created));
     json_object_set_new(o, "model", json_string(q->smodel[0] ? q->smodel : q->model));
     json_t *ch = json_object();
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(index));
     if (chat) {
         json_t *d = json_object();
         if (role)
@@ -529,7 +559,7 @@ static json_t *make_chunk(struct rt_req *q, const char *text, size_t len, bool r
     } else {
         json_object_set_new(ch, "text", json_stringn_nocheck(text ? text : "", text ? len : 0));
     }
-    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "logprobs", logprobs ? logprobs : json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     json_t *arr = json_array();
     json_array_append_new(arr, ch);
@@ -541,7 +571,7 @@ static json_t *make_chunk(struct rt_req *q, const char *text, size_t len, bool r
 
 static json_t *make_usage_chunk(struct rt_req *q, int64_t pt, int64_t ct)
 {
-    json_t *o = make_chunk(q, NULL, 0, false, NULL);
+    json_t *o = make_chunk(q, 0, NULL, 0, false, NULL, NULL);
     json_object_set_new(o, "choices", json_array());
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(pt));
@@ -589,10 +619,10 @@ static void answer_from_cache(struct rt_req *q, const char *val, size_t len)
     const char *fin = ch ? json_string_value(json_object_get(ch, "finish_reason")) : NULL;
     stream_begin(q);
     if (q->ep == RT_EP_CHAT)
-        sse_write(q, make_chunk(q, NULL, 0, true, NULL));
+        sse_write(q, make_chunk(q, 0, NULL, 0, true, NULL, NULL));
     if (json_is_string(t) && json_string_length(t))
-        sse_write(q, make_chunk(q, json_string_value(t), json_string_length(t), false, NULL));
-    sse_write(q, make_chunk(q, NULL, 0, false, fin ? fin : "stop"));
+        sse_write(q, make_chunk(q, 0, json_string_value(t), json_string_length(t), false, NULL, NULL));
+    sse_write(q, make_chunk(q, 0, NULL, 0, false, fin ? fin : "stop", NULL));
     json_t *u = o ? json_object_get(o, "usage") : NULL;
     if (q->include_usage && json_is_object(u))
         sse_write(q, make_usage_chunk(q, json_integer_value(json_object_get(u, "prompt_tokens")),
@@ -613,12 +643,22 @@ static void on_up_fail(void *arg, enum up_fail kind, bool head_seen, const char 
 
 static const struct up_callbacks up_cb = {on_up_head, on_up_body, on_up_done, on_up_fail};
 
-/* The body of a resumed request: the original parameters, prompt = prompt tokens + generated tokens. */
+/* The body of a resumed request for choice q->cur: the original parameters, prompt = prompt tokens + the
+ * choice's tokens, its remaining budget; logprobs asked in the client's shape. */
 static char *resume_body(struct rt_req *q, size_t *len)
 {
+    const struct rt_choice *c = &q->ch[q->cur];
     json_t *o = json_deep_copy(q->json);
     if (!o)
         return NULL;
+    int lp_top = -1; /* logprobs: -1 none, else the top alternatives asked */
+    json_t *lp = json_object_get(o, "logprobs");
+    if (q->ep == RT_EP_CHAT && json_is_true(lp)) {
+        json_t *top = json_object_get(o, "top_logprobs");
+        lp_top = json_is_integer(top) ? (int)json_integer_value(top) : 0;
+    } else if (q->ep != RT_EP_CHAT && json_is_integer(lp)) {
+        lp_top = (int)json_integer_value(lp);
+    }
     static const char *const drop[] = {"messages", "prompt", "n", "echo", "logprobs", "top_logprobs", "best_of",
                                        "suffix", "max_completion_tokens", "stream_options", "return_token_ids",
                                        "response_format", "tools", "tool_choice", "functions", "function_call",
@@ -630,11 +670,16 @@ static char *resume_body(struct rt_req *q, size_t *len)
     json_t *v;
     json_array_foreach(q->prompt_ids, i, v)
         json_array_append(p, v);
-    for (int k = 0; k < q->n_gen; k++)
-        json_array_append_new(p, json_integer(q->gen_ids[k]));
+    for (int k = 0; k < c->n; k++)
+        json_array_append_new(p, json_integer(c->ids[k]));
     json_object_set_new(o, "prompt", p);
     if (q->max_tokens >= 0)
-        json_object_set_new(o, "max_tokens", json_integer(q->max_tokens - q->n_gen));
+        json_object_set_new(o, "max_tokens", json_integer(q->max_tokens - c->n));
+    if (lp_top >= 0) {
+        json_object_set_new(o, "logprobs", json_integer(lp_top));
+        if (q->ep == RT_EP_CHAT)
+            json_object_set_new(o, "logprobs_format", json_string("chat"));
+    }
     json_object_set_new(o, "stream", json_true());
     json_object_set_new(o, "return_token_ids", json_true());
     if (q->include_usage) {
@@ -654,7 +699,7 @@ static char *resume_body(struct rt_req *q, size_t *len)
 static char *attempt_body(struct rt_req *q, bool wafer, size_t *len, bool *injected)
 {
     *injected = false;
-    if (q->stream && wafer && q->t->conf->c.resume && q->n_choices == 1 && !q->client_ids) {
+    if (q->ch && wafer && q->t->conf->c.resume && !q->client_ids) {
         const char *p = q->body, *end = q->body + q->body_len;
         while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
             p++;
@@ -767,7 +812,7 @@ static void attempt_next(struct rt_req *q)
     }
     int64_t now = evloop_now_ms();
     int budget = 1 + c->retry_max;
-    if (q->attempts >= budget + q->resumes) {
+    if (q->attempts >= budget + q->resumes + q->chained) {
         if (q->began)
             stream_broken(q, NULL);
         else
@@ -777,10 +822,10 @@ static void attempt_next(struct rt_req *q)
     struct rt_backend *b = NULL;
     int pos = q->pos;
     for (int k = q->pos; k < q->n_order && !b; k++)
-        if ((b = pick_in_pool(q, q->order[k], true, now)))
+        if ((b = pick_in_pool(q, q->order[k], PICK_UNTRIED, now)))
             pos = k;
     for (int k = q->pos; k < q->n_order && !b; k++)
-        if ((b = pick_in_pool(q, q->order[k], false, now)))
+        if ((b = pick_in_pool(q, q->order[k], PICK_ANY, now)))
             pos = k;
     if (!b) {
         /* Nothing available now. Wait when something becomes available soon (a cooldown ends) and the
@@ -856,8 +901,65 @@ static void attempt_failed(struct rt_req *q, enum rt_err_kind kind, const char *
 static bool can_resume(struct rt_req *q)
 {
     const struct route_config *c = &q->t->conf->c;
-    return c->resume && q->stream && q->n_choices == 1 && q->inject_ids && q->ids_ok && q->prompt_ids &&
+    return c->resume && q->ch && q->inject_ids && q->ids_ok && q->prompt_ids &&
            q->resumes < (c->retry_max > 0 ? c->retry_max : 1) && q->conn;
+}
+
+/* The first choice not finished, or -1 (also when choices are not tracked). */
+static int open_choice(const struct rt_req *q)
+{
+    for (int i = 0; q->ch && i < q->n_choices; i++)
+        if (!q->ch[i].done)
+            return i;
+    return -1;
+}
+
+/* Whether the current upstream stream delivered a whole answer: [DONE], or the finish_reason of the choice
+ * it continues, or of every choice. */
+static bool stream_whole(const struct rt_req *q)
+{
+    if (q->done_seen)
+        return true;
+    if (q->resuming)
+        return q->ch[q->cur].done;
+    if (q->ch)
+        return open_choice(q) < 0;
+    return q->finish[0] != 0;
+}
+
+/* Ends a stream whose choices are all finished: the usage chunk the client asked for when the backend's
+ * did not reach it (counted by the router from the token ids), then [DONE]. */
+static void stream_end(struct rt_req *q)
+{
+    if (q->ch && q->ids_ok && q->prompt_ids && (q->resumes || q->usage_prompt < 0)) {
+        q->usage_prompt = (int64_t)json_array_size(q->prompt_ids);
+        q->usage_completion = q->n_gen;
+        if (q->include_usage && !q->usage_sent)
+            sse_write(q, make_usage_chunk(q, q->usage_prompt, q->usage_completion));
+    }
+    http_stream_write(q->conn, "data: [DONE]\n\n", 14);
+    http_stream_end(q->conn);
+    q->conn = NULL;
+}
+
+/* Sends the continuation of choice q->cur to a backend, untried ones first; false when none is left. */
+static bool resume_send(struct rt_req *q)
+{
+    q->resuming = true;
+    q->text_base = q->ch[q->cur].text_bytes;
+    q->done_seen = false;
+    q->finish[0] = 0;
+    q->len = 0;
+    int64_t now = evloop_now_ms();
+    struct rt_backend *b = NULL;
+    static const enum pick_mode modes[] = {PICK_UNTRIED, PICK_NOT_FAILED, PICK_ANY};
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0] && !b; m++)
+        for (int k = q->pos; k < q->n_order && !b; k++)
+            b = pick_in_pool(q, q->order[k], modes[m], now);
+    if (!b)
+        return false;
+    attempt_send(q, b);
+    return true;
 }
 
 /* The stream to the client broke after its first byte: resume, or end it with an error event. */
@@ -870,35 +972,29 @@ static void stream_broken(struct rt_req *q, const char *why)
     }
     if (why)
         snprintf(q->last_msg, sizeof q->last_msg, "%.250s", why);
-    if (q->max_tokens >= 0 && q->n_gen >= q->max_tokens && q->inject_ids && q->ids_ok) {
-        /* the budget was spent exactly as it broke: the answer is complete */
-        sse_write(q, make_chunk(q, NULL, 0, false, "length"));
-        http_stream_write(q->conn, "data: [DONE]\n\n", 14);
-        http_stream_end(q->conn);
-        q->conn = NULL;
-        req_finish(q);
-        return;
+    if (q->ch && q->inject_ids && q->ids_ok) {
+        /* a choice whose budget was spent exactly as it broke is complete */
+        for (int i = 0; q->max_tokens >= 0 && i < q->n_choices; i++)
+            if (!q->ch[i].done && q->ch[i].n >= q->max_tokens) {
+                sse_write(q, make_chunk(q, i, NULL, 0, false, "length", NULL));
+                q->ch[i].done = true;
+            }
+        if (open_choice(q) < 0) {
+            stream_end(q);
+            req_finish(q);
+            return;
+        }
     }
     if (can_resume(q)) {
         q->resumes++;
-        q->resuming = true;
-        q->gen_base = q->n_gen;
-        q->len = 0;
-        log_info("route: stream of model '%s' broke after %d token(s) (%s): resuming on another backend",
-                 q->model, q->n_gen, q->last_msg);
+        q->cur = open_choice(q);
+        log_info("route: stream of model '%s' broke after %d token(s) (%s): resuming on another backend "
+                 "(choice %d of %d)", q->model, q->n_gen, q->last_msg, q->cur, q->n_choices);
         if (q->t->conf->c.log_requests)
             log_debug("route: resume prompt: %d prompt + %d generated token ids", (int)json_array_size(q->prompt_ids),
-                      q->n_gen);
-        int64_t now = evloop_now_ms();
-        struct rt_backend *b = NULL;
-        for (int k = q->pos; k < q->n_order && !b; k++)
-            b = pick_in_pool(q, q->order[k], true, now);
-        for (int k = q->pos; k < q->n_order && !b; k++)
-            b = pick_in_pool(q, q->order[k], false, now);
-        if (b) {
-            attempt_send(q, b);
+                      q->ch[q->cur].n);
+        if (resume_send(q))
             return;
-        }
         snprintf(q->last_msg, sizeof q->last_msg, "no backend left to resume on");
     }
     if (q->resumes)
@@ -922,6 +1018,33 @@ static void stream_broken(struct rt_req *q, const char *why)
     req_finish(q);
 }
 
+/* The upstream stream ended whole: the next unfinished choice continues, or the answer ends. */
+static void stream_finished(struct rt_req *q)
+{
+    if (q->resuming) {
+        q->ch[q->cur].done = true;
+        int next = open_choice(q);
+        if (next >= 0) {
+            q->cur = next;
+            q->chained++;
+            if (!resume_send(q))
+                stream_broken(q, "no backend left to continue on");
+            return;
+        }
+    }
+    if (q->resumes)
+        q->r->m_resumes_ok++;
+    stream_end(q);
+    if (q->cache == RC_MISS && q->cacheable && strcmp(q->finish, "error")) {
+        size_t blen = 0;
+        char *body = build_full_body(q, &blen);
+        if (body)
+            cache_store(q, body, blen);
+        free(body);
+    }
+    req_finish(q);
+}
+
 /* Ends the current upstream exchange early (its connection is closed, never pooled). */
 static void attempt_abort(struct rt_req *q)
 {
@@ -932,24 +1055,25 @@ static void attempt_abort(struct rt_req *q)
     q->be->inflight--;
 }
 
-static void append_ids(struct rt_req *q, json_t *ids)
+static void append_ids(struct rt_req *q, struct rt_choice *c, json_t *ids)
 {
     size_t i;
     json_t *v;
     json_array_foreach(ids, i, v) {
         if (!json_is_integer(v))
             continue;
-        if (q->n_gen == q->cap_gen) {
-            int nc = q->cap_gen ? q->cap_gen * 2 : 256;
-            int32_t *n = realloc(q->gen_ids, (size_t)nc * sizeof *n);
+        if (c->n == c->cap) {
+            int nc = c->cap ? c->cap * 2 : 256;
+            int32_t *n = realloc(c->ids, (size_t)nc * sizeof *n);
             if (!n) {
                 q->ids_ok = false;
                 return;
             }
-            q->gen_ids = n;
-            q->cap_gen = nc;
+            c->ids = n;
+            c->cap = nc;
         }
-        q->gen_ids[q->n_gen++] = (int32_t)json_integer_value(v);
+        c->ids[c->n++] = (int32_t)json_integer_value(v);
+        q->n_gen++;
     }
 }
 
@@ -1053,50 +1177,62 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
         q->created = json_integer_value(json_object_get(o, "created"));
     }
     json_t *u = json_object_get(o, "usage");
-    if (json_is_object(u)) {
+    if (json_is_object(u) && !q->resuming) { /* a continuation's usage is the router's to count (stream_end) */
         q->usage_prompt = json_integer_value(json_object_get(u, "prompt_tokens"));
         q->usage_completion = json_integer_value(json_object_get(u, "completion_tokens"));
-        if (q->resuming) {
-            q->usage_prompt = q->prompt_ids ? (int64_t)json_array_size(q->prompt_ids) : q->usage_prompt;
-            q->usage_completion += q->gen_base;
-        }
+        q->usage_sent = true; /* relayed below */
     }
     json_t *choices = json_object_get(o, "choices");
-    json_t *ch = json_array_get(choices, 0);
-    const char *piece = NULL;
-    size_t plen = 0;
-    const char *fin = NULL;
-    if (json_is_object(ch) && q->n_choices == 1) {
+    for (size_t k = 0; k < json_array_size(choices); k++) {
+        json_t *ch = json_array_get(choices, k);
+        if (!json_is_object(ch))
+            continue;
+        json_t *ji = json_object_get(ch, "index");
+        int idx = q->resuming ? q->cur : json_is_integer(ji) ? (int)json_integer_value(ji) : (int)k;
+        struct rt_choice *c = q->ch && idx >= 0 && idx < q->n_choices ? &q->ch[idx] : NULL;
         json_t *t = q->ep == RT_EP_CHAT && !q->resuming ? json_object_get(json_object_get(ch, "delta"), "content")
                                                        : json_object_get(ch, "text");
+        const char *piece = NULL;
+        size_t plen = 0;
         if (json_is_string(t)) {
             piece = json_string_value(t);
             plen = json_string_length(t);
         }
-        fin = json_string_value(json_object_get(ch, "finish_reason"));
+        const char *fin = json_string_value(json_object_get(ch, "finish_reason"));
         json_t *pids = json_object_get(ch, "prompt_token_ids");
         if (!json_is_array(pids))
             pids = json_object_get(o, "prompt_token_ids");
         if (!q->resuming && json_is_array(pids) && !q->prompt_ids)
             q->prompt_ids = json_incref(pids);
         json_t *ids = json_object_get(ch, "token_ids");
-        if (json_is_array(ids))
-            append_ids(q, ids);
-        else if (plen)
+        if (json_is_array(ids)) {
+            if (c)
+                append_ids(q, c, ids);
+        } else if (plen) {
             q->ids_ok = false;
-        if (plen && buf_append(&q->text, &q->text_len, &q->text_cap, piece, plen) < 0)
+        }
+        if (q->n_choices == 1 && plen && buf_append(&q->text, &q->text_len, &q->text_cap, piece, plen) < 0)
             q->cacheable = false;
         q->n_pieces += plen > 0;
-        if (fin)
+        if (q->resuming && c && (plen || fin)) {
+            /* relayed in the client's format; completions' offsets continue from the text it already has */
+            json_t *lp = json_object_get(ch, "logprobs");
+            json_t *lpc = json_is_object(lp) ? json_deep_copy(lp) : NULL;
+            size_t j;
+            json_t *v;
+            json_array_foreach(json_object_get(lpc, "text_offset"), j, v)
+                json_integer_set(v, json_integer_value(v) + (json_int_t)q->text_base);
+            sse_write(q, make_chunk(q, idx, plen ? piece : NULL, plen, false, fin, lpc));
+        }
+        if (c)
+            c->text_bytes += plen;
+        if (fin) {
             snprintf(q->finish, sizeof q->finish, "%s", fin);
+            if (c)
+                c->done = true;
+        }
     }
     if (q->resuming) {
-        if (json_is_object(u) && (!json_is_array(choices) || json_array_size(choices) == 0)) {
-            if (q->include_usage)
-                sse_write(q, make_usage_chunk(q, q->usage_prompt, q->usage_completion));
-        } else if (plen || fin) {
-            sse_write(q, make_chunk(q, plen ? piece : NULL, plen, false, fin));
-        }
         json_decref(o);
     } else if (q->inject_ids) {
         /* strip what the router asked for and the client did not */
@@ -1220,7 +1356,7 @@ static void on_up_done(void *arg)
             req_finish(q);
             return;
         }
-        if (!q->done_seen && !q->finish[0]) {
+        if (!stream_whole(q)) {
             set_try_status(q, -(int)RT_ERR_BROKEN - 1);
             rt_backend_failure(r, b, RT_ERR_BROKEN);
             char msg[640];
@@ -1234,19 +1370,7 @@ static void on_up_done(void *arg)
         rt_backend_success(r, b);
         if (!q->began)
             stream_begin(q);
-        if (q->resuming)
-            r->m_resumes_ok++;
-        http_stream_write(q->conn, "data: [DONE]\n\n", 14);
-        http_stream_end(q->conn);
-        q->conn = NULL;
-        if (q->cache == RC_MISS && q->cacheable && strcmp(q->finish, "error")) {
-            size_t blen = 0;
-            char *body = build_full_body(q, &blen);
-            if (body)
-                cache_store(q, body, blen);
-            free(body);
-        }
-        req_finish(q);
+        stream_finished(q);
         return;
     }
     if (!q->conn) {
@@ -1315,12 +1439,9 @@ static void on_up_fail(void *arg, enum up_fail kind, bool head_seen, const char 
                                                    : RT_ERR_BROKEN;
     set_try_status(q, -(int)k - 1);
     log_debug("route: attempt on %s failed: %s", b->label, msg);
-    if (q->began && q->mode == RM_SSE && (q->done_seen || q->finish[0]) && q->conn) {
-        /* the answer was complete ([DONE] or its finish_reason); only the connection's end went wrong */
-        http_stream_write(q->conn, "data: [DONE]\n\n", 14);
-        http_stream_end(q->conn);
-        q->conn = NULL;
-        req_finish(q);
+    if (q->began && q->mode == RM_SSE && stream_whole(q) && q->conn) {
+        /* the answer was complete ([DONE] or its finish_reasons); only the connection's end went wrong */
+        stream_finished(q);
         return;
     }
     if (q->began) {
@@ -1338,6 +1459,27 @@ static void on_up_fail(void *arg, enum up_fail kind, bool head_seen, const char 
 }
 
 /* ---- admission ------------------------------------------------------------------------------------- */
+
+/* A field given a value (null counts as absent). */
+static json_t *field(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* Whether a continuation could keep what constrains the answer: a grammar, a response format or tools start
+ * again from their beginning in a new request, so a constrained answer is not resumed. */
+static bool body_resumable(json_t *o)
+{
+    json_t *rf = field(o, "response_format");
+    const char *rft = json_string_value(json_object_get(rf, "type"));
+    if (rf && !(rft && !strcmp(rft, "text")))
+        return false;
+    if (field(o, "grammar") || field(o, "json_schema"))
+        return false;
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice");
+    return !(json_is_array(tools) && json_array_size(tools) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")));
+}
 
 static const struct rt_route *find_route(const struct rt_table *t, const char *model)
 {
@@ -1620,6 +1762,9 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     q->cacheable = cacheable;
     q->n_choices = n;
     q->max_tokens = max_tokens;
+    /* a stream that may be resumed keeps what each of its choices sent (no memory: it is not resumed) */
+    if (stream && r->table->conf->c.resume && n >= 1 && n <= RT_MAX_RESUME_CHOICES && body_resumable(o))
+        q->ch = calloc((size_t)n, sizeof *q->ch);
     q->route = rt;
     q->key_idx = key_idx;
     q->limits_gen = r->limits_gen;

@@ -725,6 +725,17 @@ struct up_conn *up_request(struct evloop *l, struct up_target *t, const char *re
     c->paused = c->cancelled = c->got_bytes = c->retried = false;
     c->in_cb = 0;
     c->t_start = c->t_last = evloop_now_ms();
+    if (c->state == UC_SENDING) {
+        /* A pooled connection is connected: write now rather than a loop turn later. The whole request
+         * usually goes at once, and the epoll mask then stays as it was while pooled (no epoll_ctl). A
+         * failure is left to the event path (EPOLLOUT/EPOLLERR), which reports it or retries a stale
+         * connection from the loop, never inside this call. */
+        ssize_t n = send(c->w.fd, c->wbuf, c->wlen, MSG_NOSIGNAL);
+        if (n > 0)
+            c->woff = (size_t)n;
+        if (c->woff == c->wlen)
+            c->state = UC_HEAD;
+    }
     uc_update_events(c);
     uc_arm(c);
     return c;

@@ -118,6 +118,7 @@ struct api_call {
     int64_t created; /* unix seconds */
     bool stream, include_usage, echo;
     int logprobs; /* -1 none */
+    bool chat_logprobs; /* logprobs entries in chat's shape (chat, or completions' logprobs_format "chat") */
     int n;        /* choices per prompt */
     int n_reqs;
     struct sched_req **reqs;     /* [n_reqs]; NULL for a batch item that failed before submission */

@@ -48,7 +48,7 @@ static void logprobs_add(struct server *srv, struct api_call *call, const struct
     char piece[256];
     int n = token_piece(srv, t->id, piece, sizeof piece);
     int n_top = call->logprobs > 0 ? call->logprobs : 0;
-    if (call->route == ROUTE_CHAT) {
+    if (call->chat_logprobs) {
         if (!*lp) {
             *lp = json_object();
             json_object_set_new(*lp, "content", json_array());
@@ -558,6 +558,7 @@ void api_completions(struct api_call *call)
     call->return_token_ids = g.stream && g.return_token_ids;
     call->echo = g.echo;
     call->logprobs = g.logprobs;
+    call->chat_logprobs = chat || g.chat_logprobs;
     call->n = g.n;
     if (chat && g.tool_choice != GEN_TOOLS_NONE) {
         char *gbnf = NULL;

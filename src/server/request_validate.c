@@ -885,6 +885,17 @@ static int parse_openai(json_t *o, struct gen_request *r, struct api_error *e)
             r->logprobs = (int)x;
         if ((rc = jbool(o, "echo", &r->echo, e)))
             return rc;
+        json_t *fmt = jget(o, "logprobs_format");
+        if (fmt) {
+            const char *f = json_string_value(fmt);
+            if (!f || (strcmp(f, "chat") && strcmp(f, "completions")))
+                return api_error_set(e, ERR_INVALID_ARG, "logprobs_format", NULL,
+                                     "'logprobs_format' must be \"completions\" (the default) or \"chat\"");
+            r->chat_logprobs = !strcmp(f, "chat");
+            if (r->chat_logprobs && r->echo)
+                return api_error_set(e, ERR_UNSUPPORTED, "logprobs_format", NULL,
+                                     "'logprobs_format' \"chat\" cannot be combined with 'echo'");
+        }
         if (r->echo && r->stream)
             return api_error_set(e, ERR_UNSUPPORTED, "echo", NULL, "'echo' cannot be combined with 'stream'");
     }

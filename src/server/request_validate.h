@@ -81,6 +81,9 @@ struct gen_request {
     bool stream;
     bool include_usage; /* stream_options.include_usage */
     int logprobs;       /* -1: none; else how many top alternatives per token (0..REQ_MAX_LOGPROBS) */
+    bool chat_logprobs; /* completions with "logprobs_format": "chat" (a wafer extension): logprobs entries in
+                         * chat's shape ({content: [{token, logprob, bytes, top_logprobs}]}), so wafer route
+                         * can continue a chat stream through /v1/completions */
     bool echo;          /* completions: prepend the prompt to the text */
     bool return_token_ids; /* stream: chunks carry token_ids, the first prompt_token_ids (as vLLM) */
     bool ignore_eos;

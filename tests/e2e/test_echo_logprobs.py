@@ -69,3 +69,23 @@ def test_prompt_logprobs_match_generation(server):
     scored = out["choices"][0]["logprobs"]["token_logprobs"][len(start):len(start) + 8]
     for (tok, want), got in zip(gen, scored):
         assert got == pytest.approx(want, abs=2e-3), (tok, want, got)
+
+
+def test_logprobs_format_chat(server):
+    """logprobs_format "chat" (wafer route's continuation of a chat stream): the same tokens and logprobs in
+    chat's shape, streaming and not; a bad value or echo with it is a 400."""
+    body = dict(prompt="Once upon a time", max_tokens=4, logprobs=2, temperature=0)
+    plain = complete(server, **body)["choices"][0]["logprobs"]
+    chat = complete(server, **body, logprobs_format="chat")["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in chat] == plain["tokens"]
+    assert [e["logprob"] for e in chat] == plain["token_logprobs"]
+    assert [[t["token"] for t in e["top_logprobs"]] for e in chat] == [list(t) for t in plain["top_logprobs"]]
+    assert all(bytes(e["bytes"]).decode() == e["token"] for e in chat)
+    import json
+    with server.client.stream("POST", "/v1/completions", json={**body, "stream": True, "logprobs_format": "chat"}) as s:
+        events = [json.loads(l[6:]) for l in s.read().decode().split("\n\n") if l.startswith("data: {")]
+    streamed = [e for o in events for c in o["choices"] if c["logprobs"] for e in c["logprobs"]["content"]]
+    assert streamed == chat
+    for bad, param in (({"logprobs_format": "xml"}, "logprobs_format"), ({"logprobs_format": "chat", "echo": True}, "logprobs_format")):
+        r = server.client.post("/v1/completions", json={**body, **bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text

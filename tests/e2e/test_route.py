@@ -772,6 +772,98 @@ def test_kill_9_mid_stream_resumes_with_the_same_greedy_text(make_server, router
     assert r.metrics()['wafer_route_resumes_total{result="ok"}'] == 1, r.log()[-2000:]
 
 
+@pytest.mark.parametrize("chat", [False, True])
+def test_kill_9_mid_stream_resumes_every_choice_with_its_logprobs(chat, make_server, router):
+    """n = 2 with logprobs: each choice is continued with its own tokens and budget, and the client gets
+    the text, token logprobs, top alternatives and (completions) text offsets of an unbroken run."""
+    a = make_server(LLAMA19M, "--chat-template", "chatml")
+    b = make_server(LLAMA19M, "--chat-template", "chatml")
+    r = router(one_pool([a.base, b.base], "health: {interval_s: 0.5}\n"))
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    body = {"model": "llama-19M-Q8_0", "max_tokens": 120, "temperature": 0, "ignore_eos": True, "n": 2,
+            "stream": True, "stream_options": {"include_usage": True}}
+    if chat:
+        body.update(messages=[{"role": "user", "content": "Once upon a time"}], logprobs=True, top_logprobs=2)
+    else:
+        body.update(prompt="Once upon a time", logprobs=2)
+
+    def collect(events):
+        """Per choice: text, [(token, logprob, top tokens, offset)], finish reasons; and the usage."""
+        text, toks, fins, usage = {}, {}, {}, None
+        for e in events:
+            if e == "[DONE]":
+                continue
+            o = json.loads(e)
+            assert "error" not in o, o
+            if o.get("usage"):
+                usage = o["usage"]
+            for c in o["choices"]:
+                i = c["index"]
+                text[i] = text.get(i, "") + ((c["delta"].get("content") or "") if chat else c["text"])
+                if c["finish_reason"]:
+                    fins.setdefault(i, []).append(c["finish_reason"])
+                lp = c["logprobs"]
+                if not lp:
+                    continue
+                if chat:
+                    for t in lp["content"]:
+                        toks.setdefault(i, []).append((t["token"], t["logprob"], tuple(x["token"] for x in t["top_logprobs"]),
+                                                       tuple(t["bytes"])))
+                else:
+                    for k, t in enumerate(lp["tokens"]):
+                        toks.setdefault(i, []).append((t, lp["token_logprobs"][k], tuple(lp["top_logprobs"][k]),
+                                                       lp["text_offset"][k]))
+        return text, toks, fins, usage
+
+    with a.client.stream("POST", path, json=body) as s:
+        want_text, want_toks, want_fins, want_usage = collect(sse_events(s))
+    assert len(want_toks[0]) == len(want_toks[1]) == 120
+    servers = {a.base.split("//")[1]: a, b.base.split("//")[1]: b}
+    events, killed = [], None
+    with r.client.stream("POST", path, json=body) as s:
+        assert s.status_code == 200
+        victim = servers[s.headers["x-wafer-backend"]]
+        buf = ""
+        for chunk in s.iter_text():
+            buf += chunk
+            while "\n\n" in buf:
+                block, buf = buf.split("\n\n", 1)
+                events.append(block[6:])
+                if len(events) == 9 and killed is None:  # both choices under way, neither finished
+                    victim.proc.send_signal(signal.SIGKILL)
+                    killed = victim
+    assert killed is not None
+    assert events[-1] == "[DONE]"
+    text, toks, fins, usage = collect(events)
+    assert text == want_text
+    assert fins == want_fins == {0: ["length"], 1: ["length"]}
+    for i in (0, 1):
+        assert len(toks[i]) == len(want_toks[i])
+        for got, want in zip(toks[i], want_toks[i]):
+            assert got[0] == want[0] and got[2] == want[2] and got[3] == want[3], (i, got, want)
+            assert abs(got[1] - want[1]) < 1e-3, (i, got, want)
+    main = ("prompt_tokens", "completion_tokens", "total_tokens")  # the router counts these itself
+    assert {k: usage[k] for k in main} == {k: want_usage[k] for k in main}
+    assert len({json.loads(e)["id"] for e in events[:-1]}) == 1
+    m = r.metrics()
+    assert m['wafer_route_resumes_total{result="ok"}'] == 1, r.log()[-2000:]
+    assert "choice 0 of 2" in r.log() or "choice 1 of 2" in r.log()
+
+
+def test_constrained_stream_is_not_resumed(standin, router):
+    """A grammar or response format would start again in a continuation: such a stream ends with an error
+    event instead of an answer that breaks its constraint."""
+    first, second = standin(), standin()
+    first.mode = "cut"
+    first.cut_after = 3
+    r = router(pools_yaml({"a": [first.url], "b": [second.url]}) +
+               "routes:\n  - {model: '*', pool: a, fallback: [b]}\nhealth: {eject_after: 0}\n")
+    ev, _ = stream_events(r, "/v1/completions", {"model": "m", "prompt": "x", "max_tokens": 10, "stream": True,
+                                                  "response_format": {"type": "json_object"}})
+    assert json.loads(ev[-2])["error"]["code"] == "stream_interrupted"
+    assert not any(rec["path"] == "/v1/completions" for rec in second.records)
+
+
 # ---- 6. result cache, per-key limits, metrics --------------------------------------------------------------
 
 

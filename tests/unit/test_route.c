@@ -152,6 +152,7 @@ static void test_config_redis_cache(void **state)
     assert_int_equal(u.port, 6379);
     assert_int_equal(redis_url_parse("redis://u:p@h:1/x", &u, err), ERR_INVALID_ARG);
     assert_int_equal(redis_url_parse("rediss://h", &u, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "rediss:// (TLS) is not supported"));
     assert_int_equal(redis_url_parse("redis://:1", &u, err), ERR_INVALID_ARG);
 }
 
