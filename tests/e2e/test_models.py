@@ -38,7 +38,8 @@ def two_models(extra="", keep_alive=None):
     need(LLAMA19M)
     ka = "" if keep_alive is None else f", keep_alive: {keep_alive}"
     return (f"models:\n"
-            f"  - {{name: storyteller, path: {STORIES}, aliases: [tiny], max_batch_size: 4, kv_memory: 16MiB{ka}}}\n"
+            f"  - {{name: storyteller, path: {STORIES}, aliases: [tiny], max_batch_size: 4, kv_memory: 16MiB,\n"
+            f"     args: [--chat-template, chatml]{ka}}}\n"
             f"  - {{name: llama, path: {LLAMA19M}, kv_memory: 32MiB}}\n" + extra)
 
 
@@ -74,10 +75,13 @@ def test_routes_by_name_and_alias_and_lists_states(models):
     assert r.status_code == 200
     one = s.client.get("/v1/models/tiny").json()
     assert one["id"] == "storyteller" and one["state"] == "loaded" and one["aliases"] == ["tiny"]
-    r = s.client.post("/v1/chat/completions", json={"model": "llama", "max_tokens": 4,
-                                                     "messages": [{"role": "user", "content": "hi"}]})
-    # llama-19M has no chat template: the child's own 400 passes through, OpenAI-shaped
-    assert r.status_code in (200, 400), r.text
+    chat = {"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    # llama-19M has no chat template: its server's own 400 passes through as it is
+    r = s.client.post("/v1/chat/completions", json=dict(chat, model="llama"))
+    assert r.status_code == 400 and is_openai_error(r.json(), "chat_template_unavailable"), r.text
+    # the storyteller's args gave its server one
+    r = s.client.post("/v1/chat/completions", json=dict(chat, model="tiny"))
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant", r.text
     r = s.complete("llama")
     assert r.status_code == 200 and r.json()["model"] == "llama"
     assert s.states() == {"storyteller": "loaded", "llama": "loaded"}
