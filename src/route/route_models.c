@@ -46,9 +46,13 @@
 enum mm_state { MM_UNLOADED, MM_WAITING, MM_LOADING, MM_LOADED, MM_STOPPING };
 static const char *const mm_state_names[] = {"unloaded", "loading", "loading", "loaded", "unloading"};
 
-enum mm_reason { MR_REQUEST, MR_ADMIN, MR_KEEP_ALIVE, MR_EVICTED, MR_DIED, MR_LOAD_FAILED, MR_SHUTDOWN, MR_COUNT_ };
-static const char *const mm_reason_names[] = {"request", "admin", "keep_alive", "evicted", "child_died",
+enum mm_reason {
+    MR_REQUEST, MR_ADMIN, MR_PRELOAD, MR_KEEP_ALIVE, MR_EVICTED, MR_DIED, MR_LOAD_FAILED, MR_SHUTDOWN, MR_COUNT_
+};
+static const char *const mm_reason_names[] = {"request", "admin", "preload", "keep_alive", "evicted", "child_died",
                                               "load_failed", "shutdown"};
+/* Reasons that only ever load (not counted in wafer_models_unloads_total). */
+static bool mm_reason_loads(enum mm_reason r) { return r == MR_REQUEST || r == MR_PRELOAD; }
 
 struct mm_model {
     struct rt_models *mm;
@@ -79,6 +83,7 @@ struct mm_model {
 
 struct rt_models {
     struct router *r;
+    bool started;       /* the first tick ran (preloads started) */
     struct route_models_config c;
     struct mm_model *m; /* [n], in the order of c.models; m[i].pool == i */
     int n;
@@ -438,6 +443,23 @@ static void mm_reap(struct mm_model *m)
 static void mm_tick(struct ev_timer *t)
 {
     struct rt_models *mm = (struct rt_models *)((char *)t - offsetof(struct rt_models, tick));
+    if (!mm->started) { /* preloads, in the config's order, as memory allows */
+        mm->started = true;
+        for (int i = 0; i < mm->n; i++) {
+            struct mm_model *m = &mm->m[i];
+            if (!m->conf->preload)
+                continue;
+            int rc = mm_load(m, MR_PRELOAD);
+            if (rc == ERR_UNAVAILABLE || rc == ERR_TOO_LARGE) {
+                if (m->state == MM_WAITING)
+                    m->state = MM_UNLOADED; /* a preload does not wait for others to go idle */
+                log_warn("models: '%s' is not preloaded: it does not fit memory_budget / max_loaded next to the "
+                         "models preloaded before it", m->conf->name);
+            } else if (rc) {
+                log_error("models: '%s' could not be preloaded: %s", m->conf->name, m->last_error);
+            }
+        }
+    }
     int64_t now = evloop_now_ms();
     for (int i = 0; i < mm->n; i++)
         mm_reap(&mm->m[i]);
@@ -876,7 +898,7 @@ void rt_models_metrics(struct router *r, struct strbuf *b)
                      "# TYPE wafer_models_unloads_total counter\n");
     for (int i = 0; i < mm->n; i++)
         for (int k = 0; k < MR_COUNT_; k++)
-            if (k != MR_REQUEST)
+            if (!mm_reason_loads((enum mm_reason)k))
                 strbuf_printf(b, "wafer_models_unloads_total{model=\"%s\",reason=\"%s\"} %llu\n", mm->m[i].conf->name,
                               mm_reason_names[k], (unsigned long long)mm->m[i].m_unloads[k]);
     strbuf_printf(b, "# HELP wafer_models_memory_bytes Estimated memory of the resident models (file + KV budget).\n"

@@ -39,6 +39,7 @@ struct route_model_conf {
     int ctx_size;          /* 0: the default */
     double keep_alive;     /* seconds; used when keep_alive_set */
     bool keep_alive_set;
+    bool preload;          /* loaded at start (memory allowing) rather than on its first request */
     char **args;           /* [n_args] more `wafer serve` flags for this model's child */
     int n_args;
     int line;              /* in the config file, 0 for --models-dir entries */

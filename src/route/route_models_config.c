@@ -4,7 +4,7 @@
  * (a typo must not silently fall back to a default). docs/models.md is the reference:
  *
  *   server:   {host, port, max_connections, max_body, log_requests, threads, ctx_size, max_batch_size, kv_memory}
- *   models:   - {name, path, aliases: [..], max_batch_size, kv_memory, ctx_size, keep_alive, args: [..]}
+ *   models:   - {name, path, aliases: [..], max_batch_size, kv_memory, ctx_size, keep_alive, preload, args: [..]}
  *   models_dir, memory_budget, max_loaded, keep_alive, load_on_request, load_timeout
  *   auth:     {admin_keys: [..], api_keys: [..]}
  */
@@ -422,6 +422,9 @@ static int mc_model(struct mc_ctx *x, struct fy_node *m, int line)
         } else if (!strcmp(key, "kv_memory")) {
             if (parse_bytes(val, &mc->kv_memory) || mc->kv_memory < (1 << 20))
                 return mc_err(x, vl, "models.kv_memory: expected a size such as 256MiB (at least 1MiB), got '%s'", val);
+        } else if (!strcmp(key, "preload")) {
+            if (parse_bool(val, &mc->preload))
+                return mc_err(x, vl, "models.preload: expected true or false, got '%s'", val);
         } else if (!strcmp(key, "keep_alive")) {
             if (parse_seconds(val, -1, 1e9, &mc->keep_alive))
                 return mc_err(x, vl, "models.keep_alive: expected seconds (a number, or with s, m, h) in [-1, 1e9], "
@@ -429,7 +432,7 @@ static int mc_model(struct mc_ctx *x, struct fy_node *m, int line)
             mc->keep_alive_set = true;
         } else {
             return mc_err(x, kl, "unknown key '%s' in a models entry (known: name, path, aliases, max_batch_size, "
-                          "kv_memory, ctx_size, keep_alive, args)", key);
+                          "kv_memory, ctx_size, keep_alive, preload, args)", key);
         }
     }
     if (!mc->path)

@@ -164,6 +164,18 @@ def test_lru_eviction_under_the_memory_budget(models):
     assert st["a"] == "loaded" and st["c"] == "loaded"
 
 
+def test_preload_loads_at_start_as_memory_allows(models):
+    need(STORIES)
+    entries = "".join(f"  - {{name: {n}, path: {STORIES}, kv_memory: 16MiB, preload: true}}\n" for n in ("a", "b", "c"))
+    s = models("memory_budget: 40MiB\nmodels:\n" + entries + f"  - {{name: d, path: {STORIES}, kv_memory: 16MiB}}\n")
+    s.wait_state("a", "loaded")
+    s.wait_state("b", "loaded")
+    st = s.states()
+    assert st["c"] == "unloaded" and st["d"] == "unloaded", st  # c did not fit next to a and b
+    assert "reason: preload" in s.log() and "'c' is not preloaded" in s.log()
+    assert s.metrics()['wafer_models_loads_total{model="a"}'] == 1
+
+
 def test_max_loaded_keeps_one_model(models):
     need(STORIES)
     entries = "".join(f"  - {{name: {n}, path: {STORIES}, kv_memory: 16MiB}}\n" for n in ("a", "b"))

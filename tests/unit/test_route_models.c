@@ -16,7 +16,7 @@
 static const char issue_yaml[] =
     "models:\n"                                                                                        /* 1 */
     "  - {name: storyteller, path: models/stories260K.gguf, aliases: [tiny], max_batch_size: 8, kv_memory: 256MiB}\n"
-    "  - {name: coder, path: hf://owner/repo:Q4_K_M, keep_alive: 600}\n"                                /* 3 */
+    "  - {name: coder, path: hf://owner/repo:Q4_K_M, keep_alive: 600, preload: true}\n"                 /* 3 */
     "memory_budget: 12GiB        # loaded models' weights + KV; least recently used idle models unloaded first\n"
     "auth: {admin_keys: [sk-admin]}   # admin API open when no admin key is set (loopback only by default)\n";
 
@@ -40,6 +40,8 @@ static void test_config_issue_example(void **state)
     assert_string_equal(c.models[1].path, "hf://owner/repo:Q4_K_M");
     assert_true(c.models[1].keep_alive_set);
     assert_true(c.models[1].keep_alive == 600);
+    assert_true(c.models[1].preload);
+    assert_false(c.models[0].preload);
     assert_int_equal(c.memory_budget, (int64_t)12 << 30);
     assert_int_equal(c.n_admin_keys, 1);
     assert_string_equal(c.admin_keys[0], "sk-admin");
@@ -76,6 +78,7 @@ static void test_config_errors_name_file_and_line(void **state)
     expect_error("models:\n  - {name: a, path: x.gguf}\nkeep_alive: soon\n", "m.yaml:3:", "keep_alive");
     expect_error("models:\n  - {name: a, path: x.gguf}\nkeep_alive: -2\n", "m.yaml:3:", "keep_alive");
     expect_error("models:\n  - {name: a, path: x.gguf, max_batch_size: 0}\n", "m.yaml:2:", "max_batch_size");
+    expect_error("models:\n  - {name: a, path: x.gguf, preload: maybe}\n", "m.yaml:2:", "models.preload");
     expect_error("models:\n  - {name: a, path: x.gguf, kv_memory: 1KiB}\n", "m.yaml:2:", "kv_memory");
     expect_error("models:\n  - {name: 'a b', path: x.gguf}\n", ":2:", "name 'a b'");
     expect_error("models:\n  - {name: a, path: x.gguf, args: [--port, 1]}\n", ":2:", "--port is set by the manager");
