@@ -12,7 +12,8 @@
  * unloaded (keep_alive, eviction) under a request.
  *
  * Children are forked by the I/O thread with PR_SET_PDEATHSIG, so they die with it even if the parent is
- * killed -9; on shutdown the I/O thread stops them (rt_models_shutdown) before it ends.
+ * killed -9; on shutdown the I/O thread stops them (rt_models_shutdown) before it ends. Their stdout and
+ * stderr come back through a pipe and go to the manager's stderr a line at a time, "[name] " in front.
  */
 #include "route/route_models.h"
 
@@ -32,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -75,6 +77,9 @@ struct mm_model {
     struct rt_req **waiting;
     int n_waiting, cap_waiting;
     struct up_conn *probe;  /* /ready poll in flight */
+    struct ev_watch log_w;  /* the read end of the child's stdout+stderr (fd -1: none) */
+    char log_buf[4096];     /* its last unfinished line */
+    size_t log_len;
     int probe_status;
     char last_error[256];
     double load_seconds;    /* the last load's duration */
@@ -139,7 +144,7 @@ static void mm_set_port(struct mm_model *m, int port)
     m->port = port;
     snprintf(b->target.name, sizeof b->target.name, "127.0.0.1:%d", port);
     snprintf(b->host_header, sizeof b->host_header, "127.0.0.1:%d", port);
-    /* the label stays the one given at start: metrics series must not change name with each load */
+    /* the label (the model's name, set at start) stays: metrics series must not change name with each load */
     b->up = true;
     b->consecutive_failures = 0;
     b->ejected_until = 0;
@@ -198,6 +203,83 @@ static void mm_unload(struct mm_model *m, enum mm_reason why)
              mm_reason_names[why], idle >= 0 ? ", " : "", idle >= 0 ? (long long)idle : 0LL);
 }
 
+/* ---- the children's output ------------------------------------------------------------------------ */
+
+/* Writes one line of m's child to stderr with the model's name in front, in one write (lines of the
+ * manager and of other children never interleave inside it). */
+static void mm_log_line(struct mm_model *m, const char *p, size_t n)
+{
+    char out[4400];
+    int k = snprintf(out, sizeof out, "[%s] %.*s\n", m->conf->name, (int)(n > 4300 ? 4300 : n), p);
+    if (k > 0) {
+        ssize_t w = write(2, out, (size_t)k < sizeof out ? (size_t)k : sizeof out - 1);
+        (void)w;
+    }
+}
+
+/* Reads what the child wrote (non-blocking): whole lines go out, the rest waits; end of file closes. */
+static void mm_log_drain(struct mm_model *m)
+{
+    if (m->log_w.fd < 0)
+        return;
+    for (;;) {
+        ssize_t n = read(m->log_w.fd, m->log_buf + m->log_len, sizeof m->log_buf - m->log_len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return;
+            if (m->log_len)
+                mm_log_line(m, m->log_buf, m->log_len);
+            m->log_len = 0;
+            evloop_del(m->mm->r->loop, &m->log_w);
+            close(m->log_w.fd);
+            m->log_w.fd = -1;
+            return;
+        }
+        m->log_len += (size_t)n;
+        size_t start = 0;
+        for (size_t i = 0; i < m->log_len; i++)
+            if (m->log_buf[i] == '\n') {
+                mm_log_line(m, m->log_buf + start, i - start);
+                start = i + 1;
+            }
+        if (start == 0 && m->log_len == sizeof m->log_buf) { /* a line longer than the buffer: cut */
+            mm_log_line(m, m->log_buf, m->log_len);
+            start = m->log_len;
+        }
+        memmove(m->log_buf, m->log_buf + start, m->log_len - start);
+        m->log_len -= start;
+    }
+}
+
+static void mm_log_ready(struct ev_watch *w, uint32_t events)
+{
+    (void)events;
+    mm_log_drain((struct mm_model *)((char *)w - offsetof(struct mm_model, log_w)));
+}
+
+/* Watches fd (the read end of a new child's output; -1: none), closing the previous child's first. */
+static void mm_log_attach(struct mm_model *m, int fd)
+{
+    if (m->log_w.fd >= 0) {
+        mm_log_drain(m);
+        if (m->log_w.fd >= 0) {
+            evloop_del(m->mm->r->loop, &m->log_w);
+            close(m->log_w.fd);
+        }
+    }
+    m->log_len = 0;
+    m->log_w.fd = fd;
+    m->log_w.fn = mm_log_ready;
+    m->log_w.added = false;
+    m->log_w.events = 0;
+    if (fd >= 0 && evloop_add(m->mm->r->loop, &m->log_w, EPOLLIN)) {
+        close(fd);
+        m->log_w.fd = -1;
+    }
+}
+
 /* Forks `wafer serve` for m on a fresh port. 0 or ERR_IO (the message in m->last_error). */
 static int mm_spawn(struct mm_model *m)
 {
@@ -246,6 +328,9 @@ static int mm_spawn(struct mm_model *m)
     for (int i = 0; i < mc->n_args; i++)
         argv[n++] = mc->args[i];
     argv[n] = NULL;
+    int lp[2] = {-1, -1}; /* the child's output, relayed line by line with its name in front */
+    if (pipe2(lp, O_CLOEXEC | O_NONBLOCK))
+        lp[0] = lp[1] = -1;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
@@ -263,15 +348,26 @@ static int mm_spawn(struct mm_model *m)
             if (fd > 2)
                 close(fd);
         }
+        if (lp[1] >= 0) { /* dup2 clears O_CLOEXEC on the copies; the blocking flag is the reader's only */
+            int fl = fcntl(lp[1], F_GETFL);
+            fcntl(lp[1], F_SETFL, fl & ~O_NONBLOCK);
+            dup2(lp[1], 1);
+            dup2(lp[1], 2);
+        }
         execv(argv[0], argv);
         _exit(127);
     }
     free(argv);
+    if (lp[1] >= 0)
+        close(lp[1]);
     if (pid < 0) {
+        if (lp[0] >= 0)
+            close(lp[0]);
         snprintf(m->last_error, sizeof m->last_error, "fork: %s", strerror(errno));
         return ERR_IO;
     }
     m->pid = pid;
+    mm_log_attach(m, lp[0]);
     mm_set_port(m, port);
     return 0;
 }
@@ -411,6 +507,7 @@ static void mm_reap(struct mm_model *m)
         snprintf(how, sizeof how, "status %d", st);
     pid_t old = m->pid;
     m->pid = 0;
+    mm_log_drain(m); /* its last lines before the manager's about it */
     if (m->probe) {
         up_cancel(m->probe);
         m->probe = NULL;
@@ -948,6 +1045,8 @@ struct rt_models *rt_models_create(struct router *r, struct route_models_config 
         err_set(err, ERR_NOMEM, "out of memory");
         goto fail;
     }
+    for (int i = 0; i < mm->n; i++)
+        mm->m[i].log_w.fd = -1;
     for (int i = 0; i < mm->n; i++) {
         struct mm_model *m = &mm->m[i];
         m->mm = mm;
@@ -955,6 +1054,8 @@ struct rt_models *rt_models_create(struct router *r, struct route_models_config 
         m->pool = i;
         m->b = r->table->pools[i].b[0];
         rt_health_stop(r, m->b); /* no active checks: the manager knows whether a child is there */
+        /* logs and wafer_route_backend_* name the model: its child's port changes with every load */
+        snprintf(m->b->label, sizeof m->b->label, "%s", m->conf->name);
         m->b->up = true;
         m->path = strdup(m->conf->path);
         if (!m->path) {
@@ -1007,6 +1108,7 @@ void rt_models_shutdown(struct router *r)
         live = 0;
         for (int i = 0; i < mm->n; i++) {
             struct mm_model *m = &mm->m[i];
+            mm_log_drain(m); /* a child blocked on a full pipe would never exit */
             if (m->pid > 0 && waitpid(m->pid, NULL, WNOHANG) == m->pid)
                 m->pid = 0;
             if (m->pid > 0) {
@@ -1021,6 +1123,10 @@ void rt_models_shutdown(struct router *r)
         }
         if (live)
             usleep(20000);
+    }
+    for (int i = 0; i < mm->n; i++) {
+        mm_log_drain(&mm->m[i]); /* their last lines */
+        mm_log_attach(&mm->m[i], -1);
     }
 }
 
@@ -1041,6 +1147,8 @@ void rt_models_destroy(struct rt_models *mm)
             kill(m->pid, SIGKILL);
             waitpid(m->pid, NULL, 0);
         }
+        if (m->log_w.fd >= 0)
+            close(m->log_w.fd); /* the loop goes with the router */
         free(m->waiting);
         free(m->path);
     }

@@ -88,6 +88,10 @@ def test_routes_by_name_and_alias_and_lists_states(models):
     m = s.metrics()
     assert m['wafer_models_loaded{model="storyteller"}'] == 1 and m['wafer_models_loads_total{model="llama"}'] == 1
     assert "loading 'storyteller'" in s.log() and "reason: request" in s.log()
+    # each child's log lines come back with its model's name in front
+    assert "[storyteller] " in s.log() and "[llama] " in s.log()
+    assert any(l.startswith("[llama] ") and "ready: http://127.0.0.1:" in l for l in s.log().splitlines())
+    assert 'wafer_route_backend_requests_total{backend="storyteller"}' in s.client.get("/metrics").text
     # two models, two children with their own ports
     a = s.admin_models()
     assert a["storyteller"]["pid"] != a["llama"]["pid"] and a["storyteller"]["port"] != a["llama"]["port"]
