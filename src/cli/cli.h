@@ -22,5 +22,6 @@ int cmd_rm_main(int argc, char **argv);
 int cmd_client_main(int argc, char **argv);
 int cmd_route_main(int argc, char **argv);
 int cmd_alerts_main(int argc, char **argv);
+int cmd_ctl_main(int argc, char **argv);
 
 #endif

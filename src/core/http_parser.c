@@ -326,6 +326,7 @@ const char *http_status_text(int status)
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
     case 505: return "HTTP Version Not Supported";
+    case 507: return "Insufficient Storage";
     default: break;
     }
     if (status >= 100 && status < 200) return "Informational";

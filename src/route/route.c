@@ -18,6 +18,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/version.h"
 #include "route/route_internal.h"
 #include "route/route_policy.h"
 #include "route/route_observe.h"
@@ -658,6 +659,8 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
                  {"/admin/rollout", "GET, PUT"}, {"/v1/alerts", "GET"}, {"/alerts", "GET"},
                  {"/v1/stats", "GET"}, {"/dashboard", "GET"}};
     bool get = method_is(req, "GET") || method_is(req, "HEAD");
+    if (r->models && rt_models_request(r, c, req))
+        return;
     if (path_is(req, "/v1/completions") && method_is(req, "POST"))
         rt_proxy_start(r, c, req, RT_EP_COMPLETIONS);
     else if (path_is(req, "/v1/chat/completions") && method_is(req, "POST"))
@@ -669,6 +672,9 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     else if (path_is(req, "/health") && get) {
         json_t *o = json_object();
         json_object_set_new(o, "status", json_string("ok"));
+        json_object_set_new(o, "version", json_string(version_get()));
+        json_object_set_new(o, "commit", json_string(version_commit_get()));
+        json_object_set_new(o, "mode", json_string(r->models ? "models" : "route"));
         respond_json(r, c, 200, o);
     } else if (path_is(req, "/ready") && get)
         ep_ready(r, c);
@@ -732,6 +738,7 @@ static void on_watch(void *ctx)
 
 struct io_arg {
     struct http_server *http;
+    struct router *r;
     int rc;
 };
 
@@ -739,6 +746,7 @@ static void *io_thread(void *p)
 {
     struct io_arg *a = p;
     a->rc = http_server_run(a->http);
+    rt_models_shutdown(a->r); /* on this thread: the children die with the thread that forked them */
     return NULL;
 }
 
@@ -775,6 +783,11 @@ static struct rt_conf *conf_wrap(struct route_config *cfg)
 }
 
 int route_run(struct route_config *cfg)
+{
+    return rt_run(cfg, NULL);
+}
+
+int rt_run(struct route_config *cfg, struct route_models_config *mc)
 {
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -842,12 +855,17 @@ int route_run(struct route_config *cfg)
         log_error("route: %s", err);
         goto out;
     }
+    static const struct rt_models_hooks hooks = {rt_proxy_go, rt_proxy_refuse};
+    if (mc && !(r->models = rt_models_create(r, mc, &hooks, err))) {
+        log_error("models: %s", err);
+        goto out;
+    }
     /* The I/O thread allocates and frees a few KiB per request in its own arena; by default glibc gives the
      * arena's top back to the system after each burst and grows it again on the next (sysmalloc and
      * mprotect on the hot path, about a quarter of the router's user time at 1,000 requests/s) */
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     mallopt(M_TOP_PAD, 4 << 20);
-    struct io_arg io = {.http = r->http, .rc = 0};
+    struct io_arg io = {.http = r->http, .r = r, .rc = 0};
     pthread_t tid;
     if (pthread_create(&tid, NULL, io_thread, &io)) {
         log_error("route: cannot start the I/O thread");
@@ -856,8 +874,12 @@ int route_run(struct route_config *cfg)
     int nb = 0;
     for (int i = 0; i < r->table->n_pools; i++)
         nb += r->table->pools[i].n;
-    log_info("route: listening on http://%s:%d (%d pool(s), %d backend address(es), %d route(s))", c->host,
-             http_server_port(r->http), r->table->n_pools, nb, r->table->n_routes);
+    if (r->models)
+        log_info("models: listening on http://%s:%d (%d model(s); they load on request or POST /admin/models/load)",
+                 c->host, http_server_port(r->http), r->table->n_pools);
+    else
+        log_info("route: listening on http://%s:%d (%d pool(s), %d backend address(es), %d route(s))", c->host,
+                 http_server_port(r->http), r->table->n_pools, nb, r->table->n_routes);
 
     bool stopping = false;
     int64_t next_dns = evloop_now_ms() + (int64_t)(conf->c.dns_refresh_s * 1000);
@@ -940,6 +962,7 @@ out:
         free(b->probe_body);
         free(b);
     }
+    rt_models_destroy(r->models); /* after the requests: they release their models */
     rt_table_unref(r->table);
     route_cache_destroy(r->cache);
     route_rcache_destroy(r->rcache);

@@ -158,6 +158,9 @@ void rt_table_unref(struct rt_table *t);
 
 struct rt_req;
 struct rt_observe;
+struct rt_models;
+struct strbuf;
+struct route_models_config;
 
 struct router {
     struct http_server *http;
@@ -189,9 +192,12 @@ struct router {
     struct rt_hist duration;       /* client request start to the last byte handed over */
     struct rt_hist ttfb;           /* client request start to the first byte handed over */
     struct rt_observe *observe;    /* alert rules, notifications, the dashboard's data (route_observe.c) */
+    struct rt_models *models;      /* the model manager of `wafer serve` in models mode; NULL otherwise */
 };
 
 /* ---- route.c ---- */
+/* route_run, and with mc (not NULL) models mode: the manager of route_models.h on r's first pools. */
+int rt_run(struct route_config *cfg, struct route_models_config *mc);
 /* A uniform random number (I/O thread). */
 uint64_t rt_rand(struct router *r);
 /* Answers an OpenAI-shaped error {"error":{"message","type","param","code"}}; extra header lines may be
@@ -216,6 +222,36 @@ bool rt_backend_available(const struct rt_backend *b, int64_t now);
 /* Passive health: the outcome of one request on b. */
 void rt_backend_success(struct router *r, struct rt_backend *b);
 void rt_backend_failure(struct router *r, struct rt_backend *b, enum rt_err_kind kind);
+
+/* Models mode: q may go upstream now (its model is loaded), or is refused with an OpenAI-shaped error (the
+ * request ends). Called by the model manager for requests it held. */
+void rt_proxy_go(struct rt_req *q);
+void rt_proxy_refuse(struct rt_req *q, int status, const char *code, int retry_after_s, const char *msg);
+
+/* ---- route_models.c (models mode) ---- */
+/* The manager for the first c->n_models pools of r's table (pool i is model i); takes c's contents. It
+ * hands held requests on through hooks (route_proxy.c's, given by route.c: the proxy calls the manager, so
+ * the manager must not call the proxy by name). NULL with a message in err. Its tick starts on r's loop. */
+struct rt_models_hooks {
+    void (*go)(struct rt_req *q);     /* rt_proxy_go */
+    void (*refuse)(struct rt_req *q, int status, const char *code, int retry_after_s, const char *msg);
+};
+struct rt_models *rt_models_create(struct router *r, struct route_models_config *c,
+                                   const struct rt_models_hooks *hooks, char *err);
+/* Stops every child (SIGTERM, SIGKILL after a grace). I/O thread, once
+ * the HTTP server has stopped (the children die with the thread that forked them). */
+void rt_models_shutdown(struct router *r);
+void rt_models_destroy(struct rt_models *mm);
+/* A request for pool: true when the manager took it (it waits for the load, or was refused), false when
+ * it may go upstream now. Either way it counts as the model's until rt_models_release. */
+bool rt_models_hold(struct router *r, struct rt_req *q, int pool);
+void rt_models_release(struct router *r, struct rt_req *q, int pool);
+/* The endpoints of models mode (/v1/models, /ready, /admin/...): true when req was answered. */
+bool rt_models_request(struct router *r, struct http_conn *c, const struct http_request *req);
+/* The configured names and aliases, comma separated, for a 404. */
+void rt_models_not_found(struct router *r, char *out, size_t cap);
+/* Appends the wafer_models_* metrics. */
+void rt_models_metrics(struct router *r, struct strbuf *b);
 
 /* ---- route_health.c ---- */
 /* Starts (or keeps) the periodic checks of every backend in use; stops those of unused ones. */

@@ -129,6 +129,7 @@ char *rt_metrics_render(struct router *r, size_t *len)
         snprintf(lab, sizeof lab, "backend=\"%s\"", be->label);
         hist(&b, "wafer_route_backend_response_seconds", lab, &be->ttfb);
     }
+    rt_models_metrics(r, &b);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -137,6 +137,7 @@ struct rt_req {
     enum rt_cache_state cache;
     struct route_rcache_get *rget;     /* a Redis lookup in flight */
     const struct http_request *req;    /* the client's, valid until its response ends */
+    int model_pool;                    /* models mode: the model (pool) holding it, -1 none */
 
     /* what to answer when every attempt failed */
     int last_status;
@@ -368,6 +369,11 @@ static void req_finish(struct rt_req *q)
     }
     if (q->probe && q->be)
         q->be->probe_inflight = false;
+    if (q->model_pool >= 0) {
+        int mp = q->model_pool;
+        q->model_pool = -1;
+        rt_models_release(r, q, mp);
+    }
     double ms = (double)(clock_now_ns() - q->t0_ns) / 1e6;
     rt_hist_observe(&r->duration, ms / 1000.0);
     if (key_index(q) >= 0) {
@@ -1595,7 +1601,35 @@ static void proxy_route(struct rt_req *q, const struct http_request *req)
         if (!dup)
             q->order[q->n_order++] = rt->fallback[k];
     }
+    if (q->r->models) {
+        q->model_pool = first;
+        if (rt_models_hold(q->r, q, first))
+            return; /* goes on with rt_proxy_go, or was refused */
+    }
     attempt_next(q);
+}
+
+void rt_proxy_go(struct rt_req *q)
+{
+    attempt_next(q);
+}
+
+void rt_proxy_refuse(struct rt_req *q, int status, const char *code, int retry_after_s, const char *msg)
+{
+    struct router *r = q->r;
+    if (!q->conn) {
+        req_finish(q);
+        return;
+    }
+    char hdr[64] = "";
+    if (retry_after_s > 0)
+        snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", retry_after_s);
+    q->status = status;
+    proxy_error(r, q->conn, status, "server_error", code, status == 507 ? "model" : NULL, hdr[0] ? hdr : NULL,
+                "%s", msg);
+    q->ttfb_ns = clock_now_ns() - q->t0_ns;
+    q->conn = NULL;
+    req_finish(q);
 }
 
 /* The outcome of a shared-cache (Redis) lookup. Unavailable: the cache is bypassed for this request (and
@@ -1654,6 +1688,14 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
     json_t *jm = json_object_get(o, "model");
     const char *model = json_is_string(jm) ? json_string_value(jm) : "";
     const struct rt_route *rt = find_route(r->table, model);
+    if (!rt && r->models) {
+        char names[1024];
+        rt_models_not_found(r, names, sizeof names);
+        proxy_error(r, c, 404, "invalid_request_error", "model_not_found", "model", NULL,
+                    "The model '%.200s' does not exist; this server has: %s", model, names);
+        json_decref(o);
+        return;
+    }
     if (!rt) {
         proxy_error(r, c, 404, "invalid_request_error", "model_not_found", "model", NULL,
                          "The model '%.200s' does not exist or you do not have access to it.", model);
@@ -1717,6 +1759,7 @@ void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_req
         return;
     }
     q->r = r;
+    q->model_pool = -1;
     q->conn = c;
     q->t = r->table;
     q->t->refs++;

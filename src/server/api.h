@@ -63,6 +63,7 @@ enum api_route {
     ROUTE_ALERTS,    /* GET /v1/alerts (and /alerts) */
     ROUTE_STATS,     /* GET /v1/stats: the dashboard's data */
     ROUTE_DASHBOARD, /* GET /dashboard */
+    ROUTE_DRAIN,     /* POST /admin/drain */
     ROUTE_COUNT_
 };
 
@@ -289,6 +290,9 @@ void api_tokenize(struct api_call *call);
 void api_detokenize(struct api_call *call);
 void api_health(struct server *srv, struct http_conn *c);
 void api_ready(struct server *srv, struct http_conn *c);
+/* POST /admin/drain: with auth.admin_keys a Bearer admin key, else a loopback peer; then the drain of
+ * SIGTERM (202 {"status":"draining"}): new work gets 503, requests in flight finish, the process exits. */
+void api_drain(struct server *srv, struct http_conn *c, const struct http_request *req);
 void api_metrics(struct server *srv, struct http_conn *c);
 
 /* api_jobs.c: the Batch API (/v1/files, /v1/batches) and the runner that executes batch lines */

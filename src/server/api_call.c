@@ -63,6 +63,7 @@ static const char *const route_names[ROUTE_COUNT_] = {
     [ROUTE_ALERTS] = "/v1/alerts",
     [ROUTE_STATS] = "/v1/stats",
     [ROUTE_DASHBOARD] = "/dashboard",
+    [ROUTE_DRAIN] = "/admin/drain",
 };
 
 const char *api_route_name(enum api_route r) { return r < ROUTE_COUNT_ ? route_names[r] : "other"; }

@@ -3,6 +3,7 @@
  *   GET  /health      liveness: {"status":"ok"} whenever the process answers
  *   GET  /ready       readiness: 200 {"status":"ready"}, or 503 {"status":"loading"|"draining"}
  *   GET  /metrics     Prometheus text (metrics.h)
+ *   POST /admin/drain the drain of SIGTERM, asked over HTTP (behind auth.admin_keys, else loopback only)
  *   POST /tokenize    {content, add_special, parse_special, with_pieces} or {messages, add_generation_prompt,
  *                     with_pieces} -> {tokens: [ids] | [{id, piece}]}
  *   POST /detokenize  {tokens: [ids]} -> {content}
@@ -16,9 +17,15 @@
 #include "engine/tokenizer/tokenizer.h"
 #include "server/api.h"
 
+#include "core/log.h"
+#include "core/version.h"
+
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 /* Bytes of a /tokenize answer per token: an id with its comma, and for with_pieces the object around the
  * piece (the piece's own bytes are added; escapes are rare in pieces). */
@@ -29,6 +36,8 @@ void api_health(struct server *srv, struct http_conn *c)
 {
     json_t *o = json_object();
     json_object_set_new(o, "status", json_string("ok"));
+    json_object_set_new(o, "version", json_string(version_get()));
+    json_object_set_new(o, "commit", json_string(version_commit_get()));
     api_respond_json(srv, c, ROUTE_HEALTH, 200, o);
 }
 
@@ -39,6 +48,49 @@ void api_ready(struct server *srv, struct http_conn *c)
     json_object_set_new(o, "status",
                         json_string(st == SERVER_READY ? "ready" : st == SERVER_LOADING ? "loading" : "draining"));
     api_respond_json(srv, c, ROUTE_READY, st == SERVER_READY ? 200 : 503, o);
+}
+
+static bool admin_key_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen > blen ? alen : blen; /* constant time in the key length */
+    unsigned diff = (unsigned)(alen ^ blen);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned)((i < alen ? (unsigned char)a[i] : 0) ^ (i < blen ? (unsigned char)b[i] : 0));
+    return diff == 0;
+}
+
+void api_drain(struct server *srv, struct http_conn *c, const struct http_request *req)
+{
+    const struct server_config *cfg = srv->cfg;
+    if (cfg->n_admin_keys == 0) {
+        const char *peer = http_conn_peer(c);
+        if (!peer || (strncmp(peer, "127.", 4) && strncmp(peer, "[::1]", 5) && strncmp(peer, "::1", 3) &&
+                      strncmp(peer, "[::ffff:127.", 12))) {
+            api_respond_error(srv, c, ROUTE_DRAIN, 403, ERR_AUTH, NULL, "admin_loopback_only", NULL,
+                              "POST /admin/drain is open to loopback clients only when no auth.admin_keys are set");
+            return;
+        }
+    } else {
+        const struct http_header *h = http_request_header(req, "authorization");
+        const char *v = h ? h->value : "";
+        size_t vl = h ? h->value_len : 0;
+        if (vl >= 7 && !strncasecmp(v, "Bearer ", 7))
+            v += 7, vl -= 7;
+        bool ok = false;
+        for (int i = 0; i < cfg->n_admin_keys; i++)
+            ok |= admin_key_equal(v, vl, cfg->admin_keys[i], strlen(cfg->admin_keys[i]));
+        if (!ok) {
+            api_respond_error(srv, c, ROUTE_DRAIN, 401, ERR_AUTH, NULL, "invalid_api_key", "WWW-Authenticate: Bearer\r\n",
+                              "%s", h ? "Incorrect admin key provided"
+                                      : "POST /admin/drain needs 'Authorization: Bearer <one of auth.admin_keys>'");
+            return;
+        }
+    }
+    log_info("POST /admin/drain from %s: draining as on SIGTERM", http_conn_peer(c));
+    json_t *o = json_object();
+    json_object_set_new(o, "status", json_string("draining"));
+    api_respond_json(srv, c, ROUTE_DRAIN, 202, o);
+    kill(getpid(), SIGTERM); /* taken by server_run's signal wait: the one drain path */
 }
 
 void api_metrics(struct server *srv, struct http_conn *c)

@@ -112,6 +112,8 @@ static const struct cfg_item cfg_items[] = {
     {"auth", "api_keys", "--api-key", CK_LIST, OFF(api_keys), OFF(n_api_keys), 0, 0,
      "accepted API key (repeatable; none: no auth)"},
     {"auth", "api_key_file", "--api-key-file", CK_KEYFILE, 0, 0, 0, 0, "file with one API key per line"},
+    {"auth", "admin_keys", "--admin-key", CK_LIST, OFF(admin_keys), OFF(n_admin_keys), 0, 0,
+     "key for POST /admin/drain (repeatable; none: loopback clients only)"},
     {"cors", "origins", "--cors-origin", CK_LIST, OFF(cors_origins), OFF(n_cors_origins), 0, 0,
      "allowed CORS origin, or * (repeatable)"},
     {"jobs", "data_dir", "--data-dir", CK_PATH, OFF(jobs_data_dir), 0, 0, 0,
@@ -204,6 +206,7 @@ void server_config_deinit(struct server_config *c)
     free(c->log_level);
     cfg_list_clear(c->aliases, &c->n_aliases);
     cfg_list_clear(c->api_keys, &c->n_api_keys);
+    cfg_list_clear(c->admin_keys, &c->n_admin_keys);
     cfg_list_clear(c->cors_origins, &c->n_cors_origins);
     if (c->alerts) {
         alert_config_deinit(c->alerts);
@@ -538,7 +541,9 @@ void server_config_usage(void *file)
     fprintf(f, "usage: wafer serve [--config wafer.yaml] [--model PATH] [options]\n\n"
                "Runs the OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models,\n"
                "/v1/generate, /v1/batch_generate, /v1/generate_stream, /tokenize, /detokenize, /health,\n"
-               "/ready, /metrics). Flags override the YAML file (see docs/config.md).\n\noptions:\n"
+               "/ready, /metrics, POST /admin/drain). Flags override the YAML file (see docs/config.md).\n"
+               "Many models: a config with a models: list, or --models-dir DIR (wafer serve --models-dir DIR --help;\n"
+               "docs/models.md).\n\noptions:\n"
                "  %-22s %s\n", "--config PATH", "YAML configuration file");
     for (int i = 0; i < CFG_N_ITEMS; i++) {
         const struct cfg_item *it = &cfg_items[i];

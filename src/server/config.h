@@ -10,7 +10,7 @@
  *                spec, draft_model, draft_max, draft_min, draft_fixed,
  *                log_requests, log_level, workers, max_response, max_inflight, parse_special}
  *   generation: {max_new_tokens, temperature, top_p, top_k, min_p, repeat_penalty}
- *   auth:       {api_keys: [..], api_key_file}
+ *   auth:       {api_keys: [..], api_key_file, admin_keys: [..]}
  *   cors:       {origins: [..]}
  *   alerts:     {interval_s, data_dir, rules: [..], receivers: [..]}   (core/alert.h; docs/observability.md)
  *   slo:        {itl_p95_ms, ttft_p95_ms, window_s, min_batch_size, max_batch_size}
@@ -72,6 +72,9 @@ struct server_config {
     /* auth: keys accepted in "Authorization: Bearer <key>" (none: no auth) */
     char *api_keys[CONFIG_MAX_LIST];
     int n_api_keys;
+    /* keys for the admin endpoints (POST /admin/drain); none: loopback clients only */
+    char *admin_keys[CONFIG_MAX_LIST];
+    int n_admin_keys;
 
     /* cors: allowed origins ("*" allows any); none: no CORS headers */
     char *cors_origins[CONFIG_MAX_LIST];

@@ -180,13 +180,14 @@ static const struct route_row routes[] = {
     {"/alerts", "GET", ROUTE_ALERTS},
     {"/v1/stats", "GET", ROUTE_STATS},
     {"/dashboard", "GET", ROUTE_DASHBOARD},
+    {"/admin/drain", "POST", ROUTE_DRAIN},
 };
 
 /* Routes open without an API key: probes, and the read-only operational views (no prompt or output in them). */
 static bool route_is_open(enum api_route r)
 {
     return r == ROUTE_HEALTH || r == ROUTE_READY || r == ROUTE_METRICS || r == ROUTE_ALERTS || r == ROUTE_STATS ||
-           r == ROUTE_DASHBOARD;
+           r == ROUTE_DASHBOARD || r == ROUTE_DRAIN; /* /admin/drain checks the admin keys itself */
 }
 
 static const struct route_row model_one_row = {"/v1/models/", "GET", ROUTE_MODEL_ONE};
@@ -307,6 +308,7 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
     case ROUTE_ALERTS: api_alerts(srv, c); break;
     case ROUTE_STATS: api_stats(srv, c, req); break;
     case ROUTE_DASHBOARD: api_dashboard(srv, c); break;
+    case ROUTE_DRAIN: api_drain(srv, c, req); break;
     default: break;
     }
 }

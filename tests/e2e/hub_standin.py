@@ -20,6 +20,8 @@ Misbehaviour, per repo (Repo.faults, a set; each can be added and removed while 
   bad_sha       X-Linked-Etag and the tree's lfs.oid announce a checksum the bytes do not have
   no_range      the CDN ignores Range (always 200 with the whole file)
   cdn_503_once  the first CDN request gets 503 with Retry-After: 0
+  slow          the CDN sends the body in 20 pieces over Repo.slow_s seconds (a slow download, for tests of
+                what else goes on meanwhile)
 Every request is recorded in Hub.records as dicts {server, method, path, range, auth}.
 """
 
@@ -38,6 +40,7 @@ class Repo:
         self.token = token  # private repo: this Bearer token is required
         self.faults = set()
         self.cut_bytes = 100_000
+        self.slow_s = 3.0
         self.cdn_hits = 0
 
 
@@ -228,6 +231,13 @@ def _make_handler(hub, which):
                 # a dropped connection, mid-body
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
+                return
+            if "slow" in r.faults:
+                step = max(1, len(body) // 20)
+                for i in range(0, len(body), step):
+                    self.wfile.write(body[i:i + step])
+                    self.wfile.flush()
+                    time.sleep(r.slow_s / 20)
                 return
             self.wfile.write(body)
 

@@ -1,10 +1,11 @@
 """Every endpoint of wafer serve, streaming and not, with exact response shapes (stories260K on loopback)."""
 import json
+import subprocess
 
 import httpx
 import pytest
 
-from conftest import STORIES, LLAMA19M, need
+from conftest import STORIES, LLAMA19M, WAFER_BIN, need
 
 COMPLETION_KEYS = {"id", "object", "created", "model", "system_fingerprint", "choices", "usage"}
 USAGE_KEYS = {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
@@ -47,7 +48,10 @@ def check_usage(u, prompt_tokens=None, completion_tokens=None, openai=True):
 def test_health_ready_models(stories_server):
     c = stories_server.client
     r = c.get("/health")
-    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    # the version and commit wafer --version prints
+    v = subprocess.run([WAFER_BIN, "--version"], capture_output=True, text=True).stdout
+    assert set(r.json()) == {"status", "version", "commit"} and r.json()["version"] in v and r.json()["commit"] in v
     r = c.get("/ready")
     assert r.status_code == 200 and r.json() == {"status": "ready"}
     r = c.get("/v1/models")
