@@ -206,12 +206,14 @@ int wafer_jobs_get(struct wafer_client *c, const char *id, struct wafer_job *job
 {
     if (!out)
         return WAFER_E_INVALID;
+    bool ok = client_job_id_ok(id);
+    char path[64 + WAFER_ID_MAX];
+    if (ok) /* before job is cleared: id may be job->id */
+        snprintf(path, sizeof path, "/v1/batches/%s", id);
     if (job)
         memset(job, 0, sizeof *job);
-    if (!client_job_id_ok(id))
+    if (!ok)
         return jobs_bad_id("the batch id", id, out);
-    char path[64 + WAFER_ID_MAX];
-    snprintf(path, sizeof path, "/v1/batches/%s", id);
     client_request(c, "GET", path, NULL, NULL, 0, out);
     return jobs_take(job, out);
 }
@@ -220,12 +222,14 @@ int wafer_jobs_cancel(struct wafer_client *c, const char *id, struct wafer_job *
 {
     if (!out)
         return WAFER_E_INVALID;
+    bool ok = client_job_id_ok(id);
+    char path[64 + WAFER_ID_MAX];
+    if (ok) /* before job is cleared: id may be job->id */
+        snprintf(path, sizeof path, "/v1/batches/%s/cancel", id);
     if (job)
         memset(job, 0, sizeof *job);
-    if (!client_job_id_ok(id))
+    if (!ok)
         return jobs_bad_id("the batch id", id, out);
-    char path[64 + WAFER_ID_MAX];
-    snprintf(path, sizeof path, "/v1/batches/%s/cancel", id);
     client_request(c, "POST", path, NULL, NULL, 0, out);
     return jobs_take(job, out);
 }
@@ -271,6 +275,11 @@ int wafer_jobs_wait(struct wafer_client *c, const char *id, double interval_s, d
         interval_s = 1;
     if (!out)
         return WAFER_E_INVALID;
+    char idc[WAFER_ID_MAX]; /* id may be job->id, which each look rewrites */
+    if (!client_job_id_ok(id))
+        return jobs_bad_id("the batch id", id, out);
+    snprintf(idc, sizeof idc, "%s", id);
+    id = idc;
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (bool first = true;; first = false) {
