@@ -162,7 +162,8 @@ WAFER_API int wafer_batch_generate(struct wafer_client *c, const char *const *pr
                                    struct wafer_result *results);
 
 /* GET of any path (e.g. "/ready", "/v1/models"), retried as above: the body in out->text. WAFER_OK for a
- * 2xx answer, WAFER_E_HTTP (with the body in out->text too) otherwise. */
+ * 2xx answer, WAFER_E_HTTP (with the body in out->text too) otherwise. A connection error or timeout names
+ * the URL in out->error ("cannot reach URL: ..."), as the batch-job calls do. */
 WAFER_API int wafer_get(struct wafer_client *c, const char *path, struct wafer_result *out);
 
 /* ---------------------------------------------------------------- batch jobs */

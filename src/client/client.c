@@ -900,7 +900,7 @@ static void xfer_free(struct xfer *x)
     client_buf_free(&x->text);
 }
 
-/* One request, to the end (retries included). */
+/* One completion or chat request (kind XK_COMPLETION or XK_CHAT), to the end (retries included). */
 static int client_call(struct wafer_client *cl, enum xfer_kind kind, const char *prompt,
                        const struct wafer_message *msgs, int n_msgs, const struct wafer_params *p, bool stream,
                        wafer_stream_fn fn, void *ud, struct wafer_result *out)
@@ -922,11 +922,9 @@ static int client_call(struct wafer_client *cl, enum xfer_kind kind, const char 
     x.fn = fn;
     x.ud = ud;
     x.out = out;
-    const char *path = kind == XK_CHAT ? "/v1/chat/completions" : kind == XK_COMPLETION ? "/v1/completions" : prompt;
-    if (client_url(cl, path, &x.url, out))
+    if (client_url(cl, kind == XK_CHAT ? "/v1/chat/completions" : "/v1/completions", &x.url, out))
         return out->status;
-    if (kind != XK_RAW && !(x.body = client_body(cl, p, kind == XK_COMPLETION ? prompt : NULL, msgs, n_msgs, stream,
-                                                 out))) {
+    if (!(x.body = client_body(cl, p, kind == XK_COMPLETION ? prompt : NULL, msgs, n_msgs, stream, out))) {
         xfer_free(&x);
         return out->status;
     }
@@ -996,9 +994,7 @@ int client_request(struct wafer_client *cl, const char *method, const char *path
 
 int wafer_get(struct wafer_client *c, const char *path, struct wafer_result *out)
 {
-    if (!path)
-        return out ? client_fail(out, WAFER_E_INVALID, "no path") : WAFER_E_INVALID;
-    return client_call(c, XK_RAW, path, NULL, 0, NULL, false, NULL, NULL, out);
+    return client_request(c, "GET", path, NULL, NULL, 0, out);
 }
 
 int wafer_batch_generate(struct wafer_client *c, const char *const *prompts, int n, const struct wafer_params *params,

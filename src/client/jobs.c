@@ -202,36 +202,32 @@ static int jobs_bad_id(const char *what, const char *id, struct wafer_result *ou
                        id ? "" : "(null) ", id ? id : "", WAFER_ID_MAX - 1);
 }
 
-int wafer_jobs_get(struct wafer_client *c, const char *id, struct wafer_job *job, struct wafer_result *out)
+/* method on "/v1/batches/{id}" + suffix, the answer (a batch) into job. */
+static int jobs_batch_call(struct wafer_client *c, const char *method, const char *id, const char *suffix,
+                           struct wafer_job *job, struct wafer_result *out)
 {
     if (!out)
         return WAFER_E_INVALID;
     bool ok = client_job_id_ok(id);
     char path[64 + WAFER_ID_MAX];
     if (ok) /* before job is cleared: id may be job->id */
-        snprintf(path, sizeof path, "/v1/batches/%s", id);
+        snprintf(path, sizeof path, "/v1/batches/%s%s", id, suffix);
     if (job)
         memset(job, 0, sizeof *job);
     if (!ok)
         return jobs_bad_id("the batch id", id, out);
-    client_request(c, "GET", path, NULL, NULL, 0, out);
+    client_request(c, method, path, NULL, NULL, 0, out);
     return jobs_take(job, out);
+}
+
+int wafer_jobs_get(struct wafer_client *c, const char *id, struct wafer_job *job, struct wafer_result *out)
+{
+    return jobs_batch_call(c, "GET", id, "", job, out);
 }
 
 int wafer_jobs_cancel(struct wafer_client *c, const char *id, struct wafer_job *job, struct wafer_result *out)
 {
-    if (!out)
-        return WAFER_E_INVALID;
-    bool ok = client_job_id_ok(id);
-    char path[64 + WAFER_ID_MAX];
-    if (ok) /* before job is cleared: id may be job->id */
-        snprintf(path, sizeof path, "/v1/batches/%s/cancel", id);
-    if (job)
-        memset(job, 0, sizeof *job);
-    if (!ok)
-        return jobs_bad_id("the batch id", id, out);
-    client_request(c, "POST", path, NULL, NULL, 0, out);
-    return jobs_take(job, out);
+    return jobs_batch_call(c, "POST", id, "/cancel", job, out);
 }
 
 int wafer_files_content(struct wafer_client *c, const char *file_id, struct wafer_result *out)
