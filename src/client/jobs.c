@@ -258,6 +258,7 @@ int wafer_jobs_results(struct wafer_client *c, const char *id, bool errors, stru
         return client_fail(out, WAFER_E_NO_FILE, "batch %s is %s and has no %s file (%s)", job->id, job->status,
                            errors ? "error" : "output", errors ? "no request failed" : "no request succeeded");
     }
+    wafer_result_free(out); /* the batch's JSON: each call starts out afresh */
     return wafer_files_content(c, fid, out);
 }
 
