@@ -41,7 +41,7 @@ struct jc_opts {
     const char *ids[2]; /* positional arguments */
     int n_ids;
     long limit;
-    double interval;
+    double interval, timeout; /* --wait: between looks; the most (0: no limit) */
     bool wait, errors, json;
     char *metadata[2 * JC_MAX_METADATA]; /* key, value, ... (owned) */
     int n_metadata;
@@ -78,7 +78,7 @@ static void jc_usage(FILE *f)
 static void jc_submit_usage(FILE *f)
 {
     fprintf(f, "usage: wafer jobs submit FILE.jsonl [--url URL] [--endpoint E] [--window W] [--metadata K=V]...\n"
-               "                         [--wait [--interval S]]\n\n"
+               "                         [--wait [--interval S] [--timeout S]]\n\n"
                "Uploads FILE.jsonl (purpose \"batch\") and creates a batch from it; prints the batch id on stdout.\n\n"
                "  --endpoint E     /v1/chat/completions or /v1/completions (default: the url of the file's first\n"
                "                   request)\n"
@@ -87,6 +87,8 @@ static void jc_submit_usage(FILE *f)
                "  --wait           follow the batch until it ends, with a progress bar on stderr (lines done of\n"
                "                   total, rate, ETA); exit 0 only if it completed\n"
                "  --interval S     seconds between two looks with --wait (default 1)\n"
+               "  --timeout S      with --wait: stop waiting after S seconds (exit 1; the batch goes on;\n"
+               "                   default 0: no limit)\n"
                "  --url, --api-key as for every command (wafer jobs --help)\n");
 }
 
@@ -250,10 +252,13 @@ static int jc_wait(struct wafer_client *cl, const struct jc_opts *o, const char 
     struct jc_watch w = {.tty = isatty(2), .done0 = -1, .last_done = -1};
     struct wafer_job b;
     struct wafer_result r;
-    if (wafer_jobs_wait(cl, id, o->interval, 0, jc_on_progress, &w, &b, &r) != WAFER_OK) {
+    if (wafer_jobs_wait(cl, id, o->interval, o->timeout, jc_on_progress, &w, &b, &r) != WAFER_OK) {
         if (w.tty && w.done0 >= 0)
             fputc('\n', stderr);
-        jc_fail("getting the batch", &r);
+        if (r.status == WAFER_E_TIMEOUT && b.id[0]) /* --timeout passed, not a request's */
+            fprintf(stderr, "wafer jobs: %s; it goes on (wafer jobs status %s)\n", r.error, id);
+        else
+            jc_fail("getting the batch", &r);
         wafer_result_free(&r);
         return 1;
     }
@@ -455,7 +460,7 @@ int cmd_jobs_main(int argc, char **argv)
     for (int i = 2; i < argc && !rc; i++) {
         const char *a = argv[i];
         bool takes = !strcmp(a, "--url") || !strcmp(a, "--api-key") || !strcmp(a, "--endpoint") ||
-                     !strcmp(a, "--window") || !strcmp(a, "--metadata") || !strcmp(a, "--interval") ||
+                     !strcmp(a, "--window") || !strcmp(a, "--metadata") || !strcmp(a, "--interval") || !strcmp(a, "--timeout") ||
                      !strcmp(a, "--limit") || !strcmp(a, "-o") || !strcmp(a, "--output");
         const char *v = takes && i + 1 < argc ? argv[i + 1] : NULL;
         if (takes && !v) {
@@ -503,6 +508,9 @@ int cmd_jobs_main(int argc, char **argv)
             o.n_metadata++;
         } else if (submit && !strcmp(a, "--wait")) {
             o.wait = true;
+        } else if (submit && !strcmp(a, "--timeout")) {
+            if (flags_parse_float("jobs submit", "--timeout", v, 0, 1e7, &o.timeout))
+                rc = 2;
         } else if (submit && !strcmp(a, "--interval")) {
             if (flags_parse_float("jobs submit", "--interval", v, 0.05, 3600, &o.interval))
                 rc = 2;

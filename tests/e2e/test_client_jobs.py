@@ -105,9 +105,12 @@ def test_failed_line_in_error_file_and_bad_file_refused(make_server, tmp_path):
 
 def test_cancel_list_and_unknown_ids(make_server, tmp_path):
     srv = make_server(STORIES, "--batch-inflight", "1")
-    r = jobs("submit", write(tmp_path / "long.jsonl", request_lines(40, max_tokens=60)), "--url", srv.base)
-    assert r.returncode == 0, r.stderr
+    # about 4 s of work at one line at a time: --wait --timeout stops waiting (exit 1), the batch goes on
+    r = jobs("submit", write(tmp_path / "long.jsonl", request_lines(150, max_tokens=60)), "--url", srv.base,
+             "--wait", "--interval", "0.1", "--timeout", "0.3")
+    assert r.returncode == 1, r.stderr
     bid = r.stdout.strip()
+    assert bid.startswith("batch_") and "is still in_progress after 0.3 s" in r.stderr and "it goes on" in r.stderr
     r = jobs("results", bid, "--url", srv.base)
     assert r.returncode == 1 and "its files come when it ends" in r.stderr
     r = jobs("cancel", bid, "--url", srv.base)
@@ -122,7 +125,8 @@ def test_cancel_list_and_unknown_ids(make_server, tmp_path):
     ids = [json.loads(x)["custom_id"] for x in jobs("results", bid, "--errors", "--url", srv.base).stdout.splitlines()]
     if st["output_file_id"]:
         ids += [json.loads(x)["custom_id"] for x in jobs("results", bid, "--url", srv.base).stdout.splitlines()]
-    assert sorted(ids) == sorted("r%d" % i for i in range(40))  # each once across both files
+    assert sorted(ids) == sorted("r%d" % i for i in range(150))  # each once across both files
+    assert 0 < len(ids) - st["request_counts"]["completed"] < 150  # the cancel cut it short
     r = jobs("list", "--url", srv.base, "--limit", "5")
     assert r.returncode == 0 and bid in r.stdout and "cancelled" in r.stdout
     lst = json.loads(jobs("list", "--json", "--url", srv.base).stdout)
