@@ -33,6 +33,11 @@
  * the status). The wait before retry n (0-based) is the server's Retry-After-Ms or Retry-After (seconds or
  * an HTTP date) when it is in (0, 60] seconds, else min(0.5 * 2^n, 8) s * (1 - 0.25 * random). A stream is
  * never retried once its response has begun: the caller may already have shown its text.
+ *
+ * Batch jobs: OpenAI's Batch API (POST /v1/files, /v1/batches, GET /v1/files/{id}/content), against wafer
+ * serve or any server that has it: wafer_jobs_submit uploads a JSONL file and creates a batch, wafer_jobs_get,
+ * _wait, _results, _cancel and _list follow it. Every one of their requests is retried as above, the upload
+ * too (it is sent again whole, from memory).
  */
 #ifndef WAFER_CLIENT_H
 #define WAFER_CLIENT_H
@@ -64,6 +69,7 @@ enum wafer_status {
     WAFER_E_STREAM = -7,    /* a stream broke after it began (an error event, a cut, no [DONE]) */
     WAFER_E_CANCELLED = -8, /* the stream callback returned non-zero */
     WAFER_E_BATCH = -9,     /* batch_generate: some items failed (each result has its own status) */
+    WAFER_E_NO_FILE = -10,  /* jobs_results: the batch has no such file (not ended yet, or no line is in it) */
 };
 
 /* Short stable name of a status ("ok", "timeout", "http", ...). Never NULL. */
@@ -156,8 +162,97 @@ WAFER_API int wafer_batch_generate(struct wafer_client *c, const char *const *pr
                                    struct wafer_result *results);
 
 /* GET of any path (e.g. "/ready", "/v1/models"), retried as above: the body in out->text. WAFER_OK for a
- * 2xx answer, WAFER_E_HTTP (with the body in out->text too) otherwise. */
+ * 2xx answer, WAFER_E_HTTP (with the body in out->text too) otherwise. A connection error or timeout names
+ * the URL in out->error ("cannot reach URL: ..."), as the batch-job calls do. */
 WAFER_API int wafer_get(struct wafer_client *c, const char *path, struct wafer_result *out);
+
+/* ---------------------------------------------------------------- batch jobs */
+
+#define WAFER_ID_MAX 128 /* ids longer than 127 bytes are refused (WAFER_E_PROTOCOL / WAFER_E_INVALID) */
+
+/* A batch, as the server's batch object says (docs/jobs.md). Strings are "" where the server sent null. */
+struct wafer_job {
+    char id[WAFER_ID_MAX];
+    char status[16];               /* validating, in_progress, finalizing, completed, failed, expired,
+                                    * cancelling, cancelled */
+    bool final;                    /* status is completed, failed, expired or cancelled: it changes no more */
+    char endpoint[64];             /* "/v1/chat/completions" or "/v1/completions" */
+    char completion_window[16];
+    char input_file_id[WAFER_ID_MAX];
+    char output_file_id[WAFER_ID_MAX]; /* "" until the batch ends, and when no line succeeded */
+    char error_file_id[WAFER_ID_MAX];  /* "" until the batch ends, and when no line failed */
+    long long total, completed, failed; /* request_counts */
+    long long created_at, completed_at; /* unix seconds; 0 when null */
+    char errors[WAFER_ERR_MAX];    /* the batch's own errors (why it failed), one "code: message" a line */
+};
+
+/* An uploaded file (the file object of POST /v1/files). */
+struct wafer_file {
+    char id[WAFER_ID_MAX];
+    long long bytes;
+    char filename[256];
+    char purpose[32];
+};
+
+/* What wafer_jobs_submit sends. Zero it ({0}) for the defaults, then set path or data. */
+struct wafer_job_request {
+    const char *path;              /* the JSONL file to upload, one request a line; or NULL and: */
+    const char *data;              /* the JSONL bytes themselves (len of them) */
+    size_t len;
+    const char *filename;          /* the upload's file name; NULL: path's last part, else "batch.jsonl" */
+    const char *endpoint;          /* NULL: the "url" of the first request line, else "/v1/chat/completions" */
+    const char *completion_window; /* NULL: "24h" */
+    const char *const *metadata;   /* n_metadata pairs: metadata[2i] a key, metadata[2i + 1] its value */
+    int n_metadata;
+};
+
+/* Uploads the requests (POST /v1/files, multipart/form-data, purpose "batch") and creates a batch of them
+ * (POST /v1/batches). job (may be NULL) gets the new batch; file (may be NULL) the uploaded file, set as soon
+ * as the upload succeeded, so also when the creation then failed. out->text is the last answer's body (the
+ * batch object; an error body for WAFER_E_HTTP). Returns out->status: WAFER_E_INVALID for a request that
+ * cannot be sent (no path nor data, a file that cannot be read: out->error says which), else as any call. */
+WAFER_API int wafer_jobs_submit(struct wafer_client *c, const struct wafer_job_request *req, struct wafer_job *job,
+                                struct wafer_file *file, struct wafer_result *out);
+
+/* The batch id (GET /v1/batches/{id}) into job (may be NULL); out->text is its JSON. An unknown id is
+ * WAFER_E_HTTP with http_status 404 and the server's message in out->error; an id that is not a plain
+ * token (letters, digits, "-", "_", ".", "~") is WAFER_E_INVALID and sends nothing. */
+WAFER_API int wafer_jobs_get(struct wafer_client *c, const char *id, struct wafer_job *job, struct wafer_result *out);
+
+/* Called by wafer_jobs_wait after each look at the batch (the last one too). Return 0 to go on waiting,
+ * non-zero to stop (wafer_jobs_wait then returns WAFER_E_CANCELLED). */
+typedef int (*wafer_job_progress_fn)(void *ud, const struct wafer_job *job);
+
+/* Looks at batch id every interval_s seconds (<= 0: 1) until it is final (job->final), and returns WAFER_OK
+ * then, whatever the final status (completed or not: see job->status). WAFER_E_TIMEOUT when timeout_s (> 0;
+ * <= 0: no limit) passed first, WAFER_E_CANCELLED when fn (may be NULL) asked to stop, or the error of a look
+ * (each retried as any request). job (may be NULL) and out->text: the batch as last seen. */
+WAFER_API int wafer_jobs_wait(struct wafer_client *c, const char *id, double interval_s, double timeout_s,
+                              wafer_job_progress_fn fn, void *ud, struct wafer_job *job, struct wafer_result *out);
+
+/* The output file of batch id (errors false: the lines that got a 2xx answer) or its error file (errors true:
+ * the rest), as JSONL bytes in out->text (out->text_len of them; free with wafer_result_free). Looks the
+ * batch up first: job (may be NULL) gets it. WAFER_E_NO_FILE when the batch has no such file: not final yet
+ * (job->final false), or no line of that kind. */
+WAFER_API int wafer_jobs_results(struct wafer_client *c, const char *id, bool errors, struct wafer_job *job,
+                                 struct wafer_result *out);
+
+/* The bytes of any file (GET /v1/files/{id}/content) in out->text, out->text_len of them. */
+WAFER_API int wafer_files_content(struct wafer_client *c, const char *file_id, struct wafer_result *out);
+
+/* Cancels batch id (POST /v1/batches/{id}/cancel): no new line starts, lines in flight finish. job (may be
+ * NULL) gets the batch as the answer says (cancelling, or already final). */
+WAFER_API int wafer_jobs_cancel(struct wafer_client *c, const char *id, struct wafer_job *job,
+                                struct wafer_result *out);
+
+/* The latest batches, newest first (GET /v1/batches?limit=&after=): limit 1..100 (<= 0: the server's default,
+ * 20), after (may be NULL) a batch id to list from. *jobs gets a new array of *n batches (NULL when none),
+ * which the caller frees with wafer_jobs_free; has_more (may be NULL) whether more are older. out->text is
+ * the list object. On an error *jobs is NULL and *n 0. */
+WAFER_API int wafer_jobs_list(struct wafer_client *c, int limit, const char *after, struct wafer_job **jobs, int *n,
+                              bool *has_more, struct wafer_result *out);
+/* Frees what wafer_jobs_list returned. NULL is a no-op. */
+WAFER_API void wafer_jobs_free(struct wafer_job *jobs);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,12 @@
  * ETA); list, status, results and cancel do what they say. Machine-readable output goes to stdout (the batch
  * id from submit, the output file from results), everything for people to stderr.
  *
+ * Every request goes through libwafer-client's Batch API calls (wafer_jobs_submit, _get, _wait, _results,
+ * _cancel, _list in include/wafer/client.h), so the command and the library share one implementation: the
+ * same retries (408, 409, 429, 5xx and connection errors, Retry-After honoured; each retry is said on
+ * stderr), timeouts and connection reuse. What is left here is the flags and the rendering (the batch, the
+ * list, the progress bar from wait's callback).
+ *
  * Exit status: 0 done (submit --wait: the batch completed), 1 a failure (the server's message is printed), 2 a
  * usage error.
  */
@@ -12,8 +18,8 @@
 
 #include "core/clock.h"
 #include "core/flags.h"
+#include "wafer/client.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -24,6 +30,7 @@
 #include <unistd.h>
 
 #define JC_DEFAULT_URL "http://127.0.0.1:8080"
+#define JC_MAX_METADATA 64 /* --metadata pairs taken (the server allows 16: it says so) */
 
 struct jc_opts {
     char url[1024];     /* base URL without a trailing slash or /v1 */
@@ -34,15 +41,18 @@ struct jc_opts {
     const char *ids[2]; /* positional arguments */
     int n_ids;
     long limit;
-    double interval;
+    double interval, timeout; /* --wait: between looks; the most (0: no limit) */
     bool wait, errors, json;
-    json_t *metadata;
+    char *metadata[2 * JC_MAX_METADATA]; /* key, value, ... (owned) */
+    int n_metadata;
 };
 
-struct jc_buf {
-    char *p;
-    size_t n, cap;
-};
+static void jc_opts_free(struct jc_opts *o)
+{
+    for (int i = 0; i < 2 * o->n_metadata; i++)
+        free(o->metadata[i]);
+    o->n_metadata = 0;
+}
 
 static void jc_usage(FILE *f)
 {
@@ -59,6 +69,8 @@ static void jc_usage(FILE *f)
                "  --api-key KEY    sent as 'Authorization: Bearer KEY' (default $WAFER_API_KEY, else\n"
                "                   $OPENAI_API_KEY)\n"
                "  -h, --help       help (also after a command)\n\n"
+               "Requests are retried as libwafer-client retries them (connection errors, 408, 409, 429, 5xx;\n"
+               "Retry-After honoured; at most 2 more attempts), each retry said on stderr.\n\n"
                "A line of FILE.jsonl is one request: {\"custom_id\": \"r1\", \"method\": \"POST\", \"url\":\n"
                "\"/v1/chat/completions\", \"body\": {...}}. docs/jobs.md has the details.\n");
 }
@@ -66,7 +78,7 @@ static void jc_usage(FILE *f)
 static void jc_submit_usage(FILE *f)
 {
     fprintf(f, "usage: wafer jobs submit FILE.jsonl [--url URL] [--endpoint E] [--window W] [--metadata K=V]...\n"
-               "                         [--wait [--interval S]]\n\n"
+               "                         [--wait [--interval S] [--timeout S]]\n\n"
                "Uploads FILE.jsonl (purpose \"batch\") and creates a batch from it; prints the batch id on stdout.\n\n"
                "  --endpoint E     /v1/chat/completions or /v1/completions (default: the url of the file's first\n"
                "                   request)\n"
@@ -75,6 +87,8 @@ static void jc_submit_usage(FILE *f)
                "  --wait           follow the batch until it ends, with a progress bar on stderr (lines done of\n"
                "                   total, rate, ETA); exit 0 only if it completed\n"
                "  --interval S     seconds between two looks with --wait (default 1)\n"
+               "  --timeout S      with --wait: stop waiting after S seconds (exit 1; the batch goes on;\n"
+               "                   default 0: no limit)\n"
                "  --url, --api-key as for every command (wafer jobs --help)\n");
 }
 
@@ -109,118 +123,41 @@ static void jc_cancel_usage(FILE *f)
                "is in its output file.\n");
 }
 
-/* ---- HTTP ---- */
+/* ---- calls (libwafer-client) ---- */
 
-static size_t jc_on_write(char *p, size_t size, size_t n, void *arg)
+static void jc_on_retry(void *ud, int attempt, double delay_s, const char *why)
 {
-    struct jc_buf *b = arg;
-    size_t k = size * n;
-    if (b->n + k + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + k + 1)
-            cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np)
-            return 0; /* curl reports a write error */
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, p, k);
-    b->n += k;
-    b->p[b->n] = 0;
-    return k;
+    (void)ud;
+    fprintf(stderr, "wafer jobs: %s; attempt %d in %.2f s\n", why, attempt, delay_s);
 }
 
-/* One request. 0 with *status and the body in out (caller frees out->p), or 1 with a message printed. */
-static int jc_http(const struct jc_opts *o, const char *method, const char *path, const char *json_body,
-                   curl_mime *mime, long *status, struct jc_buf *out)
+/* Says why a call failed: for an HTTP error the server's own message, as `wafer jobs` always has. */
+static void jc_fail(const char *what, const struct wafer_result *r)
 {
-    memset(out, 0, sizeof *out);
-    CURL *e = curl_easy_init();
-    if (!e) {
-        fprintf(stderr, "wafer jobs: cannot start libcurl\n");
-        return 1;
-    }
-    char url[2048], auth[1100], errbuf[CURL_ERROR_SIZE] = "";
-    snprintf(url, sizeof url, "%s%s", o->url, path);
-    struct curl_slist *h = NULL;
-    if (json_body)
-        h = curl_slist_append(h, "Content-Type: application/json");
-    if (o->api_key && *o->api_key) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->api_key);
-        h = curl_slist_append(h, auth);
-    }
-    curl_easy_setopt(e, CURLOPT_URL, url);
-    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-    if (json_body)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, json_body);
-    else if (!strcmp(method, "POST") && !mime)
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
-    if (mime)
-        curl_easy_setopt(e, CURLOPT_MIMEPOST, mime);
-    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, jc_on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(e, CURLOPT_USERAGENT, "wafer-jobs/1");
-    CURLcode rc = curl_easy_perform(e);
-    curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, status);
-    curl_easy_cleanup(e);
-    curl_slist_free_all(h);
-    if (rc != CURLE_OK) {
-        fprintf(stderr, "wafer jobs: cannot reach %s: %s (is the server running? --url sets where)\n", url,
-                errbuf[0] ? errbuf : curl_easy_strerror(rc));
-        free(out->p);
-        out->p = NULL;
-        return 1;
-    }
-    if (!out->p) {
-        out->p = calloc(1, 1);
-        if (!out->p)
-            return 1;
-    }
-    return 0;
-}
-
-/* The JSON of a 2xx response, or NULL with the server's error printed. Frees the body. */
-static json_t *jc_json(const char *what, long status, struct jc_buf *b)
-{
-    json_t *j = json_loadb(b->p, b->n, 0, NULL);
-    if (status < 200 || status >= 300) {
+    if (r->status == WAFER_E_HTTP) {
+        json_t *j = json_loadb(r->text ? r->text : "", r->text_len, 0, NULL);
         const char *msg = json_string_value(json_object_get(json_object_get(j, "error"), "message"));
-        fprintf(stderr, "wafer jobs: %s failed (HTTP %ld): %s\n", what, status,
-                msg ? msg : b->n ? b->p : "no message");
+        fprintf(stderr, "wafer jobs: %s failed (HTTP %d): %s\n", what, r->http_status,
+                msg ? msg : r->text_len ? r->text : "no message");
         json_decref(j);
-        j = NULL;
-    } else if (!j) {
-        fprintf(stderr, "wafer jobs: %s: the server's answer is not JSON: %.200s\n", what, b->p);
+    } else if (r->status == WAFER_E_CONNECT || r->status == WAFER_E_TIMEOUT) {
+        fprintf(stderr, "wafer jobs: %s (is the server running? --url sets where)\n", r->error);
+    } else {
+        fprintf(stderr, "wafer jobs: %s: %s\n", what, r->error);
     }
-    free(b->p);
-    b->p = NULL;
-    return j;
 }
 
-/* GET/POST path and return the JSON (NULL: printed why). */
-static json_t *jc_call(const struct jc_opts *o, const char *what, const char *method, const char *path,
-                       const char *body)
+/* The JSON answer of a call, indented, to stdout (--json). */
+static void jc_print_json(const struct wafer_result *r)
 {
-    long status = 0;
-    struct jc_buf b;
-    if (jc_http(o, method, path, body, NULL, &status, &b))
-        return NULL;
-    return jc_json(what, status, &b);
+    json_t *j = json_loadb(r->text ? r->text : "", r->text_len, 0, NULL);
+    char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    printf("%s\n", s ? s : r->text ? r->text : "");
+    free(s);
+    json_decref(j);
 }
 
 /* ---- rendering ---- */
-
-static long long jc_int(const json_t *j, const char *k) { return (long long)json_integer_value(json_object_get(j, k)); }
-static const char *jc_str(const json_t *j, const char *k)
-{
-    const char *s = json_string_value(json_object_get(j, k));
-    return s ? s : "-";
-}
 
 static void jc_duration(char *buf, size_t size, double s)
 {
@@ -246,28 +183,23 @@ static void jc_time(char *buf, size_t size, long long t)
     strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm);
 }
 
-static bool jc_final(const char *status)
-{
-    return !strcmp(status, "completed") || !strcmp(status, "failed") || !strcmp(status, "expired") ||
-           !strcmp(status, "cancelled");
-}
+static const char *jc_or_dash(const char *s) { return s[0] ? s : "-"; }
 
-static void jc_print_batch(FILE *f, const json_t *b)
+static void jc_print_batch(FILE *f, const struct wafer_job *b)
 {
-    const json_t *rc = json_object_get(b, "request_counts");
-    long long total = jc_int(rc, "total"), done = jc_int(rc, "completed") + jc_int(rc, "failed");
     char created[32];
-    jc_time(created, sizeof created, jc_int(b, "created_at"));
-    fprintf(f, "%s  %s  %lld/%lld lines done (%lld failed)  endpoint %s  created %s\n", jc_str(b, "id"),
-            jc_str(b, "status"), done, total, jc_int(rc, "failed"), jc_str(b, "endpoint"), created);
-    if (json_is_string(json_object_get(b, "output_file_id")))
-        fprintf(f, "  output file %s\n", jc_str(b, "output_file_id"));
-    if (json_is_string(json_object_get(b, "error_file_id")))
-        fprintf(f, "  error file  %s\n", jc_str(b, "error_file_id"));
-    const json_t *errs = json_object_get(json_object_get(b, "errors"), "data");
-    for (size_t i = 0; i < json_array_size(errs); i++)
-        fprintf(f, "  error: %s: %s\n", jc_str(json_array_get(errs, i), "code"),
-                jc_str(json_array_get(errs, i), "message"));
+    jc_time(created, sizeof created, b->created_at);
+    fprintf(f, "%s  %s  %lld/%lld lines done (%lld failed)  endpoint %s  created %s\n", b->id, b->status,
+            b->completed + b->failed, b->total, b->failed, jc_or_dash(b->endpoint), created);
+    if (b->output_file_id[0])
+        fprintf(f, "  output file %s\n", b->output_file_id);
+    if (b->error_file_id[0])
+        fprintf(f, "  error file  %s\n", b->error_file_id);
+    for (const char *e = b->errors; *e;) { /* one "code: message" a line */
+        size_t n = strcspn(e, "\n");
+        fprintf(f, "  error: %.*s\n", (int)n, e);
+        e += n + (e[n] == '\n');
+    }
 }
 
 /* One progress line: "[#####.....] 1234/5000 lines  41.2 lines/s  ETA 1m32s  in_progress". */
@@ -289,241 +221,181 @@ static void jc_progress(bool tty, const char *status, long long done, long long 
 
 /* ---- commands ---- */
 
-/* The "url" of the first request in the file, as the default endpoint. */
-static char *jc_first_url(const char *path)
+struct jc_watch {
+    bool tty;
+    double t0, t_last_print;
+    long long done0, last_done;
+};
+
+/* wafer_jobs_wait's progress callback: the bar on each look (a tty), else a line when the count moved or
+ * every 30 s. */
+static int jc_on_progress(void *ud, const struct wafer_job *b)
 {
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    char *line = NULL, *url = NULL;
-    size_t cap = 0;
-    while (!url && getline(&line, &cap, f) > 0) {
-        json_t *j = json_loads(line, 0, NULL);
-        if (j)
-            url = json_string_value(json_object_get(j, "url")) ? strdup(json_string_value(json_object_get(j, "url")))
-                                                               : NULL;
-        json_decref(j);
-        if (!j && strspn(line, " \t\r\n") != strlen(line))
-            break; /* not JSON: the server will say which line */
+    struct jc_watch *w = ud;
+    long long done = b->completed + b->failed;
+    double now = clock_now_s();
+    if (w->done0 < 0) {
+        w->done0 = done;
+        w->t0 = now;
     }
-    free(line);
-    fclose(f);
-    return url;
+    double rate = now > w->t0 ? (double)(done - w->done0) / (now - w->t0) : 0;
+    if (w->tty || done != w->last_done || now - w->t_last_print >= 30 || b->final) {
+        jc_progress(w->tty, b->status, done, b->total, rate);
+        w->t_last_print = now;
+        w->last_done = done;
+    }
+    return 0;
 }
 
-static int jc_wait(const struct jc_opts *o, const char *id)
+static int jc_wait(struct wafer_client *cl, const struct jc_opts *o, const char *id)
 {
-    char path[256];
-    snprintf(path, sizeof path, "/v1/batches/%s", id);
-    bool tty = isatty(2);
-    double t0 = clock_now_s(), t_last_print = 0;
-    long long done0 = -1, last_done = -1;
-    for (;;) {
-        json_t *b = jc_call(o, "getting the batch", "GET", path, NULL);
-        if (!b)
-            return 1;
-        const char *status = jc_str(b, "status");
-        const json_t *rc = json_object_get(b, "request_counts");
-        long long total = jc_int(rc, "total"), done = jc_int(rc, "completed") + jc_int(rc, "failed");
-        double now = clock_now_s();
-        if (done0 < 0) {
-            done0 = done;
-            t0 = now;
-        }
-        double rate = now > t0 ? (double)(done - done0) / (now - t0) : 0;
-        bool final = jc_final(status);
-        if (tty || done != last_done || now - t_last_print >= 30 || final) {
-            jc_progress(tty, status, done, total, rate);
-            t_last_print = now;
-            last_done = done;
-        }
-        if (final) {
-            if (tty)
-                fputc('\n', stderr);
-            jc_print_batch(stderr, b);
-            int ok = !strcmp(status, "completed");
-            if (!ok)
-                fprintf(stderr, "wafer jobs: batch %s is %s\n", id, status);
-            json_decref(b);
-            return ok ? 0 : 1;
-        }
-        json_decref(b);
-        usleep((useconds_t)(o->interval * 1e6));
+    struct jc_watch w = {.tty = isatty(2), .done0 = -1, .last_done = -1};
+    struct wafer_job b;
+    struct wafer_result r;
+    if (wafer_jobs_wait(cl, id, o->interval, o->timeout, jc_on_progress, &w, &b, &r) != WAFER_OK) {
+        if (w.tty && w.done0 >= 0)
+            fputc('\n', stderr);
+        if (r.status == WAFER_E_TIMEOUT && b.id[0]) /* --timeout passed, not a request's */
+            fprintf(stderr, "wafer jobs: %s; it goes on (wafer jobs status %s)\n", r.error, id);
+        else
+            jc_fail("getting the batch", &r);
+        wafer_result_free(&r);
+        return 1;
     }
+    wafer_result_free(&r);
+    if (w.tty)
+        fputc('\n', stderr);
+    jc_print_batch(stderr, &b);
+    int ok = !strcmp(b.status, "completed");
+    if (!ok)
+        fprintf(stderr, "wafer jobs: batch %s is %s\n", id, b.status);
+    return ok ? 0 : 1;
 }
 
-static int jc_submit(struct jc_opts *o)
+static int jc_submit(struct wafer_client *cl, struct jc_opts *o)
 {
     const char *file = o->ids[0];
-    FILE *f = fopen(file, "rb");
-    if (!f) {
-        fprintf(stderr, "wafer jobs submit: cannot open '%s': %s\n", file, strerror(errno));
+    struct wafer_job_request req = {.path = file,
+                                    .endpoint = o->endpoint,
+                                    .completion_window = o->window,
+                                    .metadata = (const char *const *)o->metadata,
+                                    .n_metadata = o->n_metadata};
+    struct wafer_job b;
+    struct wafer_file up;
+    struct wafer_result r;
+    int rc = wafer_jobs_submit(cl, &req, &b, &up, &r);
+    if (up.id[0])
+        fprintf(stderr, "uploaded %s as %s (%lld bytes)\n", file, up.id, up.bytes);
+    if (rc != WAFER_OK) {
+        if (rc == WAFER_E_INVALID)
+            fprintf(stderr, "wafer jobs submit: %s\n", r.error);
+        else
+            jc_fail(up.id[0] ? "creating the batch" : "uploading the file", &r);
+        wafer_result_free(&r);
         return 1;
     }
-    fclose(f);
-    char *auto_endpoint = NULL;
-    const char *endpoint = o->endpoint;
-    if (!endpoint) {
-        auto_endpoint = jc_first_url(file);
-        endpoint = auto_endpoint ? auto_endpoint : "/v1/chat/completions";
-    }
-    CURL *dummy = curl_easy_init(); /* curl_mime needs an easy handle to be created */
-    curl_mime *mime = dummy ? curl_mime_init(dummy) : NULL;
-    if (!mime) {
-        fprintf(stderr, "wafer jobs submit: cannot start libcurl\n");
-        curl_easy_cleanup(dummy);
-        free(auto_endpoint);
-        return 1;
-    }
-    curl_mimepart *part = curl_mime_addpart(mime);
-    curl_mime_name(part, "purpose");
-    curl_mime_data(part, "batch", CURL_ZERO_TERMINATED);
-    part = curl_mime_addpart(mime);
-    curl_mime_name(part, "file");
-    const char *base = strrchr(file, '/');
-    curl_mime_filedata(part, file);
-    curl_mime_filename(part, base ? base + 1 : file);
-    curl_mime_type(part, "application/jsonl");
-    long status = 0;
-    struct jc_buf buf;
-    int rc = jc_http(o, "POST", "/v1/files", NULL, mime, &status, &buf);
-    curl_mime_free(mime);
-    curl_easy_cleanup(dummy);
-    json_t *up = rc ? NULL : jc_json("uploading the file", status, &buf);
-    if (!up) {
-        free(auto_endpoint);
-        return 1;
-    }
-    fprintf(stderr, "uploaded %s as %s (%lld bytes)\n", file, jc_str(up, "id"), jc_int(up, "bytes"));
-    json_t *req = json_pack("{sOssss}", "input_file_id", json_object_get(up, "id"), "endpoint", endpoint,
-                            "completion_window", o->window ? o->window : "24h");
-    if (o->metadata)
-        json_object_set(req, "metadata", o->metadata);
-    char *body = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    json_decref(up);
-    free(auto_endpoint);
-    json_t *b = jc_call(o, "creating the batch", "POST", "/v1/batches", body);
-    free(body);
-    if (!b)
-        return 1;
-    char id[128];
-    snprintf(id, sizeof id, "%s", jc_str(b, "id"));
-    printf("%s\n", id);
+    wafer_result_free(&r);
+    printf("%s\n", b.id);
     fflush(stdout);
-    fprintf(stderr, "batch %s: %lld requests to %s, %s\n", id, jc_int(json_object_get(b, "request_counts"), "total"),
-            jc_str(b, "endpoint"), jc_str(b, "status"));
-    json_decref(b);
-    return o->wait ? jc_wait(o, id) : 0;
+    fprintf(stderr, "batch %s: %lld requests to %s, %s\n", b.id, b.total, jc_or_dash(b.endpoint), b.status);
+    return o->wait ? jc_wait(cl, o, b.id) : 0;
 }
 
-static int jc_list(const struct jc_opts *o)
+static int jc_list(struct wafer_client *cl, const struct jc_opts *o)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/v1/batches?limit=%ld", o->limit);
-    json_t *l = jc_call(o, "listing batches", "GET", path, NULL);
-    if (!l)
+    struct wafer_job *bs;
+    int n;
+    struct wafer_result r;
+    if (wafer_jobs_list(cl, (int)o->limit, NULL, &bs, &n, NULL, &r) != WAFER_OK) {
+        jc_fail("listing batches", &r);
+        wafer_result_free(&r);
         return 1;
-    if (o->json) {
-        char *s = json_dumps(l, JSON_INDENT(2));
-        printf("%s\n", s);
-        free(s);
-        json_decref(l);
-        return 0;
     }
-    const json_t *data = json_object_get(l, "data");
-    if (!json_array_size(data))
-        fprintf(stderr, "no batches\n");
-    else
-        printf("%-34s %-12s %15s  %s\n", "ID", "STATUS", "DONE/TOTAL", "CREATED");
-    for (size_t i = 0; i < json_array_size(data); i++) {
-        const json_t *b = json_array_get(data, i);
-        const json_t *rc = json_object_get(b, "request_counts");
-        char created[32], counts[48];
-        jc_time(created, sizeof created, jc_int(b, "created_at"));
-        snprintf(counts, sizeof counts, "%lld/%lld", jc_int(rc, "completed") + jc_int(rc, "failed"),
-                 jc_int(rc, "total"));
-        printf("%-34s %-12s %15s  %s\n", jc_str(b, "id"), jc_str(b, "status"), counts, created);
-    }
-    json_decref(l);
-    return 0;
-}
-
-static int jc_status(const struct jc_opts *o)
-{
-    char path[256];
-    snprintf(path, sizeof path, "/v1/batches/%s", o->ids[0]);
-    json_t *b = jc_call(o, "getting the batch", "GET", path, NULL);
-    if (!b)
-        return 1;
     if (o->json) {
-        char *s = json_dumps(b, JSON_INDENT(2));
-        printf("%s\n", s);
-        free(s);
+        jc_print_json(&r);
     } else {
-        jc_print_batch(stdout, b);
+        if (!n)
+            fprintf(stderr, "no batches\n");
+        else
+            printf("%-34s %-12s %15s  %s\n", "ID", "STATUS", "DONE/TOTAL", "CREATED");
+        for (int i = 0; i < n; i++) {
+            char created[32], counts[48];
+            jc_time(created, sizeof created, bs[i].created_at);
+            snprintf(counts, sizeof counts, "%lld/%lld", bs[i].completed + bs[i].failed, bs[i].total);
+            printf("%-34s %-12s %15s  %s\n", bs[i].id, bs[i].status, counts, created);
+        }
     }
-    json_decref(b);
+    wafer_jobs_free(bs);
+    wafer_result_free(&r);
     return 0;
 }
 
-static int jc_results(const struct jc_opts *o)
+static int jc_status(struct wafer_client *cl, const struct jc_opts *o)
 {
-    char path[256];
-    snprintf(path, sizeof path, "/v1/batches/%s", o->ids[0]);
-    json_t *b = jc_call(o, "getting the batch", "GET", path, NULL);
-    if (!b)
+    struct wafer_job b;
+    struct wafer_result r;
+    if (wafer_jobs_get(cl, o->ids[0], &b, &r) != WAFER_OK) {
+        jc_fail("getting the batch", &r);
+        wafer_result_free(&r);
         return 1;
-    const char *key = o->errors ? "error_file_id" : "output_file_id";
-    const char *fid = json_string_value(json_object_get(b, key));
-    if (!fid) {
-        const char *st = jc_str(b, "status");
-        if (jc_final(st))
-            fprintf(stderr, "wafer jobs results: batch %s is %s and has no %s file%s\n", o->ids[0], st,
+    }
+    if (o->json)
+        jc_print_json(&r);
+    else
+        jc_print_batch(stdout, &b);
+    wafer_result_free(&r);
+    return 0;
+}
+
+static int jc_results(struct wafer_client *cl, const struct jc_opts *o)
+{
+    struct wafer_job b;
+    struct wafer_result r;
+    int rc = wafer_jobs_results(cl, o->ids[0], o->errors, &b, &r);
+    if (rc == WAFER_E_NO_FILE) {
+        if (b.final)
+            fprintf(stderr, "wafer jobs results: batch %s is %s and has no %s file%s\n", o->ids[0], b.status,
                     o->errors ? "error" : "output",
                     o->errors ? " (no request failed)" : " (try --errors: no request succeeded)");
         else
             fprintf(stderr, "wafer jobs results: batch %s is %s; its files come when it ends (wafer jobs status %s)\n",
-                    o->ids[0], st, o->ids[0]);
-        json_decref(b);
+                    o->ids[0], b.status, o->ids[0]);
+        wafer_result_free(&r);
         return 1;
     }
-    snprintf(path, sizeof path, "/v1/files/%s/content", fid);
-    json_decref(b);
-    long status = 0;
-    struct jc_buf buf;
-    if (jc_http(o, "GET", path, NULL, NULL, &status, &buf))
-        return 1;
-    if (status != 200) {
-        json_decref(jc_json("downloading the file", status, &buf));
+    if (rc != WAFER_OK) {
+        jc_fail(b.id[0] ? "downloading the file" : "getting the batch", &r);
+        wafer_result_free(&r);
         return 1;
     }
     FILE *out = o->output ? fopen(o->output, "wb") : stdout;
     if (!out) {
         fprintf(stderr, "wafer jobs results: cannot write '%s': %s\n", o->output, strerror(errno));
-        free(buf.p);
+        wafer_result_free(&r);
         return 1;
     }
-    bool ok = fwrite(buf.p, 1, buf.n, out) == buf.n;
+    bool ok = fwrite(r.text, 1, r.text_len, out) == r.text_len;
     ok &= (o->output ? fclose(out) : fflush(out)) == 0;
     if (!ok)
         fprintf(stderr, "wafer jobs results: error writing %s: %s\n", o->output ? o->output : "stdout",
                 strerror(errno));
     else if (o->output)
-        fprintf(stderr, "wrote %zu bytes to %s\n", buf.n, o->output);
-    free(buf.p);
+        fprintf(stderr, "wrote %zu bytes to %s\n", r.text_len, o->output);
+    wafer_result_free(&r);
     return ok ? 0 : 1;
 }
 
-static int jc_cancel(const struct jc_opts *o)
+static int jc_cancel(struct wafer_client *cl, const struct jc_opts *o)
 {
-    char path[256];
-    snprintf(path, sizeof path, "/v1/batches/%s/cancel", o->ids[0]);
-    json_t *b = jc_call(o, "cancelling the batch", "POST", path, NULL);
-    if (!b)
+    struct wafer_job b;
+    struct wafer_result r;
+    if (wafer_jobs_cancel(cl, o->ids[0], &b, &r) != WAFER_OK) {
+        jc_fail("cancelling the batch", &r);
+        wafer_result_free(&r);
         return 1;
-    jc_print_batch(stdout, b);
-    json_decref(b);
+    }
+    jc_print_batch(stdout, &b);
+    wafer_result_free(&r);
     return 0;
 }
 
@@ -588,7 +460,7 @@ int cmd_jobs_main(int argc, char **argv)
     for (int i = 2; i < argc && !rc; i++) {
         const char *a = argv[i];
         bool takes = !strcmp(a, "--url") || !strcmp(a, "--api-key") || !strcmp(a, "--endpoint") ||
-                     !strcmp(a, "--window") || !strcmp(a, "--metadata") || !strcmp(a, "--interval") ||
+                     !strcmp(a, "--window") || !strcmp(a, "--metadata") || !strcmp(a, "--interval") || !strcmp(a, "--timeout") ||
                      !strcmp(a, "--limit") || !strcmp(a, "-o") || !strcmp(a, "--output");
         const char *v = takes && i + 1 < argc ? argv[i + 1] : NULL;
         if (takes && !v) {
@@ -600,7 +472,7 @@ int cmd_jobs_main(int argc, char **argv)
         bool submit = c == 0, list = c == 1;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
-            json_decref(o.metadata);
+            jc_opts_free(&o);
             return 0;
         } else if (!strcmp(a, "--url")) {
             if (jc_set_url(&o, v))
@@ -619,13 +491,26 @@ int cmd_jobs_main(int argc, char **argv)
                 rc = jc_bad(cmd, "--metadata: expected KEY=VALUE, got", v, usage);
                 break;
             }
-            if (!o.metadata)
-                o.metadata = json_object();
-            char key[128];
-            snprintf(key, sizeof key, "%.*s", (int)(eq - v), v);
-            json_object_set_new(o.metadata, key, json_string(eq + 1));
+            if (o.n_metadata == JC_MAX_METADATA) {
+                rc = jc_bad(cmd, "--metadata: too many pairs, at", v, usage);
+                break;
+            }
+            char *key = strndup(v, (size_t)(eq - v)), *val = strdup(eq + 1);
+            if (!key || !val) {
+                free(key);
+                free(val);
+                fprintf(stderr, "wafer jobs: out of memory\n");
+                rc = 1;
+                break;
+            }
+            o.metadata[2 * o.n_metadata] = key;
+            o.metadata[2 * o.n_metadata + 1] = val;
+            o.n_metadata++;
         } else if (submit && !strcmp(a, "--wait")) {
             o.wait = true;
+        } else if (submit && !strcmp(a, "--timeout")) {
+            if (flags_parse_float("jobs submit", "--timeout", v, 0, 1e7, &o.timeout))
+                rc = 2;
         } else if (submit && !strcmp(a, "--interval")) {
             if (flags_parse_float("jobs submit", "--interval", v, 0.05, 3600, &o.interval))
                 rc = 2;
@@ -649,22 +534,29 @@ int cmd_jobs_main(int argc, char **argv)
     if (!rc && o.n_ids < cmds[c].n_ids)
         rc = jc_bad(cmd, c == 0 ? "missing FILE.jsonl" : "missing the batch ID", NULL, usage);
     if (rc) {
-        json_decref(o.metadata);
+        jc_opts_free(&o);
         return rc;
     }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fprintf(stderr, "wafer jobs: cannot start libcurl\n");
-        json_decref(o.metadata);
-        return 1;
+    struct wafer_client_options co;
+    wafer_client_options_default(&co);
+    co.base_url = o.url;
+    co.api_key = o.api_key && *o.api_key ? o.api_key : NULL;
+    co.on_retry = jc_on_retry;
+    char err[WAFER_ERR_MAX];
+    struct wafer_client *cl = wafer_client_create(&co, err);
+    if (!cl) {
+        fprintf(stderr, "wafer jobs: %s\n", err);
+        jc_opts_free(&o);
+        return 2;
     }
     switch (c) {
-    case 0: rc = jc_submit(&o); break;
-    case 1: rc = jc_list(&o); break;
-    case 2: rc = jc_status(&o); break;
-    case 3: rc = jc_results(&o); break;
-    default: rc = jc_cancel(&o); break;
+    case 0: rc = jc_submit(cl, &o); break;
+    case 1: rc = jc_list(cl, &o); break;
+    case 2: rc = jc_status(cl, &o); break;
+    case 3: rc = jc_results(cl, &o); break;
+    default: rc = jc_cancel(cl, &o); break;
     }
-    curl_global_cleanup();
-    json_decref(o.metadata);
+    wafer_client_destroy(cl);
+    jc_opts_free(&o);
     return rc;
 }

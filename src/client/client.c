@@ -18,6 +18,7 @@
  */
 #include "wafer/client.h"
 
+#include "client/internal.h"
 #include "client/retry.h"
 
 #include <curl/curl.h>
@@ -31,7 +32,8 @@
 #include <strings.h>
 #include <time.h>
 
-#define CLIENT_MAX_BODY (64u << 20) /* a response body larger than this is refused */
+#define CLIENT_MAX_BODY ((size_t)64 << 20) /* a response body larger than this is refused */
+#define CLIENT_MAX_FILE ((size_t)1 << 36)  /* ... except a file's content (wafer_files_content) */
 
 struct client_buf {
     char *p; /* NUL-terminated when not NULL */
@@ -66,7 +68,7 @@ struct wafer_client {
     char *base;  /* "http://host:port", no trailing slash or /v1 */
     char *model; /* NULL: none */
     char *auth;  /* "Authorization: Bearer ..." or NULL */
-    struct curl_slist *post_headers, *get_headers;
+    struct curl_slist *post_headers, *get_headers, *upload_headers;
     struct wafer_client_options opt; /* numbers and the hook; its strings are not used after create */
     CURLSH *share;
     pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
@@ -88,6 +90,7 @@ const char *wafer_status_name(int status)
     case WAFER_E_STREAM: return "stream";
     case WAFER_E_CANCELLED: return "cancelled";
     case WAFER_E_BATCH: return "batch";
+    case WAFER_E_NO_FILE: return "no_file";
     default: return "unknown";
     }
 }
@@ -119,14 +122,13 @@ void wafer_result_free(struct wafer_result *r)
     r->prompt_tokens = r->completion_tokens = -1;
 }
 
-static void client_result_init(struct wafer_result *r)
+void client_result_init(struct wafer_result *r)
 {
     memset(r, 0, sizeof *r);
     r->prompt_tokens = r->completion_tokens = -1;
 }
 
-static int client_fail(struct wafer_result *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int client_fail(struct wafer_result *r, int status, const char *fmt, ...)
+int client_fail(struct wafer_result *r, int status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -223,10 +225,13 @@ struct wafer_client *wafer_client_create(const struct wafer_client_options *o, c
             goto oom;
         }
         if (!(c->post_headers = curl_slist_append(c->post_headers, c->auth)) ||
-            !(c->get_headers = curl_slist_append(c->get_headers, c->auth)))
+            !(c->get_headers = curl_slist_append(c->get_headers, c->auth)) ||
+            !(c->upload_headers = curl_slist_append(c->upload_headers, c->auth)))
             goto oom;
     }
     struct curl_slist *h;
+    if (!(h = curl_slist_append(c->upload_headers, "Expect:")) || !(c->upload_headers = h))
+        goto oom;
     /* no "Expect: 100-continue" round trip before a long prompt */
     if (!(h = curl_slist_append(c->post_headers, "Content-Type: application/json")) || !(c->post_headers = h) ||
         !(h = curl_slist_append(c->post_headers, "Expect:")) || !(c->post_headers = h))
@@ -256,6 +261,7 @@ void wafer_client_destroy(struct wafer_client *c)
         curl_share_cleanup(c->share);
     curl_slist_free_all(c->post_headers);
     curl_slist_free_all(c->get_headers);
+    curl_slist_free_all(c->upload_headers);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&c->share_mu[i]);
     pthread_mutex_destroy(&c->pool_mu);
@@ -300,7 +306,7 @@ static void client_pool_put(struct wafer_client *c, CURLM *m)
 
 /* ---------------------------------------------------------------- transfers */
 
-enum xfer_kind { XK_COMPLETION, XK_CHAT, XK_GET };
+enum xfer_kind { XK_COMPLETION, XK_CHAT, XK_RAW }; /* XK_RAW: any request, the body as it is in out->text */
 enum xfer_state { XS_PENDING, XS_RUNNING, XS_WAITING, XS_DONE };
 
 struct xfer {
@@ -309,6 +315,10 @@ struct xfer {
     bool stream;
     char *url;
     char *body; /* request JSON (POST); NULL for GET */
+    const char *method; /* XK_RAW: "GET" or "POST" (NULL: POST with a body, else GET) */
+    const struct client_upload *upload; /* XK_RAW: a multipart POST of this file instead of a body */
+    curl_mime *mime;                    /* the upload's form, made anew for each attempt */
+    size_t max_body;                    /* the largest response body taken (0: CLIENT_MAX_BODY) */
     wafer_stream_fn fn;
     void *ud;
     struct wafer_result *out;
@@ -480,7 +490,7 @@ static size_t xfer_on_body(char *d, size_t size, size_t nmemb, void *ud)
         }
         return x->cancelled || x->oom ? 0 : n; /* 0 aborts the transfer */
     }
-    if (x->resp.len + n > CLIENT_MAX_BODY) {
+    if (x->resp.len + n > (x->max_body ? x->max_body : CLIENT_MAX_BODY)) {
         x->too_large = true;
         return 0;
     }
@@ -489,6 +499,58 @@ static size_t xfer_on_body(char *d, size_t size, size_t nmemb, void *ud)
         return 0;
     }
     return n;
+}
+
+/* The upload's bytes, read by curl from the caller's memory (so a retry sends them again, not a copy). */
+struct xfer_upload_pos {
+    const struct client_upload *up;
+    size_t pos;
+};
+
+static size_t xfer_upload_read(char *buf, size_t size, size_t nitems, void *arg)
+{
+    struct xfer_upload_pos *u = arg;
+    size_t n = size * nitems, left = u->up->len - u->pos;
+    if (n > left)
+        n = left;
+    memcpy(buf, u->up->data + u->pos, n);
+    u->pos += n;
+    return n;
+}
+
+static int xfer_upload_seek(void *arg, curl_off_t offset, int origin)
+{
+    struct xfer_upload_pos *u = arg;
+    if (origin != SEEK_SET || offset < 0 || (size_t)offset > u->up->len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    u->pos = (size_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
+/* The multipart form of an upload (purpose, file) for the attempt starting on x->easy. */
+static int xfer_mime(struct xfer *x)
+{
+    const struct client_upload *up = x->upload;
+    struct xfer_upload_pos *u = malloc(sizeof *u);
+    if (!u || !(x->mime = curl_mime_init(x->easy))) {
+        free(u);
+        return -1;
+    }
+    u->up = up;
+    u->pos = 0;
+    curl_mimepart *part = curl_mime_addpart(x->mime);
+    if (!part || curl_mime_name(part, "purpose") || curl_mime_data(part, up->purpose, CURL_ZERO_TERMINATED)) {
+        free(u);
+        return -1;
+    }
+    part = curl_mime_addpart(x->mime);
+    if (!part || curl_mime_name(part, "file") || curl_mime_filename(part, up->filename) ||
+        curl_mime_type(part, "application/jsonl") ||
+        curl_mime_data_cb(part, (curl_off_t)up->len, xfer_upload_read, xfer_upload_seek, free, u)) {
+        free(u);
+        return -1;
+    }
+    return 0;
 }
 
 static int xfer_start(struct xfer *x, CURLM *m)
@@ -518,23 +580,36 @@ static int xfer_start(struct xfer *x, CURLM *m)
     curl_easy_setopt(e, CURLOPT_USERAGENT, "wafer-client/1");
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, cl->opt.connect_timeout_ms);
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, cl->opt.timeout_ms);
-    if (x->body) {
+    if (x->upload) {
+        if (xfer_mime(x))
+            goto fail;
+        curl_easy_setopt(e, CURLOPT_MIMEPOST, x->mime);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->upload_headers);
+    } else if (x->body) {
         curl_easy_setopt(e, CURLOPT_POST, 1L);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, x->body);
         curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(x->body));
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->post_headers);
+    } else if (x->method && !strcmp(x->method, "POST")) { /* a POST without a body (cancel) */
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->get_headers);
     } else {
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, cl->get_headers);
     }
-    if (curl_multi_add_handle(m, e) != CURLM_OK) {
-        curl_easy_cleanup(e);
-        x->easy = NULL;
-        return -1;
-    }
+    if (curl_multi_add_handle(m, e) != CURLM_OK)
+        goto fail;
     x->out->attempts++;
     x->t_start_ns = client_now_ns();
     x->state = XS_RUNNING;
     return 0;
+fail:
+    curl_easy_cleanup(e);
+    curl_mime_free(x->mime);
+    x->mime = NULL;
+    x->easy = NULL;
+    return -1;
 }
 
 /* Puts what arrived into the result (the text, also of a broken stream) and marks the transfer done. */
@@ -546,8 +621,8 @@ static void xfer_finish(struct xfer *x, int status, const char *why)
     free(o->text);
     o->text = NULL;
     o->text_len = 0;
-    struct client_buf *src = x->kind == XK_GET ? &x->resp : &x->text;
-    if (src->len || (status == WAFER_OK && x->kind != XK_GET) || (x->kind == XK_GET && x->first_byte)) {
+    struct client_buf *src = x->kind == XK_RAW ? &x->resp : &x->text;
+    if (src->len || (status == WAFER_OK && x->kind != XK_RAW) || (x->kind == XK_RAW && x->first_byte)) {
         o->text = src->p ? src->p : strdup("");
         o->text_len = src->len;
         if (src->p)
@@ -567,6 +642,8 @@ static void xfer_end(struct xfer *x, CURLM *m, CURLcode res)
     curl_multi_remove_handle(m, x->easy);
     curl_easy_cleanup(x->easy);
     x->easy = NULL;
+    curl_mime_free(x->mime);
+    x->mime = NULL;
     struct wafer_client *cl = x->cl;
     x->out->http_status = (int)x->status;
     int st = WAFER_OK;
@@ -586,7 +663,7 @@ static void xfer_end(struct xfer *x, CURLM *m, CURLcode res)
         snprintf(why, sizeof why, "out of memory");
     } else if (x->too_large) {
         st = WAFER_E_PROTOCOL;
-        snprintf(why, sizeof why, "the response is larger than %u bytes", CLIENT_MAX_BODY);
+        snprintf(why, sizeof why, "the response is larger than %zu bytes", x->max_body ? x->max_body : CLIENT_MAX_BODY);
     } else if (x->fb_timed_out) {
         st = WAFER_E_TIMEOUT;
         retry = true;
@@ -615,7 +692,7 @@ static void xfer_end(struct xfer *x, CURLM *m, CURLcode res)
             st = WAFER_E_STREAM;
             snprintf(why, sizeof why, "the stream ended before data: [DONE]");
         }
-    } else if (x->kind != XK_GET) {
+    } else if (x->kind != XK_RAW) {
         json_error_t je;
         json_t *j = json_loadb(x->resp.p ? x->resp.p : "", x->resp.len, 0, &je);
         const char *t = NULL;
@@ -816,13 +893,14 @@ static void xfer_free(struct xfer *x)
 {
     free(x->url);
     free(x->body);
+    curl_mime_free(x->mime);
     client_buf_free(&x->resp);
     client_buf_free(&x->line);
     client_buf_free(&x->data);
     client_buf_free(&x->text);
 }
 
-/* One request, to the end (retries included). */
+/* One completion or chat request (kind XK_COMPLETION or XK_CHAT), to the end (retries included). */
 static int client_call(struct wafer_client *cl, enum xfer_kind kind, const char *prompt,
                        const struct wafer_message *msgs, int n_msgs, const struct wafer_params *p, bool stream,
                        wafer_stream_fn fn, void *ud, struct wafer_result *out)
@@ -844,11 +922,9 @@ static int client_call(struct wafer_client *cl, enum xfer_kind kind, const char 
     x.fn = fn;
     x.ud = ud;
     x.out = out;
-    const char *path = kind == XK_CHAT ? "/v1/chat/completions" : kind == XK_COMPLETION ? "/v1/completions" : prompt;
-    if (client_url(cl, path, &x.url, out))
+    if (client_url(cl, kind == XK_CHAT ? "/v1/chat/completions" : "/v1/completions", &x.url, out))
         return out->status;
-    if (kind != XK_GET && !(x.body = client_body(cl, p, kind == XK_COMPLETION ? prompt : NULL, msgs, n_msgs, stream,
-                                                 out))) {
+    if (!(x.body = client_body(cl, p, kind == XK_COMPLETION ? prompt : NULL, msgs, n_msgs, stream, out))) {
         xfer_free(&x);
         return out->status;
     }
@@ -881,11 +957,44 @@ int wafer_chat_stream(struct wafer_client *c, const struct wafer_message *msgs, 
     return client_call(c, XK_CHAT, NULL, msgs, n, params, true, fn, ud, out);
 }
 
+int client_request(struct wafer_client *cl, const char *method, const char *path, const char *json_body,
+                   const struct client_upload *upload, size_t max_body, struct wafer_result *out)
+{
+    if (!out)
+        return WAFER_E_INVALID;
+    client_result_init(out);
+    if (!cl || !path || !method)
+        return client_fail(out, WAFER_E_INVALID, "no client, method or path");
+    struct xfer x;
+    memset(&x, 0, sizeof x);
+    x.cl = cl;
+    x.kind = XK_RAW;
+    x.method = method;
+    x.upload = upload;
+    x.max_body = max_body;
+    x.out = out;
+    if (client_url(cl, path, &x.url, out))
+        return out->status;
+    if (json_body && !(x.body = strdup(json_body))) {
+        xfer_free(&x);
+        return client_fail(out, WAFER_E_NOMEM, "out of memory");
+    }
+    client_run(cl, &x, 1, 1);
+    if (out->status == WAFER_E_CONNECT || out->status == WAFER_E_TIMEOUT) {
+        char why[WAFER_ERR_MAX];
+        memcpy(why, out->error, sizeof why);
+        int k = snprintf(out->error, sizeof out->error, "cannot reach %.120s: ", x.url);
+        if (k > 0 && (size_t)k < sizeof out->error)
+            snprintf(out->error + k, sizeof out->error - (size_t)k, "%.*s", (int)(sizeof out->error - 1 - (size_t)k),
+                     why);
+    }
+    xfer_free(&x);
+    return out->status;
+}
+
 int wafer_get(struct wafer_client *c, const char *path, struct wafer_result *out)
 {
-    if (!path)
-        return out ? client_fail(out, WAFER_E_INVALID, "no path") : WAFER_E_INVALID;
-    return client_call(c, XK_GET, path, NULL, 0, NULL, false, NULL, NULL, out);
+    return client_request(c, "GET", path, NULL, NULL, 0, out);
 }
 
 int wafer_batch_generate(struct wafer_client *c, const char *const *prompts, int n, const struct wafer_params *params,

@@ -16,7 +16,12 @@ http://127.0.0.1:PORT/s/<step,step,...> and request k (counted per script) gets 
   errorevent  a stream: one event, then data: {"error": ...}
 
 The answer's text is "hello world" (streamed as "hello", " world"). Every request is recorded in
-server.records as dicts {script, step, port, t, body}.
+server.records as dicts {script, step, port, t, body, path} (a multipart body as {"multipart": its text}).
+
+The Batch API's paths answer "ok" with canned objects (enough for the client library's jobs calls):
+POST /v1/files (a file object "file-f1" with the upload's size), POST /v1/batches (batch "batch_f1",
+in_progress), GET /v1/batches/{id} (completed, output file "file-out"), POST /v1/batches/{id}/cancel
+(cancelling), GET /v1/batches (a list of one), GET /v1/files/{id}/content (two JSONL lines).
 """
 import json
 import socket
@@ -52,7 +57,44 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         n = int(self.headers.get("Content-Length", "0"))
-        self._handle(json.loads(self.rfile.read(n) or b"{}"))
+        raw = self.rfile.read(n)
+        if self.headers.get("Content-Type", "").startswith("multipart/form-data"):
+            return self._handle({"multipart": raw.decode("utf-8", "replace")})
+        self._handle(json.loads(raw or b"{}"))
+
+    def _batch_api(self, body):
+        """The canned Batch API answers; False when the path is not one of its."""
+        path = self.path.split("?")[0]
+        i = path.find("/v1/")
+        api = path[i:] if i >= 0 else ""
+        batch = {"id": "batch_f1", "object": "batch", "endpoint": "/v1/completions", "errors": None,
+                 "input_file_id": "file-f1", "completion_window": "24h", "status": "in_progress",
+                 "output_file_id": None, "error_file_id": None, "created_at": 1700000000,
+                 "request_counts": {"total": 2, "completed": 0, "failed": 0}, "metadata": None}
+        if api == "/v1/files" and body is not None:
+            size = len(body.get("multipart", ""))
+            self._json(200, {"id": "file-f1", "object": "file", "bytes": size, "created_at": 1700000000,
+                             "filename": "in.jsonl", "purpose": "batch", "status": "processed"})
+        elif api == "/v1/batches" and body is not None:
+            self._json(200, batch)
+        elif api == "/v1/batches":
+            self._json(200, {"object": "list", "data": [batch], "first_id": "batch_f1", "last_id": "batch_f1",
+                             "has_more": False})
+        elif api.startswith("/v1/batches/") and api.endswith("/cancel"):
+            self._json(200, dict(batch, status="cancelling"))
+        elif api.startswith("/v1/batches/"):
+            self._json(200, dict(batch, status="completed", output_file_id="file-out",
+                                 request_counts={"total": 2, "completed": 2, "failed": 0}))
+        elif api.startswith("/v1/files/") and api.endswith("/content"):
+            data = b'{"custom_id": "a", "response": {"status_code": 200}}\n{"custom_id": "b", "response": {"status_code": 200}}\n'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        else:
+            return False
+        return True
 
     def _handle(self, body):
         srv = self.server
@@ -83,6 +125,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(int(step), err)
         if step == "shouldnot":
             return self._json(503, err, {"x-should-retry": "false"})
+        if self._batch_api(body):
+            return
         if body is None:
             return self._json(200, {"status": "ready"})
         obj = "chat.completion" if chat else "text_completion"

@@ -58,6 +58,8 @@ def test_help():
     (["submit", "f.jsonl", "--endpoint", "/v1/embeddings"], "expected /v1/chat/completions or /v1/completions"),
     (["submit", "f.jsonl", "--metadata", "novalue"], "--metadata: expected KEY=VALUE"),
     (["submit", "f.jsonl", "--interval", "x"], "--interval: expected a number"),
+    (["submit", "f.jsonl", "--wait", "--timeout", "-1"], "--timeout: expected a number in [0, 1e+07]"),
+    (["status", "b1", "--timeout", "1"], "unknown option '--timeout'"),
     (["results", "b1", "--wait"], "unknown option '--wait'"),
     (["cancel", "b1", "--url", "ftp://x"], "--url: expected http://HOST:PORT"),
 ])
