@@ -37,7 +37,11 @@ class Hosts:
 
     def __init__(self, n):
         self.tag = "wj%d" % (os.getpid() % 100000)
-        self.net = 200 + os.getpid() % 50
+        # a 10.<net> block no interface has yet (a run killed before its cleanup leaves its namespaces behind;
+        # sharing their block would route this run's packets to them)
+        used = sh("ip", "-o", "addr", check=False).stdout
+        nets = [200 + (os.getpid() + k) % 50 for k in range(50)]
+        self.net = next((n for n in nets if f" 10.{n}." not in used), nets[0])
         self.names = []
         for i in range(n):
             ns = f"{self.tag}h{i}"
