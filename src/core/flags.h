@@ -16,4 +16,9 @@ int flags_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *
 /* Sizes such as "512M", "2G", "1048576" (bytes). */
 int flags_parse_size(const char *cmd, const char *flag, const char *s, uint64_t *out);
 
+/* A size in bytes as configuration files write it: a number (fractions allowed) and an optional unit, B, K/KiB,
+ * M/MiB, G/GiB, T/TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), case-insensitive, a space allowed
+ * before it ("64MiB", "1.5 GB", "4096"). 0, or ERR_INVALID_ARG (nothing printed: the caller names the key). */
+int flags_bytes_parse(const char *s, int64_t *out);
+
 #endif

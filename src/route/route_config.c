@@ -11,6 +11,7 @@
 #include "route/route_config.h"
 
 #include "core/err.h"
+#include "core/flags.h"
 #include "core/redis_url.h"
 #include "core/yaml.h"
 
@@ -159,31 +160,6 @@ void route_config_deinit(struct route_config *c)
 
 /* ---- scalars --------------------------------------------------------------------------------------- */
 
-static int rc_parse_bytes(const char *s, int64_t *out)
-{
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
-        return ERR_INVALID_ARG;
-    while (*end == ' ')
-        end++;
-    static const struct {
-        const char *suffix;
-        double mul;
-    } units[] = {{"", 1},         {"B", 1},        {"K", 1024},     {"KB", 1e3},   {"KiB", 1024},
-                 {"M", 1 << 20},  {"MB", 1e6},     {"MiB", 1 << 20}, {"G", 1 << 30}, {"GB", 1e9},
-                 {"GiB", 1 << 30}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcasecmp(end, units[i].suffix)) {
-            if (v * units[i].mul > 9.0e18)
-                return ERR_INVALID_ARG;
-            *out = (int64_t)(v * units[i].mul);
-            return 0;
-        }
-    return ERR_INVALID_ARG;
-}
-
 static int rk_apply(struct route_config *c, const struct rk_item *it, const char *v, const char *where, char *err)
 {
     char *p = (char *)c + it->off;
@@ -235,7 +211,7 @@ static int rk_apply(struct route_config *c, const struct rk_item *it, const char
         return 0;
     case RK_BYTES: {
         int64_t x;
-        if (rc_parse_bytes(v, &x) || x < (int64_t)it->lo || (double)x > it->hi)
+        if (flags_bytes_parse(v, &x) || x < (int64_t)it->lo || (double)x > it->hi)
             return err_set(err, ERR_INVALID_ARG, "%s: '%s' is not a size (bytes, or a number with K/M/G/KiB/MiB/GiB) "
                            "in [%.0f, %.0f]", where, v, it->lo, it->hi);
         *(int64_t *)p = x;

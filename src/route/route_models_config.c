@@ -11,6 +11,7 @@
 #include "route/route_models.h"
 
 #include "core/err.h"
+#include "core/flags.h"
 #include "core/yaml.h"
 
 #include <ctype.h>
@@ -67,31 +68,6 @@ void route_models_config_deinit(struct route_models_config *c)
 }
 
 /* ---- scalars --------------------------------------------------------------------------------------- */
-
-static int parse_bytes(const char *s, int64_t *out)
-{
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
-        return ERR_INVALID_ARG;
-    while (*end == ' ')
-        end++;
-    static const struct {
-        const char *suffix;
-        double mul;
-    } units[] = {{"", 1},        {"B", 1},    {"K", 1024},      {"KB", 1e3},    {"KiB", 1024},
-                 {"M", 1 << 20}, {"MB", 1e6}, {"MiB", 1 << 20}, {"G", 1 << 30}, {"GB", 1e9},
-                 {"GiB", 1 << 30}, {"T", 1099511627776.0}, {"TB", 1e12}, {"TiB", 1099511627776.0}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (!strcasecmp(end, units[i].suffix)) {
-            if (v * units[i].mul > 9.0e18)
-                return ERR_INVALID_ARG;
-            *out = (int64_t)(v * units[i].mul);
-            return 0;
-        }
-    return ERR_INVALID_ARG;
-}
 
 static int parse_int(const char *s, long lo, long hi, long *out)
 {
@@ -220,7 +196,7 @@ static int mk_apply(struct route_models_config *c, const struct mk_item *it, con
     }
     case MK_BYTES: {
         int64_t x;
-        if (parse_bytes(v, &x) || (double)x < it->lo || (double)x > it->hi)
+        if (flags_bytes_parse(v, &x) || (double)x < it->lo || (double)x > it->hi)
             return err_set(err, ERR_INVALID_ARG, "%s: expected a size such as 512MiB or 12GiB (at least %.0f bytes), got '%s'",
                            where, it->lo, v);
         *(int64_t *)p = x;
@@ -420,7 +396,7 @@ static int mc_model(struct mc_ctx *x, struct fy_node *m, int line)
                               !strcmp(key, "ctx_size") ? 0 : 1, hi, val);
             *(!strcmp(key, "ctx_size") ? &mc->ctx_size : &mc->max_batch_size) = (int)n;
         } else if (!strcmp(key, "kv_memory")) {
-            if (parse_bytes(val, &mc->kv_memory) || mc->kv_memory < (1 << 20))
+            if (flags_bytes_parse(val, &mc->kv_memory) || mc->kv_memory < (1 << 20))
                 return mc_err(x, vl, "models.kv_memory: expected a size such as 256MiB (at least 1MiB), got '%s'", val);
         } else if (!strcmp(key, "preload")) {
             if (parse_bool(val, &mc->preload))

@@ -10,6 +10,7 @@
 
 #include "core/alert.h"
 #include "core/err.h"
+#include "core/flags.h"
 #include "core/yaml.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -215,36 +216,6 @@ void server_config_deinit(struct server_config *c)
     memset(c, 0, sizeof *c);
 }
 
-int config_parse_bytes(const char *s, int64_t *out)
-{
-    if (!s || !*s)
-        return ERR_INVALID_ARG;
-    errno = 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || errno || !isfinite(v) || v < 0)
-        return ERR_INVALID_ARG;
-    while (*end == ' ')
-        end++;
-    static const struct {
-        const char *suffix;
-        double mul;
-    } units[] = {{"", 1},           {"B", 1},         {"K", 1024},        {"KB", 1e3},
-                 {"KiB", 1024},     {"M", 1 << 20},   {"MB", 1e6},        {"MiB", 1 << 20},
-                 {"G", 1 << 30},    {"GB", 1e9},      {"GiB", 1 << 30},   {"T", 1099511627776.0},
-                 {"TB", 1e12},      {"TiB", 1099511627776.0}};
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (!strcasecmp(end, units[i].suffix)) {
-            double b = v * units[i].mul;
-            if (b > 9.0e18)
-                return ERR_INVALID_ARG;
-            *out = (int64_t)b;
-            return 0;
-        }
-    }
-    return ERR_INVALID_ARG;
-}
-
 /* "30", "30s", "500ms", "2m" -> seconds. */
 static int cfg_parse_seconds(const char *s, double *out)
 {
@@ -363,7 +334,7 @@ static int cfg_apply(struct server_config *c, const struct cfg_item *it, const c
     }
     case CK_BYTES: {
         int64_t x;
-        if (config_parse_bytes(v, &x))
+        if (flags_bytes_parse(v, &x))
             return err_set(err, ERR_INVALID_ARG, "%s: '%s' is not a size (bytes, or a number with K/M/G/KiB/MiB/GiB)",
                            where, v);
         *(int64_t *)p = x;

@@ -130,8 +130,4 @@ void server_config_usage(void *file);
 
 /* Cross-field checks after everything was applied (a model path is set, ...). 0 or ERR_INVALID_ARG. */
 int server_config_check(const struct server_config *c, char *err);
-
-/* Parses "512MiB", "2G", "1048576" into bytes. 0 or ERR_INVALID_ARG. */
-int config_parse_bytes(const char *s, int64_t *out);
-
 #endif

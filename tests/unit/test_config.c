@@ -3,6 +3,7 @@
 
 #include "core/alert.h"
 #include "core/err.h"
+#include "core/flags.h"
 #include "server/config.h"
 
 #include <stdio.h>
@@ -271,17 +272,17 @@ static void test_bytes(void **state)
 {
     (void)state;
     int64_t b;
-    assert_int_equal(config_parse_bytes("512MiB", &b), 0);
+    assert_int_equal(flags_bytes_parse("512MiB", &b), 0);
     assert_int_equal(b, 512LL << 20);
-    assert_int_equal(config_parse_bytes("2G", &b), 0);
+    assert_int_equal(flags_bytes_parse("2G", &b), 0);
     assert_int_equal(b, 2LL << 30);
-    assert_int_equal(config_parse_bytes("1.5KB", &b), 0);
+    assert_int_equal(flags_bytes_parse("1.5KB", &b), 0);
     assert_int_equal(b, 1500);
-    assert_int_equal(config_parse_bytes("12", &b), 0);
+    assert_int_equal(flags_bytes_parse("12", &b), 0);
     assert_int_equal(b, 12);
-    assert_int_equal(config_parse_bytes("-1", &b), ERR_INVALID_ARG);
-    assert_int_equal(config_parse_bytes("3 parsecs", &b), ERR_INVALID_ARG);
-    assert_int_equal(config_parse_bytes("", &b), ERR_INVALID_ARG);
+    assert_int_equal(flags_bytes_parse("-1", &b), ERR_INVALID_ARG);
+    assert_int_equal(flags_bytes_parse("3 parsecs", &b), ERR_INVALID_ARG);
+    assert_int_equal(flags_bytes_parse("", &b), ERR_INVALID_ARG);
 }
 
 int main(void)
