@@ -489,6 +489,30 @@ static int ctl_drain(struct ctl *c)
     return 0;
 }
 
+/* What the options set, wherever they appear on the line. */
+struct ctl_opts {
+    struct ctl *c;
+    const char **url, **path;
+    bool *wait;
+    double *wait_s;
+};
+
+/* Applies option o (getopt_long's answer); -1 to go on, or the exit code (help, usage error). */
+static int ctl_option(int o, struct ctl_opts *x)
+{
+    switch (o) {
+    case 'u': *x->url = optarg; return -1;
+    case 'k': x->c->key = optarg; return -1;
+    case 'j': x->c->json = true; return -1;
+    case 't': return flags_parse_float("ctl", "--timeout", optarg, 0.1, 86400, &x->c->timeout_s) ? CTL_EXIT_USAGE : -1;
+    case 'p': *x->path = optarg; return -1;
+    case 'n': *x->wait = false; return -1;
+    case 'w': return flags_parse_float("ctl", "--wait-timeout", optarg, 0, 1e7, x->wait_s) ? CTL_EXIT_USAGE : -1;
+    case 'h': ctl_usage(stdout); return 0;
+    default: ctl_usage(stderr); return CTL_EXIT_USAGE;
+    }
+}
+
 int cmd_ctl_main(int argc, char **argv)
 {
     struct ctl c = {.timeout_s = 10};
@@ -499,6 +523,7 @@ int cmd_ctl_main(int argc, char **argv)
     const char *path = NULL;
     bool wait = true;
     double wait_s = 600;
+    struct ctl_opts set = {&c, &url, &path, &wait, &wait_s};
     static const struct option opts[] = {{"url", required_argument, NULL, 'u'},
                                          {"api-key", required_argument, NULL, 'k'},
                                          {"json", no_argument, NULL, 'j'},
@@ -511,23 +536,9 @@ int cmd_ctl_main(int argc, char **argv)
     optind = 1;
     int o;
     while ((o = getopt_long(argc, argv, "+u:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'u': url = optarg; break;
-        case 'k': c.key = optarg; break;
-        case 'j': c.json = true; break;
-        case 't':
-            if (flags_parse_float("ctl", "--timeout", optarg, 0.1, 86400, &c.timeout_s))
-                return CTL_EXIT_USAGE;
-            break;
-        case 'p': path = optarg; break;
-        case 'n': wait = false; break;
-        case 'w':
-            if (flags_parse_float("ctl", "--wait-timeout", optarg, 0, 1e7, &wait_s))
-                return CTL_EXIT_USAGE;
-            break;
-        case 'h': ctl_usage(stdout); return 0;
-        default: ctl_usage(stderr); return CTL_EXIT_USAGE;
-        }
+        int rc = ctl_option(o, &set);
+        if (rc >= 0)
+            return rc;
     }
     /* options may also follow the command (wafer ctl load NAME --path P) */
     const char *verb = optind < argc ? argv[optind++] : NULL;
@@ -544,23 +555,9 @@ int cmd_ctl_main(int argc, char **argv)
             arg = argv[optind++];
             continue;
         }
-        switch (o) {
-        case 'u': url = optarg; break;
-        case 'k': c.key = optarg; break;
-        case 'j': c.json = true; break;
-        case 't':
-            if (flags_parse_float("ctl", "--timeout", optarg, 0.1, 86400, &c.timeout_s))
-                return CTL_EXIT_USAGE;
-            break;
-        case 'p': path = optarg; break;
-        case 'n': wait = false; break;
-        case 'w':
-            if (flags_parse_float("ctl", "--wait-timeout", optarg, 0, 1e7, &wait_s))
-                return CTL_EXIT_USAGE;
-            break;
-        case 'h': ctl_usage(stdout); return 0;
-        default: ctl_usage(stderr); return CTL_EXIT_USAGE;
-        }
+        int rc = ctl_option(o, &set);
+        if (rc >= 0)
+            return rc;
     }
     if (!verb) {
         fprintf(stderr, "wafer ctl: name a command: status, models, load NAME, unload NAME or drain\n\n");

@@ -210,6 +210,10 @@ void rt_respond_errorv(struct router *r, struct http_conn *c, int status, const 
 /* Counts a proxied request's answer in wafer_route_requests_total. */
 void rt_count_status(struct router *r, int status);
 
+/* ---- route_models.c ---- */
+/* A free loopback port (bound and released; a child binds it a moment later). -1 on failure. */
+int rt_models_free_port(void);
+
 /* ---- route_proxy.c ---- */
 enum rt_endpoint { RT_EP_COMPLETIONS, RT_EP_CHAT };
 void rt_proxy_start(struct router *r, struct http_conn *c, const struct http_request *req, enum rt_endpoint ep);

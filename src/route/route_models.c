@@ -119,8 +119,7 @@ static bool mm_resident(const struct mm_model *m)
     return m->state == MM_LOADING || m->state == MM_LOADED;
 }
 
-/* A free loopback port (bound and released; the child binds it a moment later). -1 on failure. */
-static int mm_free_port(void)
+int rt_models_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
@@ -286,7 +285,7 @@ static int mm_spawn(struct mm_model *m)
     struct rt_models *mm = m->mm;
     const struct route_models_config *c = &mm->c;
     const struct route_model_conf *mc = m->conf;
-    int port = mm_free_port();
+    int port = rt_models_free_port();
     if (port < 0) {
         snprintf(m->last_error, sizeof m->last_error, "no free loopback port: %s", strerror(errno));
         return ERR_IO;

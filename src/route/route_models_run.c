@@ -16,21 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* A free loopback port for a pool's first address (the manager picks a new one at each load). */
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t l = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
 /* ---- the front's config ---------------------------------------------------------------------------- */
 
 static int add_route(struct route_config *rc, const char *model, int pool, const char *pool_name)
@@ -79,7 +64,7 @@ static int build_route_config(struct route_config *rc, const struct route_models
     for (int i = 0; i < c->n_models; i++) {
         const struct route_model_conf *m = &c->models[i];
         struct route_pool_conf *p = &rc->pools[rc->n_pools++];
-        int port = free_port();
+        int port = rt_models_free_port(); /* the pool's first address; each load picks a new one */
         char url[64];
         snprintf(url, sizeof url, "http://127.0.0.1:%d", port > 0 ? port : 9);
         p->name = strdup(m->name);
