@@ -554,12 +554,27 @@ int jobs_store_stats(struct jobs_store *s, struct jobs_stats *out, struct jobs_e
 
 /* ---- lines ---- */
 
+static int jobs_batch_fail_locked(struct jobs_store *s, const char *id, const char *code, const char *message,
+                                  struct jobs_err *err);
+
 int jobs_lines_claim(struct jobs_store *s, struct jobs_line *out, int max, int *n, struct jobs_err *err)
 {
     jobs_err_clear(err);
     *n = 0;
     pthread_mutex_lock(&s->mu);
+    if (max > 0)
+        out[0].batch_id[0] = 0;
     int rc = s->b->ops->lines_claim(s->b, out, max, n, jobs_err_buf(err));
+    if (rc == ERR_NO_SPACE && max > 0 && out[0].batch_id[0]) {
+        /* the batch cannot go on: the same end as when its results do not fit (jobs_lines_commit) */
+        char msg[ERR_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "Claiming the next lines failed: %.300s. The batch was stopped so that nothing is half-written. Free "
+                 "space and submit the batch again.",
+                 err ? err->message : "no space left");
+        struct jobs_err ferr;
+        jobs_batch_fail_locked(s, out[0].batch_id, "disk_full", msg, &ferr);
+    }
     pthread_mutex_unlock(&s->mu);
     return rc;
 }

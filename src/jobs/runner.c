@@ -451,7 +451,11 @@ struct runner *runner_create(struct jobs_store *store, const struct runner_confi
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
+    if (cfg->handle)
+        *cfg->handle = r;
     if (pthread_create(&r->thread, NULL, runner_main, r)) {
+        if (cfg->handle)
+            *cfg->handle = NULL;
         pthread_mutex_destroy(&r->mu);
         pthread_cond_destroy(&r->cv);
         free(r->slots);

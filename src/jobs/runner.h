@@ -58,6 +58,9 @@ struct runner_config {
     void *ctx;               /* passed to exec and cancel */
     int poll_ms;             /* when idle, how often to look for new lines (0: 200) */
     int tick_ms;             /* how often to run jobs_store_tick (0: 1000) */
+    struct runner **handle;  /* optional: set to the runner before its thread starts. exec runs on that thread
+                              * as soon as lines are claimed, before runner_create returns, so whoever answers a
+                              * line must read the runner from here, not from runner_create's return value */
 };
 
 /* wafer_batch_lines_total{outcome}: lines this runner ran, by outcome. */

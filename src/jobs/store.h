@@ -99,6 +99,8 @@ struct jobs_backend_ops {
     int (*finalize_lock)(struct jobs_backend *b, const char *id, bool *owner, char *err);
 
     /* lines */
+    /* Claims up to max pending lines, oldest batch first. On ERR_NO_SPACE (max >= 1), out[0].batch_id names the
+     * batch whose lines did not fit ("" when it cannot say); *n is 0. */
     int (*lines_claim)(struct jobs_backend *b, struct jobs_line *out, int max, int *n, char *err);
     int (*lines_commit)(struct jobs_backend *b, const struct jobs_result *res, int n, char *err);
     int (*lines_renew)(struct jobs_backend *b, const struct jobs_line *lines, int n, bool *lost, char *err);

@@ -5,8 +5,8 @@
  *   <data_dir>/files/<file id>          uploaded, output and error files, immutable once published
  *   <data_dir>/files/.tmp-<file id>     a file being written (removed at open: never published)
  *   <data_dir>/lock                     flock()ed by the one process that owns the dir; holds its pid
- *   <data_dir>/reserve                  1 MiB kept free: removed when the disk fills, so that the batch's
- *                                       failure can still be recorded; made again at the next open
+ *   <data_dir>/reserve                  1 MiB kept free: given up only to record a batch's failure when the
+ *                                       disk is full; made again when space allows
  *
  * Durability: synchronous=FULL, so a committed transaction survives a power loss too, not only kill -9 (WAL with
  * NORMAL would survive kill -9 but could lose the last commits on power loss). The fsync this costs is paid once
@@ -45,6 +45,7 @@ struct sq_backend {
     char dir[PATH_MAX];
     int lock_fd;
     bool resume_pending; /* the lines a dead process held are not back to pending yet (disk was full at open) */
+    bool saw_full;       /* SQLite said the disk is full (read by the open, to give up the reserve and retry) */
 };
 
 struct sq_writer {
@@ -108,14 +109,14 @@ static void sq_reserve_make(struct sq_backend *q)
     close(fd);
 }
 
-/* Maps a SQLite result code to ERR_* with a sentence. Disk full releases the reserve so that the failure can be
- * recorded. */
+/* Maps a SQLite result code to ERR_* with a sentence. Disk full keeps the reserve: only the write that records a
+ * batch's failure may use it (sq_batch_transition), else the next results would fill it first. */
 static int sq_fail(struct sq_backend *q, int rc, const char *what, char *err)
 {
     int code = ERR_IO;
     if (rc == SQLITE_FULL) {
         code = ERR_NO_SPACE;
-        sq_reserve_release(q);
+        q->saw_full = true;
     } else if (rc == SQLITE_NOMEM) {
         code = ERR_NOMEM;
     }
@@ -242,7 +243,7 @@ static void sq_sweep(struct sq_backend *q)
 
 static const struct jobs_backend_ops sq_ops;
 
-struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
+static struct jobs_backend *sq_open_once(const char *data_dir, bool *full, char *err)
 {
     struct sq_backend *q = calloc(1, sizeof *q);
     if (!q) {
@@ -321,8 +322,26 @@ struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
     sq_reserve_make(q);
     return &q->base;
 fail:
+    *full = q->saw_full;
     sq_close(&q->base);
     return NULL;
+}
+
+/* A full disk must not keep the store from opening (its batches can still be read and cancelled): when SQLite
+ * cannot even set up its WAL files for want of space, the reserve is given up and the open tried once more. */
+struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
+{
+    bool full = false;
+    struct jobs_backend *b = sq_open_once(data_dir, &full, err);
+    if (!b && full) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/reserve", data_dir);
+        if (unlink(path) == 0) {
+            log_warn("jobs: the disk under %s is full; used its reserve to open the job store", data_dir);
+            b = sq_open_once(data_dir, &full, err);
+        }
+    }
+    return b;
 }
 
 /* ---- files ---- */
@@ -348,10 +367,8 @@ static int sq_file_write_begin(struct jobs_backend *b, const char *id, void **wp
 
 static int sq_io_fail(struct sq_backend *q, int e, const char *what, const char *path, char *err)
 {
-    if (e == ENOSPC || e == EDQUOT || e == EFBIG) {
-        sq_reserve_release(q);
+    if (e == ENOSPC || e == EDQUOT || e == EFBIG)
         return err_set(err, ERR_NO_SPACE, "%s %s: %s", what, path, strerror(e));
-    }
     return err_set(err, ERR_IO, "%s %s: %s", what, path, strerror(e));
 }
 
@@ -709,11 +726,10 @@ static int sq_batch_active(struct jobs_backend *b, struct jobs_batch_rec **out, 
     return rc;
 }
 
-static int sq_batch_transition(struct jobs_backend *b, const char *id, unsigned from_mask, enum jobs_status to,
-                               enum jobs_status final_status, int64_t now, const char *error_code,
-                               const char *error_message, bool *applied, enum jobs_status *old, char *err)
+static int sq_batch_transition_once(struct sq_backend *q, const char *id, unsigned from_mask, enum jobs_status to,
+                                    enum jobs_status final_status, int64_t now, const char *error_code,
+                                    const char *error_message, bool *applied, enum jobs_status *old, char *err)
 {
-    struct sq_backend *q = (struct sq_backend *)b;
     *applied = false;
     int rc = sq_begin(q, err);
     if (rc)
@@ -767,6 +783,26 @@ static int sq_batch_transition(struct jobs_backend *b, const char *id, unsigned 
     return rc;
 fail:
     sq_rollback(q);
+    return rc;
+}
+
+/* A batch that fails because the disk is full must still read as failed: when the store refuses that write for
+ * want of space, the reserve is given up for it and the write tried once more. The reserve is made again once
+ * the failed batch's lines are gone (or at the next finished batch or open). */
+static int sq_batch_transition(struct jobs_backend *b, const char *id, unsigned from_mask, enum jobs_status to,
+                               enum jobs_status final_status, int64_t now, const char *error_code,
+                               const char *error_message, bool *applied, enum jobs_status *old, char *err)
+{
+    struct sq_backend *q = (struct sq_backend *)b;
+    int rc = sq_batch_transition_once(q, id, from_mask, to, final_status, now, error_code, error_message, applied,
+                                      old, err);
+    if (rc == ERR_NO_SPACE && to == JOBS_FAILED) {
+        sq_reserve_release(q);
+        rc = sq_batch_transition_once(q, id, from_mask, to, final_status, now, error_code, error_message, applied,
+                                      old, err);
+    }
+    if (!rc && *applied && to == JOBS_FAILED)
+        sq_reserve_make(q);
     return rc;
 }
 
@@ -920,6 +956,8 @@ static int sq_lines_claim(struct jobs_backend *b, struct jobs_line *out, int max
     if (rc) {
         for (int i = 0; i < *n; i++)
             jobs_line_deinit(&out[i]);
+        if (!*n && max > 0)
+            out[0].batch_id[0] = 0;
         *n = 0;
     }
     return rc;

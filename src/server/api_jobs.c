@@ -211,10 +211,10 @@ int api_jobs_start(struct server *srv)
      * one line per slot, 0.93x with two; docs/jobs.md). */
     int inflight = cfg->jobs_max_inflight < 0 ? 2 * cfg->max_batch_size : cfg->jobs_max_inflight;
     if (inflight > 0) {
-        struct runner_config rc = {.max_inflight = inflight, .exec = jobs_exec, .cancel = jobs_cancel, .ctx = j};
+        struct runner_config rc = {
+            .max_inflight = inflight, .exec = jobs_exec, .cancel = jobs_cancel, .ctx = j, .handle = &j->runner};
         char err[ERR_MSG_MAX];
-        j->runner = runner_create(j->store, &rc, err);
-        if (!j->runner) {
+        if (!runner_create(j->store, &rc, err)) {
             log_error("batch jobs: cannot start the runner: %s", err);
             api_jobs_stop(srv);
             return 1;

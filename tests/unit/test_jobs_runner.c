@@ -210,6 +210,7 @@ static int child_mount_tmpfs(const char *mnt, const char *size)
  * harmed; 77: no tmpfs could be mounted. */
 static void disk_full_child(const char *mnt)
 {
+    test_child_init();
     if (child_mount_tmpfs(mnt, "3m")) {
         fprintf(stderr, "child: cannot mount a tmpfs on %s: %s\n", mnt, strerror(errno));
         _exit(77);
@@ -224,10 +225,10 @@ static void disk_full_child(const char *mnt)
     char small[JOBS_ID_MAX];
     child_batch(s, 5, small);
     struct tj_fake *f = tj_fake_start(2, 0);
-    struct runner_config rc = {.max_inflight = 4, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
+    struct runner_config rc = {
+        .max_inflight = 4, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20, .handle = &f->r};
     char e[ERR_MSG_MAX];
-    f->r = runner_create(s, &rc, e);
-    CHILD_CHECK(f->r);
+    CHILD_CHECK(runner_create(s, &rc, e));
     int waited = 0;
     while (waited < 5000 && !child_status_is(s, small, "completed"))
         usleep(10000), waited += 10;
@@ -295,8 +296,8 @@ static void disk_full_child(const char *mnt)
     child_batch(s, 5, next);
     f = tj_fake_start(1, 0);
     rc.ctx = f;
-    f->r = runner_create(s, &rc, e);
-    CHILD_CHECK(f->r);
+    rc.handle = &f->r;
+    CHILD_CHECK(runner_create(s, &rc, e));
     waited = 0;
     while (waited < 5000 && !child_status_is(s, next, "completed"))
         usleep(10000), waited += 10;
@@ -317,6 +318,8 @@ static void test_disk_full(void **state)
         disk_full_child(mnt);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (WIFSIGNALED(st))
+        fail_msg("the child was killed by signal %d", WTERMSIG(st));
     assert_true(WIFEXITED(st));
     if (WEXITSTATUS(st) == 77) {
         print_message("[  SKIPPED ] cannot mount a tmpfs here (needs root or unprivileged user namespaces)\n");

@@ -266,10 +266,9 @@ void tj_fake_stop(struct tj_fake *f)
 struct runner *tj_runner(struct jobs_store *s, struct tj_fake *f, int max_inflight)
 {
     struct runner_config cfg = {.max_inflight = max_inflight, .exec = tj_fake_exec, .ctx = f, .poll_ms = 20,
-                                .tick_ms = 50};
+                                .tick_ms = 50, .handle = &f->r};
     char err[ERR_MSG_MAX];
-    f->r = runner_create(s, &cfg, err);
-    if (!f->r)
+    if (!runner_create(s, &cfg, err))
         fail_msg("runner_create: %s", err);
     return f->r;
 }
@@ -278,6 +277,7 @@ struct runner *tj_runner(struct jobs_store *s, struct tj_fake *f, int max_inflig
 void tj_child_run(const char *dir, const char *url, const char *consumer, int lease_ms, int delay_us, bool until_final,
                   const char *stats_path)
 {
+    test_child_init();
     struct jobs_config cfg = {.data_dir = dir, .queue = url, .consumer = consumer, .lease_ms = lease_ms};
     struct jobs_err err;
     struct jobs_store *s = jobs_store_open(&cfg, &err);
@@ -286,10 +286,10 @@ void tj_child_run(const char *dir, const char *url, const char *consumer, int le
         _exit(3);
     }
     struct tj_fake *f = tj_fake_start(4, delay_us);
-    struct runner_config rc = {.max_inflight = 8, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20};
+    struct runner_config rc = {
+        .max_inflight = 8, .exec = tj_fake_exec, .ctx = f, .poll_ms = 10, .tick_ms = 20, .handle = &f->r};
     char e[ERR_MSG_MAX];
-    f->r = runner_create(s, &rc, e);
-    CHILD_CHECK(f->r);
+    CHILD_CHECK(runner_create(s, &rc, e));
     for (;;) {
         usleep(20000);
         if (!until_final)

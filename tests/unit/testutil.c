@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "engine/gguf/gguf.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,13 @@ const char *test_tmp_path(const char *name)
     char *out = buf[k++ & 7];
     snprintf(out, 4096, "%s/%s", test_tmp_dir, name);
     return out;
+}
+
+void test_child_init(void)
+{
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        signal(sigs[i], SIG_DFL);
 }
 
 char *test_read_file(const char *path, size_t *len)

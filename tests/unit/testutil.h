@@ -31,6 +31,11 @@ const char *test_shared_path(const char *rel);
 /* Creates a fresh temporary directory (removed at exit) and returns path/name in a static rotating buffer. */
 const char *test_tmp_path(const char *name);
 
+/* First call in a forked test child: puts back the default action of the signals cmocka catches, so that a
+ * crash in the child shows as that signal in the parent's waitpid instead of a longjmp into the copy of the test
+ * runner (which ends, from the wrong thread, in an unrelated exit status). */
+void test_child_init(void);
+
 /* Reads a whole file; caller frees. NULL on error. */
 char *test_read_file(const char *path, size_t *len);
 
