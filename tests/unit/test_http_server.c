@@ -175,6 +175,18 @@ static void on_request(void *ctx, struct http_conn *c, const struct http_request
                 return;
             }
         http_respond(c, 503, "text/plain", NULL, "full", 4);
+    } else if (req->path_len == 5 && memcmp(req->path, "/late", 5) == 0) {
+        /* answers, then keeps the I/O thread busy (a proxy handling the rest of a turn's events) */
+        long mode = query_long(req, "stream=", 0);
+        if (mode) {
+            http_stream_begin(c, 200, "text/event-stream", NULL);
+            http_stream_write(c, "data: first\n\n", 14);
+        } else {
+            http_respond(c, 200, "text/plain", NULL, "early", 5);
+        }
+        sleep_ms((int)query_long(req, "ms=", 400));
+        if (mode)
+            http_stream_end(c);
     } else if (req->path_len == 6 && memcmp(req->path, "/abort", 6) == 0) {
         http_stream_begin(c, 200, "text/event-stream", NULL);
         http_stream_write(c, "data: partial\n\n", 15);
@@ -753,6 +765,37 @@ static void test_respond_take(void **state)
     assert_non_null(strstr(k->buf, "Content-Length: 5000"));
     cli_consume(k, (size_t)(hend - k->buf) + 4);
     get_ok(k, "GET /echo?after HTTP/1.1\r\nHost: x\r\n\r\n", "GET /echo?after body=");
+    cli_close(k);
+}
+
+/* A response (and a stream's write) is on the wire when the handler's call returns, not at the end of the loop
+ * turn: the handler below answers, then holds the I/O thread for 600 ms; the client has the answer long before
+ * that. Keep-alive then goes on as usual. */
+static void test_sends_before_the_turn_ends(void **state)
+{
+    struct srv *v = *state;
+    struct cli *k = cli_open(v->port, 0);
+    struct resp r;
+    int64_t t0 = now_ms();
+    cli_sends(k, "GET /late?ms=600 HTTP/1.1\r\nHost: x\r\n\r\n");
+    cli_response(k, &r, 3000);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "early");
+    free(r.body);
+    if (took >= 400)
+        fail_msg("the response arrived after %lld ms: it waited for the handler's turn to end", (long long)took);
+    get_ok(k, "GET /echo?next HTTP/1.1\r\nHost: x\r\n\r\n", "GET /echo?next body=");
+    /* a stream's first event likewise */
+    t0 = now_ms();
+    cli_sends(k, "GET /late?ms=600&stream=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    while (!memmem(k->buf, k->len, "data: first", 11))
+        assert_true(cli_fill(k, 3000) > 0);
+    took = now_ms() - t0;
+    if (took >= 400)
+        fail_msg("the first event arrived after %lld ms", (long long)took);
+    while (!memmem(k->buf, k->len, "0\r\n\r\n", 5))
+        assert_true(cli_fill(k, 3000) > 0);
     cli_close(k);
 }
 
@@ -1336,6 +1379,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_malformed_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_header_400, setup, teardown),
         cmocka_unit_test_setup_teardown(test_respond_take, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sends_before_the_turn_ends, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hold_after_close, setup, teardown),
         cmocka_unit_test(test_body_budget_503),
         cmocka_unit_test_setup_teardown(test_transfer_encoding_501, setup, teardown),
