@@ -99,15 +99,17 @@ struct http_server_params {
     /* Optional: the body limit of one request, decided from its header block (e.g. a larger one for an
      * upload route); 0 means max_body_bytes. Called on the I/O thread before the body is read. */
     size_t (*body_limit)(void *ctx, const struct http_request *req);
-    /* Optional: one more file descriptor watched by the loop (e.g. the epoll fd of a proxy's upstream
-     * sockets). on_watch runs on the I/O thread whenever watch_fd is readable (level-triggered); unused when
-     * on_watch is NULL. */
-    int watch_fd;
-    void (*on_watch)(void *ctx);
     /* Called on the I/O thread for every error the layer answers itself (400 malformed or no Host, 408,
      * 413, 431, 501, 503), with the peer ("ip:port") and the message sent; may be NULL. */
     void (*on_error)(void *ctx, const char *peer, int status, const char *message);
     void *ctx;
+};
+
+/* A file descriptor of the handler's own (a proxy's upstream socket, a timerfd) in the server's epoll set, so
+ * that its events come out of the same epoll_wait as the clients' (no nested loop: one wake-up and one
+ * system call less per event). Embedded in its owner; fn runs on the I/O thread with the ready events. */
+struct http_watch {
+    void (*fn)(struct http_watch *w, uint32_t events);
 };
 
 /* Fills the defaults above (port 8080). In a params struct given to http_server_create, a zero numeric
@@ -126,6 +128,10 @@ int http_server_run(struct http_server *s);
 void http_server_stop(struct http_server *s, int drain_ms);
 /* Wakes the loop to call on_wake (any thread; async-signal-safe). */
 void http_server_wake(struct http_server *s);
+/* epoll_ctl(op: EPOLL_CTL_ADD, _MOD or _DEL) of fd for events, w as its tag. I/O thread only (or before
+ * http_server_run). After _DEL, w gets no more calls, none from the batch being handled either, so its owner
+ * may free it at once (also when _DEL fails because fd was closed already). 0 or ERR_IO (errno set). */
+int http_server_watch_ctl(struct http_server *s, int op, int fd, uint32_t events, struct http_watch *w);
 /* Open connections, for metrics. */
 int http_server_connections(const struct http_server *s);
 

@@ -165,7 +165,10 @@ struct http_server {
     int64_t drain_deadline;
     int64_t next_timer;    /* no connection deadline falls before this */
     int64_t accept_resume; /* accepting paused (EMFILE) until then; 0 when not paused */
-    char listen_tag, event_tag, watch_tag; /* addresses used as epoll tags */
+    char listen_tag, event_tag; /* addresses used as epoll tags (compared first: they may be odd); a struct
+                                 * http_watch's tag is its address with bit 0 set */
+    struct epoll_event evs[HTTP_MAX_EVENTS]; /* the batch being handled: evs[ev_i] now, up to ev_n */
+    int ev_i, ev_n;
     time_t date_t;              /* second for which date[] was formatted */
     char date[40];              /* IMF-fixdate for the Date header */
 };
@@ -1216,9 +1219,20 @@ static int server_wait_ms(const struct http_server *s, int64_t now)
     return until - now > INT_MAX ? INT_MAX : (int)(until - now);
 }
 
+int http_server_watch_ctl(struct http_server *s, int op, int fd, uint32_t events, struct http_watch *w)
+{
+    uint64_t tag = (uint64_t)(uintptr_t)w | 1;
+    struct epoll_event e = {.events = events, .data.u64 = tag};
+    int rc = epoll_ctl(s->epoll_fd, op, fd, &e) < 0 ? ERR_IO : 0;
+    if (op == EPOLL_CTL_DEL) /* its owner may free w now: forget it in the rest of this batch */
+        for (int i = s->ev_i + 1; i < s->ev_n; i++)
+            if (s->evs[i].data.u64 == tag)
+                s->evs[i].data.u64 = 0;
+    return rc;
+}
+
 int http_server_run(struct http_server *s)
 {
-    struct epoll_event evs[HTTP_MAX_EVENTS];
     int rc = 0;
     for (;;) {
         int64_t now = http_now_ms();
@@ -1227,7 +1241,7 @@ int http_server_run(struct http_server *s)
         if (s->stopping && (!server_busy(s) || now >= s->drain_deadline))
             break;
         server_resume_accept(s, now);
-        int n = epoll_wait(s->epoll_fd, evs, HTTP_MAX_EVENTS, server_wait_ms(s, now));
+        int n = epoll_wait(s->epoll_fd, s->evs, HTTP_MAX_EVENTS, server_wait_ms(s, now));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1235,9 +1249,13 @@ int http_server_run(struct http_server *s)
             rc = ERR_IO;
             break;
         }
-        for (int i = 0; i < n; i++) {
-            void *tag = evs[i].data.ptr;
-            if (tag == &s->listen_tag) {
+        s->ev_n = n;
+        for (s->ev_i = 0; s->ev_i < n; s->ev_i++) {
+            struct epoll_event *ev = &s->evs[s->ev_i];
+            void *tag = ev->data.ptr;
+            if (!tag) {
+                /* a watch removed earlier in this batch */
+            } else if (tag == &s->listen_tag) {
                 server_accept(s);
             } else if (tag == &s->event_tag) {
                 uint64_t v;
@@ -1245,12 +1263,14 @@ int http_server_run(struct http_server *s)
                 }
                 if (atomic_exchange(&s->wake_pending, 0) && s->p.on_wake)
                     s->p.on_wake(s->p.ctx);
-            } else if (tag == &s->watch_tag) {
-                s->p.on_watch(s->p.ctx);
+            } else if (ev->data.u64 & 1) { /* conns are malloc'd: bit 0 is clear */
+                struct http_watch *w = (struct http_watch *)(uintptr_t)(ev->data.u64 & ~(uint64_t)1);
+                w->fn(w, ev->events);
             } else {
-                conn_on_event(tag, evs[i].events);
+                conn_on_event(tag, ev->events);
             }
         }
+        s->ev_n = 0;
         server_process_dirty(s);
         server_check_timers(s);
         server_free_graveyard(s);
@@ -1388,11 +1408,6 @@ struct http_server *http_server_create(const struct http_server_params *p, char 
     if (epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->listen_fd, &le) < 0 ||
         epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->event_fd, &ee) < 0) {
         err_set(err, ERR_IO, "http server: epoll_ctl: %s", strerror(errno));
-        goto fail;
-    }
-    struct epoll_event we = {.events = EPOLLIN, .data.ptr = &s->watch_tag};
-    if (s->p.on_watch && epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, s->p.watch_fd, &we) < 0) {
-        err_set(err, ERR_IO, "http server: epoll_ctl(watch_fd): %s", strerror(errno));
         goto fail;
     }
     return s;

@@ -1,6 +1,5 @@
 /*
- * evloop: an epoll set plus a timer heap behind one timerfd (see evloop.h for why it is nested in the HTTP
- * server's loop).
+ * evloop: watchers in the HTTP server's epoll set plus a timer heap behind one timerfd (see evloop.h).
  *
  * The timerfd is armed for the heap's earliest deadline only when that deadline moves earlier than what is
  * armed (or after it fired), so arming a later timer costs no system call; a timer cancelled after arming
@@ -20,19 +19,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EVLOOP_MAX_EVENTS 256
 #define EVLOOP_NOT_ARMED INT64_MAX
 
 struct evloop {
-    int epoll_fd;
+    struct http_server *host; /* NULL after evloop_unhost */
     int timer_fd;
     struct ev_watch timer_watch;
     int64_t armed_at; /* deadline the timerfd is set for; EVLOOP_NOT_ARMED when none */
     struct ev_timer **heap;
     int n_heap, cap_heap;
-    struct epoll_event evs[EVLOOP_MAX_EVENTS]; /* the batch being handled */
-    int n_evs;
-    bool in_batch;
+    bool in_timers; /* running due timers: the timerfd is armed once, after them */
 };
 
 int64_t evloop_now_ms(void) { return clock_now_ns() / 1000000; }
@@ -132,7 +128,7 @@ void evloop_timer_set(struct evloop *l, struct ev_timer *t, int64_t at_ms)
         l->heap[t->idx] = t;
         heap_up(l, t->idx);
     }
-    if (!l->in_batch)
+    if (!l->in_timers)
         evloop_arm(l);
 }
 
@@ -144,10 +140,16 @@ void evloop_timer_cancel(struct evloop *l, struct ev_timer *t)
 
 /* ---- watchers -------------------------------------------------------------------------------------- */
 
+static void evloop_on_event(struct http_watch *hw, uint32_t events)
+{
+    struct ev_watch *w = (struct ev_watch *)((char *)hw - offsetof(struct ev_watch, hw));
+    w->fn(w, events);
+}
+
 int evloop_add(struct evloop *l, struct ev_watch *w, uint32_t events)
 {
-    struct epoll_event e = {.events = events, .data.ptr = w};
-    if (epoll_ctl(l->epoll_fd, EPOLL_CTL_ADD, w->fd, &e) < 0)
+    w->hw.fn = evloop_on_event;
+    if (!l->host || http_server_watch_ctl(l->host, EPOLL_CTL_ADD, w->fd, events, &w->hw) < 0)
         return ERR_IO;
     w->events = events;
     w->added = true;
@@ -160,8 +162,7 @@ int evloop_mod(struct evloop *l, struct ev_watch *w, uint32_t events)
         return evloop_add(l, w, events);
     if (events == w->events)
         return 0;
-    struct epoll_event e = {.events = events, .data.ptr = w};
-    if (epoll_ctl(l->epoll_fd, EPOLL_CTL_MOD, w->fd, &e) < 0)
+    if (!l->host || http_server_watch_ctl(l->host, EPOLL_CTL_MOD, w->fd, events, &w->hw) < 0)
         return ERR_IO;
     w->events = events;
     return 0;
@@ -171,17 +172,14 @@ void evloop_del(struct evloop *l, struct ev_watch *w)
 {
     if (!w->added)
         return;
-    epoll_ctl(l->epoll_fd, EPOLL_CTL_DEL, w->fd, NULL);
     w->added = false;
-    /* The owner may free w as soon as this returns: forget it in the batch being handled. */
-    if (l->in_batch)
-        for (int i = 0; i < l->n_evs; i++)
-            if (l->evs[i].data.ptr == w)
-                l->evs[i].data.ptr = NULL;
+    if (l->host) /* also forgets w in the batch being handled, so the owner may free it as soon as this returns */
+        http_server_watch_ctl(l->host, EPOLL_CTL_DEL, w->fd, 0, &w->hw);
 }
 
-/* ---- loop ------------------------------------------------------------------------------------------ */
+/* ---- timers' fd -------------------------------------------------------------------------------------- */
 
+/* Due timers; one that re-arms itself for now runs again on the timerfd's next event, not in this loop. */
 static void evloop_on_timerfd(struct ev_watch *w, uint32_t events)
 {
     (void)events;
@@ -190,47 +188,32 @@ static void evloop_on_timerfd(struct ev_watch *w, uint32_t events)
     while (read(l->timer_fd, &n, sizeof n) == (ssize_t)sizeof n) {
     }
     l->armed_at = EVLOOP_NOT_ARMED;
-}
-
-void evloop_run_once(struct evloop *l)
-{
-    int n = epoll_wait(l->epoll_fd, l->evs, EVLOOP_MAX_EVENTS, 0);
-    l->n_evs = n > 0 ? n : 0;
-    l->in_batch = true;
-    for (int i = 0; i < l->n_evs; i++) {
-        struct ev_watch *w = l->evs[i].data.ptr;
-        if (w)
-            w->fn(w, l->evs[i].events);
-    }
-    l->n_evs = 0;
-    /* Due timers; one that re-arms itself for now runs again on the next turn, not in this loop. */
     int64_t now = evloop_now_ms();
     int budget = l->n_heap;
+    l->in_timers = true;
     while (l->n_heap && l->heap[0]->at <= now && budget-- > 0) {
         struct ev_timer *t = l->heap[0];
         heap_remove(l, t);
         t->fn(t);
     }
-    l->in_batch = false;
-    if (l->n_heap && l->heap[0]->at <= now)
-        l->armed_at = EVLOOP_NOT_ARMED; /* due already: make the timerfd fire at once */
-    evloop_arm(l);
+    l->in_timers = false;
+    evloop_arm(l); /* a deadline already due makes the timerfd fire at once */
 }
 
 /* ---- lifetime -------------------------------------------------------------------------------------- */
 
-struct evloop *evloop_create(char *err)
+struct evloop *evloop_create(struct http_server *server, char *err)
 {
     struct evloop *l = calloc(1, sizeof *l);
     if (!l) {
         err_set(err, ERR_NOMEM, "out of memory");
         return NULL;
     }
-    l->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    l->host = server;
     l->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     l->armed_at = EVLOOP_NOT_ARMED;
-    if (l->epoll_fd < 0 || l->timer_fd < 0) {
-        err_set(err, ERR_IO, "route: epoll/timerfd: %s", strerror(errno));
+    if (l->timer_fd < 0) {
+        err_set(err, ERR_IO, "route: timerfd: %s", strerror(errno));
         goto fail;
     }
     l->timer_watch.fd = l->timer_fd;
@@ -245,16 +228,21 @@ fail:
     return NULL;
 }
 
+void evloop_unhost(struct evloop *l)
+{
+    if (!l || !l->host)
+        return;
+    evloop_del(l, &l->timer_watch);
+    l->host = NULL;
+}
+
 void evloop_destroy(struct evloop *l)
 {
     if (!l)
         return;
-    if (l->epoll_fd >= 0)
-        close(l->epoll_fd);
+    evloop_unhost(l);
     if (l->timer_fd >= 0)
         close(l->timer_fd);
     free(l->heap);
     free(l);
 }
-
-int evloop_fd(const struct evloop *l) { return l->epoll_fd; }

@@ -4,9 +4,9 @@
  * Threads: the main thread resolves host names and parses config files (both may block), then only waits
  * for signals (blocked everywhere, taken with sigtimedwait): SIGHUP re-reads the file, a timer re-resolves
  * host names; either posts a plan (config + addresses) through one atomic pointer and wakes the I/O thread.
- * The I/O thread runs the HTTP server's epoll loop, which also watches the router's own loop (upstream
- * sockets and timers, evloop.h): every request, upstream exchange, health check and table swap happens on
- * it, so the router's state needs no lock.
+ * The I/O thread runs the HTTP server's epoll loop, whose epoll set also holds the router's upstream sockets
+ * and timer fd (evloop.h): every request, upstream exchange, health check and table swap happens on it, so
+ * the router's state needs no lock.
  *
  * A reload never drops a request: the new table replaces the old one for requests that arrive after it,
  * while each request in flight keeps a reference to the table it started with (and so its pools and
@@ -728,12 +728,6 @@ static void on_wake(void *ctx)
     }
 }
 
-static void on_watch(void *ctx)
-{
-    struct router *r = ctx;
-    evloop_run_once(r->loop);
-}
-
 /* ---- main thread ----------------------------------------------------------------------------------- */
 
 struct io_arg {
@@ -811,11 +805,6 @@ int rt_run(struct route_config *cfg, struct route_models_config *mc)
     r->rng = seed;
     int rc = 1;
     char err[ERR_MSG_MAX];
-    r->loop = evloop_create(err);
-    if (!r->loop) {
-        log_error("%s", err);
-        goto out;
-    }
     const struct route_config *c = &conf->c;
     struct http_server_params hp;
     http_server_params_default(&hp);
@@ -828,12 +817,15 @@ int rt_run(struct route_config *cfg, struct route_models_config *mc)
     hp.on_close = on_close;
     hp.on_wake = on_wake;
     hp.on_writable = on_writable;
-    hp.watch_fd = evloop_fd(r->loop);
-    hp.on_watch = on_watch;
     hp.ctx = r;
     r->http = http_server_create(&hp, err);
     if (!r->http) {
         log_error("route: cannot listen on %s:%d: %s", c->host, c->port, err);
+        goto out;
+    }
+    r->loop = evloop_create(r->http, err); /* upstream sockets and timers in the server's own epoll set */
+    if (!r->loop) {
+        log_error("%s", err);
         goto out;
     }
     struct rt_plan *plan = plan_create(conf, true);
@@ -949,6 +941,7 @@ out:
         rt_proxy_cancel_all(r);
         for (struct rt_backend *b = r->backends; b; b = b->next)
             rt_health_stop(r, b);
+        evloop_unhost(r->loop); /* what is torn down below only forgets its watchers */
         http_server_destroy(r->http);
     }
     rt_observe_destroy(r->observe); /* the I/O thread has ended: its timer goes with the loop */

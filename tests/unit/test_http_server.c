@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -1345,6 +1346,58 @@ static void test_accept_emfile(void **state)
     cli_close(k);
 }
 
+/* Watchers of the handler's own fds (http_server_watch_ctl): two pipes turn readable together, so both come
+ * out of one epoll_wait; whichever runs first removes both and poisons the other, which must then get no call
+ * from that batch (a proxy frees an upstream connection's watcher as soon as it is removed). */
+struct tw {
+    struct http_watch hw;
+    int fd;
+    struct tw *other;
+    struct http_server *s;
+    atomic_int *calls;
+    bool gone;
+};
+
+static void tw_fn(struct http_watch *hw, uint32_t events)
+{
+    struct tw *w = (struct tw *)hw;
+    atomic_fetch_add(w->calls, 1);
+    if (w->gone)
+        atomic_fetch_add(w->calls, 100); /* called after its removal */
+    http_server_watch_ctl(w->s, EPOLL_CTL_DEL, w->other->fd, 0, &w->other->hw);
+    w->other->gone = true;
+    http_server_watch_ctl(w->s, EPOLL_CTL_DEL, w->fd, 0, &w->hw);
+    w->gone = true;
+    http_server_stop(w->s, 0);
+}
+
+static void test_watch_removed_mid_batch(void **state)
+{
+    struct http_server_params p;
+    srv_params(&p);
+    char err[ERR_MSG_MAX];
+    struct http_server *s = http_server_create(&p, err);
+    assert_non_null(s);
+    int a[2], b[2];
+    assert_int_equal(pipe(a), 0);
+    assert_int_equal(pipe(b), 0);
+    atomic_int calls = 0;
+    struct tw wa = {.hw.fn = tw_fn, .fd = a[0], .s = s, .calls = &calls};
+    struct tw wb = {.hw.fn = tw_fn, .fd = b[0], .s = s, .calls = &calls};
+    wa.other = &wb;
+    wb.other = &wa;
+    assert_int_equal(http_server_watch_ctl(s, EPOLL_CTL_ADD, a[0], EPOLLIN, &wa.hw), 0);
+    assert_int_equal(http_server_watch_ctl(s, EPOLL_CTL_ADD, b[0], EPOLLIN, &wb.hw), 0);
+    assert_int_equal(http_server_watch_ctl(s, EPOLL_CTL_ADD, a[0], EPOLLIN, &wa.hw), ERR_IO); /* twice */
+    assert_int_equal(write(a[1], "x", 1), 1);
+    assert_int_equal(write(b[1], "x", 1), 1);
+    assert_int_equal(http_server_run(s), 0); /* both ready before the first epoll_wait */
+    assert_int_equal(atomic_load(&calls), 1);
+    http_server_destroy(s);
+    for (int i = 0; i < 2; i++)
+        close(a[i]), close(b[i]);
+}
+
 static void test_create_errors(void **state)
 {
     struct srv *v = *state;
@@ -1371,6 +1424,7 @@ int main(void)
     signal(SIGPIPE, SIG_DFL);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_keep_alive_two_requests, setup, teardown),
+        cmocka_unit_test(test_watch_removed_mid_batch),
         cmocka_unit_test_setup_teardown(test_http10_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pipelined_in_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_100_continue, setup, teardown),
