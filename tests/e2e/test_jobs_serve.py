@@ -269,11 +269,15 @@ def test_batch_lines_wait_under_live_load(make_server):
                                                      "temperature": 0})
                 statuses.append(r.status_code)
 
-    threads = [threading.Thread(target=live) for _ in range(8)]
+    threads = [threading.Thread(target=live) for _ in range(16)]
     for t in threads:
         t.start()
     try:
-        time.sleep(0.5)
+        # the batch starts once the live load has filled the queue at least once (a 429): how soon that
+        # happens depends on the machine, so it is waited for rather than assumed after a fixed sleep
+        deadline = time.time() + 30
+        while 429 not in statuses and time.time() < deadline:
+            time.sleep(0.05)
         reqs = lines(24, max_tokens=16)
         b = create(srv, upload(srv, reqs).json()["id"]).json()
         b = wait_final(srv, b["id"], timeout=120)
@@ -281,7 +285,7 @@ def test_batch_lines_wait_under_live_load(make_server):
         stop.set()
         for t in threads:
             t.join()
-    assert statuses.count(429) > 0, "the live load never filled the queue: make it heavier"
+    assert statuses.count(429) > 0, "the live load never filled the queue within 30 s: make it heavier"
     assert b["status"] == "completed" and b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, b
     m = srv.metrics()
     assert m['wafer_requests_rejected_total'] == statuses.count(429)  # every refusal was a live request's
