@@ -16,6 +16,11 @@ from when each request was due (no coordinated omission). Added latency = path -
 the ratio route/nginx of added latency is taken per round, and medians over rounds are reported.
 Then --idle connections are opened to the router and kept idle while the rate is run through it again, and
 each must answer once more at the end.
+
+Placement: on a machine with 2 or more CPUs the two proxies (the router's threads, the nginx proxy's master
+and worker) are pinned to CPU 0 and the load generator and backend to the others, so both proxies are measured
+in the same place (--no-pin leaves it to the scheduler; on the 2-core VM the added latency of either proxy then
+moves by 0.05-0.15 ms with where a sleeping proxy happens to be woken, see docs/route.md).
 """
 import argparse
 import json
@@ -144,6 +149,16 @@ def main():
     ap.add_argument("--stream-gap-ms", type=int, default=20, help="backend pause after the first event")
     ap.add_argument("--idle", type=int, default=10000, help="idle keep-alive connections held (0: skip)")
     ap.add_argument("--json", help="write every measurement here")
+    ap.add_argument("--pin-proxies", metavar="CPUS",
+                    help="CPUs (taskset list) for the router's threads and the nginx proxy's processes (default "
+                         "0 when the machine has 2 or more: the proxy under test on its own core, as proxy "
+                         "benchmarks are run; left to the scheduler, where a sleeping proxy wakes relative to the "
+                         "client and the backend moves either proxy's added latency by 0.05-0.15 ms from run to run "
+                         "on a 2-core VM)")
+    ap.add_argument("--pin-others", metavar="CPUS",
+                    help="CPUs for the load generator and the backend (default: all but the proxies' when those "
+                         "are pinned by default): every path then crosses the same CPUs the same way")
+    ap.add_argument("--no-pin", action="store_true", help="leave every process to the scheduler")
     a = ap.parse_args()
     if not os.path.exists(a.nginx):
         sys.exit("bench_route: nginx not found (make deps installs Debian's nginx)")
@@ -153,6 +168,19 @@ def main():
         if not os.access(p, os.X_OK):
             sys.exit("bench_route: %s is not built (make bench-route builds it)" % p)
     srate = a.stream_rate or a.rate
+    ncpu = os.cpu_count() or 1
+    if a.no_pin:
+        a.pin_proxies = a.pin_others = None
+    elif a.pin_proxies is None and ncpu >= 2:
+        a.pin_proxies = "0"
+        if a.pin_others is None:
+            a.pin_others = "1-%d" % (ncpu - 1)
+    if a.pin_others:
+        cpus = set()
+        for part in a.pin_others.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, cpus)  # inherited by everything started below; the proxies are re-pinned
     d = tempfile.mkdtemp(prefix="wafer-bench-route-")
     b_json, b_sse, p_json, p_sse = free_port(), free_port(), free_port(), free_port()
     first = CHUNK % ("Once", "null")
@@ -237,6 +265,12 @@ health: {{path: /health, interval_s: 2}}
             wait_http("http://127.0.0.1:%d/health" % port)
         wait_http("http://127.0.0.1:%d/ready" % r_port)
 
+        if a.pin_proxies:
+            tids = [int(t) for t in os.listdir("/proc/%d/task" % route.pid)]
+            for t in tids + proc_tree(procs[1].pid):
+                subprocess.run(["taskset", "-p", "-c", a.pin_proxies, str(t)], check=True, stdout=subprocess.DEVNULL)
+            print("router threads %s and nginx proxy processes %s pinned to CPU(s) %s" % (
+                tids, proc_tree(procs[1].pid), a.pin_proxies))
         cpu = "unknown"
         with open("/proc/cpuinfo") as f:
             for line in f:
