@@ -58,3 +58,14 @@ bool gemv_cpu_has_avx512(void)
     }
     return has;
 }
+
+bool cpu_is_amd(void)
+{
+    static int is = -1;
+    if (is < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        /* leaf 0: the vendor string in ebx, edx, ecx ("Auth" "enti" "cAMD") */
+        is = __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
+    }
+    return is;
+}

@@ -22,4 +22,7 @@ bool gemv_cpu_has_vnni(void);
  * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
 bool gemv_cpu_has_avx512(void);
 
+/* true on an AMD CPU (cpuid vendor "AuthenticAMD"): for the few kernel shapes measured to differ by vendor. */
+bool cpu_is_amd(void);
+
 #endif
