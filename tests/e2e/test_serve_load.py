@@ -114,9 +114,11 @@ def raw_post(base, path, body):
 
 
 def test_disconnect_frees_slot_and_kv(make_server):
-    # slow model and small prefill chunks: a 400-token prompt takes many engine steps
-    s = make_server(LLAMA19M, "--max-batch-size", "2", "--prefill-chunk", "8")
-    long_prompt = "the quick brown fox jumps over the lazy dog " * 40
+    # one prompt token per engine step: the 1,652-token prompt takes ~380 ms to prefill on a quiet machine (a
+    # 442-token one in chunks of 8 took 58 ms, and the client's close, sent after a 20 ms metrics poll saw the
+    # request running, once arrived after the first token)
+    s = make_server(LLAMA19M, "--max-batch-size", "2", "--prefill-chunk", "1", "--ctx-size", "2048")
+    long_prompt = "the quick brown fox jumps over the lazy dog " * 150
     # 1. during prefill (not streaming)
     sock = raw_post(s.base, "/v1/completions", {"prompt": long_prompt, "max_tokens": 50, "temperature": 0})
     s.wait_metric("wafer_requests_running", lambda v: v == 1)
