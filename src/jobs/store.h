@@ -100,7 +100,7 @@ struct jobs_backend_ops {
 
     /* lines */
     /* Claims up to max pending lines, oldest batch first. On ERR_NO_SPACE (max >= 1), out[0].batch_id names the
-     * batch whose lines did not fit ("" when it cannot say); *n is 0. */
+     * batch whose lines did not fit, or is left as the caller set it (jobs.c: "") when it cannot say; *n is 0. */
     int (*lines_claim)(struct jobs_backend *b, struct jobs_line *out, int max, int *n, char *err);
     int (*lines_commit)(struct jobs_backend *b, const struct jobs_result *res, int n, char *err);
     int (*lines_renew)(struct jobs_backend *b, const struct jobs_line *lines, int n, bool *lost, char *err);

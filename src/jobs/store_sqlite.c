@@ -83,11 +83,12 @@ static const char *const sq_batch_cols =
 
 /* ---- helpers ---- */
 
-static void sq_reserve_release(struct sq_backend *q)
+/* Removes the reserve of data dir dir; whether there was one. */
+static bool sq_reserve_release(const char *dir)
 {
     char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/reserve", q->dir);
-    unlink(path);
+    snprintf(path, sizeof path, "%s/reserve", dir);
+    return unlink(path) == 0;
 }
 
 static void sq_reserve_make(struct sq_backend *q)
@@ -333,13 +334,9 @@ struct jobs_backend *jobs_sqlite_open(const char *data_dir, char *err)
 {
     bool full = false;
     struct jobs_backend *b = sq_open_once(data_dir, &full, err);
-    if (!b && full) {
-        char path[PATH_MAX + 16];
-        snprintf(path, sizeof path, "%s/reserve", data_dir);
-        if (unlink(path) == 0) {
-            log_warn("jobs: the disk under %s is full; used its reserve to open the job store", data_dir);
-            b = sq_open_once(data_dir, &full, err);
-        }
+    if (!b && full && sq_reserve_release(data_dir)) {
+        log_warn("jobs: the disk under %s is full; used its reserve to open the job store", data_dir);
+        b = sq_open_once(data_dir, &full, err);
     }
     return b;
 }
@@ -365,7 +362,7 @@ static int sq_file_write_begin(struct jobs_backend *b, const char *id, void **wp
     return 0;
 }
 
-static int sq_io_fail(struct sq_backend *q, int e, const char *what, const char *path, char *err)
+static int sq_io_fail(int e, const char *what, const char *path, char *err)
 {
     if (e == ENOSPC || e == EDQUOT || e == EFBIG)
         return err_set(err, ERR_NO_SPACE, "%s %s: %s", what, path, strerror(e));
@@ -381,7 +378,7 @@ static int sq_file_write(struct jobs_backend *b, void *wp, const void *p, size_t
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
-            return sq_io_fail((struct sq_backend *)b, k < 0 ? errno : ENOSPC, "cannot write", w->tmp, err);
+            return sq_io_fail(k < 0 ? errno : ENOSPC, "cannot write", w->tmp, err);
         c += k;
         n -= (size_t)k;
     }
@@ -394,16 +391,16 @@ static int sq_file_write_end(struct jobs_backend *b, void *wp, bool keep, char *
     struct sq_writer *w = wp;
     int rc = 0;
     if (keep && fsync(w->fd))
-        rc = sq_io_fail(q, errno, "cannot sync", w->tmp, err);
+        rc = sq_io_fail(errno, "cannot sync", w->tmp, err);
     if (close(w->fd) && keep && !rc)
-        rc = sq_io_fail(q, errno, "cannot close", w->tmp, err);
+        rc = sq_io_fail(errno, "cannot close", w->tmp, err);
     if (keep && !rc && rename(w->tmp, w->path))
-        rc = sq_io_fail(q, errno, "cannot rename", w->tmp, err);
+        rc = sq_io_fail(errno, "cannot rename", w->tmp, err);
     if (keep && !rc) {
         char dir[PATH_MAX + 8];
         snprintf(dir, sizeof dir, "%s/files", q->dir);
         if (sq_fsync_dir(dir))
-            rc = sq_io_fail(q, errno, "cannot sync", dir, err);
+            rc = sq_io_fail(errno, "cannot sync", dir, err);
     }
     if (!keep || rc)
         unlink(w->tmp);
@@ -797,7 +794,7 @@ static int sq_batch_transition(struct jobs_backend *b, const char *id, unsigned 
     int rc = sq_batch_transition_once(q, id, from_mask, to, final_status, now, error_code, error_message, applied,
                                       old, err);
     if (rc == ERR_NO_SPACE && to == JOBS_FAILED) {
-        sq_reserve_release(q);
+        sq_reserve_release(q->dir);
         rc = sq_batch_transition_once(q, id, from_mask, to, final_status, now, error_code, error_message, applied,
                                       old, err);
     }
@@ -956,8 +953,6 @@ static int sq_lines_claim(struct jobs_backend *b, struct jobs_line *out, int max
     if (rc) {
         for (int i = 0; i < *n; i++)
             jobs_line_deinit(&out[i]);
-        if (!*n && max > 0)
-            out[0].batch_id[0] = 0;
         *n = 0;
     }
     return rc;
