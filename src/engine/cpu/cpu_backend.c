@@ -5,7 +5,7 @@
  *
  * Per layer, for the T tokens of the batch (x: [T][dim] residual stream, f32):
  *   xn = rmsnorm(x) * attn_norm, converted to the weights' activation format   rows split over threads
- *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)  weight rows split over threads
+ *   q, k, v = xn Wq^T (+bq), xn Wk^T (+bk), xn Wv^T (+bv)  weight rows split over threads (op_matmul)
  *   rope(q, k); k, v -> KV blocks of each token's sequence at its position
  *   a = softmax(q K^T / sqrt(hd)) V per (token, KV head), the KV head's query heads together
  *   x += a Wo^T
@@ -52,6 +52,9 @@
 /* Activation conversion slots: a layer's matrices use at most two activation formats (e.g. Q4_K_M mixes
  * Q4_K and Q6_K, both Q8_K; Q4_0 files keep output in Q6_K), so two slots avoid converting twice. */
 #define CPU_ACT_SLOTS 2
+
+/* Matrix products per layer (q, k, v, o, gate, up, down): op_matmul's counter index is layer * this + which. */
+#define CPU_MM_PER_LAYER 7
 
 /* What an activation slot holds, as one thread knows it (each thread keeps its own copy). */
 struct cpu_act {
@@ -123,6 +126,9 @@ struct cpu_backend {
     float *rope; /* [T][head_dim] cos, sin of each token's rotation angles */
     uint8_t *act_buf[CPU_ACT_SLOTS]; /* [T][act_row_cap] */
     struct cpu_act *act; /* [n_threads][CPU_ACT_SLOTS]: each thread's view of the slots */
+    int *mm_next;       /* [CPU_MM_PER_LAYER * n_layers + 1]: per matrix product of a pass, the next chunk of its
+                         * shared rows (op_matmul; atomic), zeroed before each pass */
+    int mm_count;
     size_t act_row_cap; /* bytes per row each slot can hold */
 
     bool prof_on;
@@ -225,7 +231,9 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
     cb->tmp = cpu_alloc(cb, T * hp->dim * sizeof(float), false);
     cb->rope = cpu_alloc(cb, T * hd * sizeof(float), false);
     cb->act = calloc((size_t)p->n_threads * CPU_ACT_SLOTS, sizeof *cb->act);
-    if (!cb->x || !cb->xn || !cb->q || !cb->k || !cb->v || !cb->att || !cb->hg || !cb->hu || !cb->tmp || !cb->rope ||
+    cb->mm_count = CPU_MM_PER_LAYER * hp->n_layers + 1;
+    cb->mm_next = calloc((size_t)cb->mm_count, sizeof *cb->mm_next);
+    if (!cb->mm_next || !cb->x || !cb->xn || !cb->q || !cb->k || !cb->v || !cb->att || !cb->hg || !cb->hu || !cb->tmp || !cb->rope ||
         !cb->act)
         goto oom;
     size_t max_cols = (size_t)hp->dim;
@@ -233,9 +241,12 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
         max_cols = hp->ffn_dim;
     if (q_dim > max_cols)
         max_cols = q_dim;
-    cb->act_row_cap = max_cols * 4 + 64; /* F32 is the widest activation format */
+    /* F32 is the widest activation format. The buffers are 64-byte aligned, so F32 rows of a multiple of 16
+     * columns start on a cache line: the AVX-512 F16 gemm loads 64 bytes at a time, and with malloc's 16-byte
+     * alignment every load split across two lines (5-9% of 1B F16 prefill). */
+    cb->act_row_cap = (max_cols * 4 + 64 + 63) & ~(size_t)63;
     for (int i = 0; i < CPU_ACT_SLOTS; i++) {
-        cb->act_buf[i] = cpu_alloc(cb, T * cb->act_row_cap, false);
+        cb->act_buf[i] = cpu_alloc(cb, T * cb->act_row_cap, true);
         if (!cb->act_buf[i])
             goto oom;
     }
@@ -338,6 +349,7 @@ static void cpu_destroy(struct backend *be)
     for (int i = 0; i < CPU_ACT_SLOTS; i++)
         free(cb->act_buf[i]);
     free(cb->act);
+    free(cb->mm_next);
     free(cb->gemv_aux);
     for (int i = 0; i < CPU_ACT_SLOTS; i++)
         free(cb->act_aux_buf[i]);
@@ -448,33 +460,22 @@ static int64_t cpu_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
     return r < 12 ? 12 : r;
 }
 
-/* out[t][r] (=|+=) dot(W[r], act[t]) for r in this thread's share of W's rows, t < n_rows; out rows are
- * ldo floats apart. Accumulation goes through cb->tmp ([n_rows][w->rows]) so the add is x + product, the
- * same rounding whether a row runs alone or in a batch. */
-static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
-                      float *out, int ldo, bool accumulate, int ith, int nth)
+/* out[t][r] (=|+=) dot(W[r], act[t]) for r in [r0, r1), t < n_rows, by the gemm kernels; out rows are ldo
+ * floats apart. Accumulation goes through cb->tmp ([n_rows][w->rows]) so the add is x + product, the same
+ * rounding whether a row runs alone or in a batch. */
+static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
+                           float *out, int ldo, bool accumulate, int64_t r0, int64_t r1)
 {
     const struct kernel_ops *ops = cb->ops[w->type];
-    int64_t r0, r1;
-    threadpool_split(w->rows, ith, nth, &r0, &r1);
     float *dst = accumulate ? cb->tmp : out;
     size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
     const uint8_t *wb = w->data;
     const struct gemv_ops *gv = cb->gemv[w->type];
-    if (n_rows == 1 && gv && r1 > r0) {
-        uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
-        gv->prep(w->cols, a->buf, aux);
-        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
-        if (accumulate)
-            for (int64_t r = r0; r < r1; r++)
-                out[r] = out[r] + dst[r];
-        return;
-    }
     /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
     bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
     /* A gemv_ops gemm blocks columns so their activations stay in L2 while all its rows pass over them, so it
-     * gets the thread's whole share of rows: in panels it would stream every column's activations (and aux)
-     * once per panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
+     * gets the whole range of rows: in panels it would stream every column's activations (and aux) once per
+     * panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
     int64_t pr = own ? r1 - r0 : cpu_panel_rows(w->row_bytes, n_rows, r1 - r0);
     for (int64_t p = r0; p < r1; p += pr) {
         int64_t n = r1 - p < pr ? r1 - p : pr;
@@ -492,6 +493,59 @@ static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, cons
             for (int64_t r = r0; r < r1; r++)
                 o[r] = o[r] + d[r];
         }
+}
+
+/* Share of a product's rows each thread takes as one range before the rest is shared (see op_matmul), and
+ * the shared chunks per thread; rows go in multiples of CPU_MM_UNIT (every kernel's row tile divides it). */
+#define CPU_MM_FIXED 0.75
+#define CPU_MM_CHUNKS 4
+#define CPU_MM_UNIT 24
+
+/* out[t][r] (=|+=) dot(W[r], act[t]) for every r, this thread's part of it; `which` names the product among
+ * the pass's (its counter in cb->mm_next). Decode (one activation row) splits the rows evenly: each thread
+ * streams one contiguous range, which the gemv prefetch wants (shared chunks cost Q4_0 decode 7%). With
+ * several rows, each thread first takes CPU_MM_FIXED / nth of the rows as one range (the gemm kernels block
+ * columns per call, so fewer calls stream the activations fewer times), then the rest is handed out in
+ * chunks from the shared counter: a thread on a slower core takes fewer of them instead of the others
+ * waiting for it at the next barrier (the two vCPUs of the Zen 5 VM ran the F16 gemm 20% apart, alone or
+ * together). Which thread computes a row never changes its value: rows are independent. */
+static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
+                      float *out, int ldo, bool accumulate, int which, int ith, int nth)
+{
+    int64_t r0, r1;
+    if (n_rows == 1 && cb->gemv[w->type]) {
+        threadpool_split(w->rows, ith, nth, &r0, &r1);
+        if (r1 <= r0)
+            return;
+        const struct gemv_ops *gv = cb->gemv[w->type];
+        float *dst = accumulate ? cb->tmp : out;
+        uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
+        gv->prep(w->cols, a->buf, aux);
+        gv->gemv(w->cols, r1 - r0, dst + r0, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
+                 a->buf, aux);
+        if (accumulate)
+            for (int64_t r = r0; r < r1; r++)
+                out[r] = out[r] + dst[r];
+        return;
+    }
+    if (nth == 1) {
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, 0, w->rows);
+        return;
+    }
+    int64_t fixed = (int64_t)((double)w->rows * CPU_MM_FIXED / nth) / CPU_MM_UNIT * CPU_MM_UNIT;
+    if (fixed > 0)
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, ith * fixed, (ith + 1) * fixed);
+    int64_t pool0 = fixed * nth, pool = w->rows - pool0;
+    int64_t chunk = (pool + CPU_MM_CHUNKS * nth - 1) / (CPU_MM_CHUNKS * nth);
+    chunk = (chunk + CPU_MM_UNIT - 1) / CPU_MM_UNIT * CPU_MM_UNIT;
+    for (;;) {
+        int64_t k = __atomic_fetch_add(&cb->mm_next[which], 1, __ATOMIC_RELAXED);
+        r0 = pool0 + k * chunk;
+        if (r0 >= w->rows)
+            break;
+        r1 = w->rows - r0 < chunk ? w->rows : r0 + chunk;
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1);
+    }
 }
 
 /* cos/sin of each rotation angle for position pos: cs[2i] = cos, cs[2i+1] = sin, i < head_dim / 2. The
@@ -734,13 +788,14 @@ static void cpu_job(void *ctx, int ith, int nth)
     cpu_mark(cb, ith, OP_EMBED);
     for (int l = 0; l < hp->n_layers; l++) {
         const struct model_layer *L = &m->layers[l];
+        int mm = l * CPU_MM_PER_LAYER;
         const struct cpu_act *a = op_norm_prepare(cb, L->attn_norm, T, NULL, cb->ops[L->wq.type], ith, nth);
         cpu_mark(cb, ith, OP_NORM);
-        op_matmul(cb, &L->wq, a, T, cb->q, q_dim, false, ith, nth);
+        op_matmul(cb, &L->wq, a, T, cb->q, q_dim, false, mm + 0, ith, nth);
         a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->wk.type], ith, nth);
-        op_matmul(cb, &L->wk, a, T, cb->k, kv_dim, false, ith, nth);
+        op_matmul(cb, &L->wk, a, T, cb->k, kv_dim, false, mm + 1, ith, nth);
         a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->wv.type], ith, nth);
-        op_matmul(cb, &L->wv, a, T, cb->v, kv_dim, false, ith, nth);
+        op_matmul(cb, &L->wv, a, T, cb->v, kv_dim, false, mm + 2, ith, nth);
         threadpool_barrier(tp);
         cpu_mark(cb, ith, OP_QKV);
         op_rope_store(cb, L, l, ith, nth);
@@ -752,26 +807,27 @@ static void cpu_job(void *ctx, int ith, int nth)
         cpu_mark(cb, ith, OP_ATTN);
         a = op_act_prepare(cb, cb->att, T, q_dim, cb->ops[L->wo.type], ith, nth);
         cpu_mark(cb, ith, OP_ATT_CONV);
-        op_matmul(cb, &L->wo, a, T, cb->x, dim, true, ith, nth);
+        op_matmul(cb, &L->wo, a, T, cb->x, dim, true, mm + 3, ith, nth);
         threadpool_barrier(tp);
         cpu_mark(cb, ith, OP_WO);
         a = op_norm_prepare(cb, L->ffn_norm, T, NULL, cb->ops[L->w_gate.type], ith, nth);
         cpu_mark(cb, ith, OP_NORM);
-        op_matmul(cb, &L->w_gate, a, T, cb->hg, hp->ffn_dim, false, ith, nth);
+        op_matmul(cb, &L->w_gate, a, T, cb->hg, hp->ffn_dim, false, mm + 4, ith, nth);
         a = op_act_prepare(cb, cb->xn, T, dim, cb->ops[L->w_up.type], ith, nth);
-        op_matmul(cb, &L->w_up, a, T, cb->hu, hp->ffn_dim, false, ith, nth);
+        op_matmul(cb, &L->w_up, a, T, cb->hu, hp->ffn_dim, false, mm + 5, ith, nth);
         threadpool_barrier(tp);
         cpu_mark(cb, ith, OP_GATE_UP);
         a = op_swiglu_prepare(cb, T, cb->ops[L->w_down.type], ith, nth);
         cpu_mark(cb, ith, OP_SWIGLU);
-        op_matmul(cb, &L->w_down, a, T, cb->x, dim, true, ith, nth);
+        op_matmul(cb, &L->w_down, a, T, cb->x, dim, true, mm + 6, ith, nth);
         threadpool_barrier(tp);
         cpu_mark(cb, ith, OP_DOWN);
     }
     if (cb->n_logits > 0) {
         const struct cpu_act *a = op_norm_prepare(cb, m->output_norm, cb->n_logits, cb->logit_rows,
                                                   cb->ops[m->output.type], ith, nth);
-        op_matmul(cb, &m->output, a, cb->n_logits, cb->logits, hp->n_vocab, false, ith, nth);
+        op_matmul(cb, &m->output, a, cb->n_logits, cb->logits, hp->n_vocab, false, cb->mm_count - 1, ith,
+                  nth);
         cpu_mark(cb, ith, OP_OUTPUT); /* no barrier: threadpool_run waits for every thread */
     }
 }
@@ -787,6 +843,7 @@ static int cpu_forward(struct backend *be, const struct backend_pass *pass, char
     cb->n_seqs_in_batch = pass->n_seqs;
     if (cb->prof_on)
         cb->prof_last = clock_now_s();
+    memset(cb->mm_next, 0, (size_t)cb->mm_count * sizeof *cb->mm_next); /* threadpool_run publishes it */
     threadpool_run(cb->tp, cpu_job, cb);
     if (cb->prof_on) {
         struct cpu_prof *pr = &cb->prof[cpu_prof_kind(cb)];

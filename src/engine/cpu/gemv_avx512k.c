@@ -14,23 +14,29 @@
  *     d_w * d_x become [d_w * d_x(c) x8 | d_w * d_x(c+1) x8], the same IEEE multiply per lane.
  *   K-quants (gemv): half = weight row r / r+1 against the activation broadcast to both halves; the
  *     per-sub-block scales of both rows are picked into place with one vpermw each.
- *   F16 (gemm): half = weight row r / r+1. The weights of a tile are converted to F32 once per chunk of
- *     AF_KC elements into an interleaved buffer ([8 of row r | 8 of row r+1] per 8-element group) that stays
- *     in L1 and is reused for every column of the cache block; activations are broadcast 8 floats to both
- *     halves straight from memory (a load, no shuffle), so the inner loop is loads and FMAs only. vec_dot's
- *     two chains (16-element steps, then 8-element steps into chain 0, then a zero-padded tail into chain 0)
- *     are kept per (row, column); between chunks the chains live in a stack buffer per column.
+ *   F16 (gemm): half = vec_dot's chain 0 / chain 1 of one (weight row, activation column): vec_dot's 16-element
+ *     step puts elements i..i+7 in chain 0 and i+8..i+15 in chain 1, which is exactly a zmm of 16 consecutive
+ *     weights times 16 consecutive activations. The weights of a tile are converted to F32 once per chunk
+ *     of AF_KC elements into a buffer that stays in L1 and is reused for every column of the cache block;
+ *     activations are plain 64-byte loads. A 6-row x 4-column tile holds 24 accumulators and the 6 weight
+ *     vectors, so each step is 6 + 4 loads for 24 FMAs (the pair layout it replaced, [8 of row r | 8 of
+ *     row r+1] against 8 activations broadcast, needed 2 loads per 2 FMAs of a column: 1.1-1.2x slower on
+ *     Zen 5). The 8-element steps and the zero-padded tail go into chain 0 (the low half, masked); the end
+ *     adds the halves (vec_dot's chain 0 + chain 1) and folds. Between chunks the accumulators live in a
+ *     stack buffer per column.
  *   F16 gemv: the AVX2 gemv (memory-bound already).
- * A lone row or column is paired with itself and only its low half stored.
+ * K-quants: a lone row or column is paired with itself and only its low half stored.
  *
  * aux_bytes is 0 for every type here: no activation prep.
  *
  * Measured on the 2-core test machine (Xeon, AVX-512 with one 512-bit FMA per cycle: a pure FMA loop does
  * ~82 GFLOP/s in zmm, ~95 in ymm), one thread, engine-sized panels, 128 columns, against kernel_ops gemm:
  * F16 n 2048 ~90-100 GFLOP/s (AVX2 ~50), n 8192 ~65 (AVX2 ~44; there the activations no longer fit beside
- * the panel and stream from L3); Q4_K / Q6_K ~150 (AVX2 ~80-95). Tile shapes were picked by measuring (F16:
- * 2 row pairs x 2-5 columns and 3 row pairs x 2-3 within noise; K-quants: 3 x 3 pairs best, 4 x 2, 2 x 3,
- * 3 x 4 within ~10%). Decode gemv from L2: Q4_K 15 -> 26 GB/s, Q6_K 18 -> 30 GB/s per core.
+ * the panel and stream from L3); Q4_K / Q6_K ~150 (AVX2 ~80-95). On the Zen 5 VM (two 512-bit FMAs per
+ * cycle), 256 columns: F16 n 2048 165-190 GFLOP/s, n 8192 140-155 (the pair layout: 150-170 and 105-135).
+ * Tile shapes were picked by measuring (F16 on Zen 5: 6 rows x 4 columns best, 5 x 5 and 4 x 6 5-10% slower,
+ * 6 x 3 15% slower; chunks of 512 elements best, 256 and 1024 slower in prefill; K-quants on the Xeon: 3 x 3
+ * pairs best, 4 x 2, 2 x 3, 3 x 4 within ~10%). Decode gemv from L2: Q4_K 15 -> 26 GB/s, Q6_K 18 -> 30 GB/s per core.
  */
 #include "engine/cpu/gemv.h"
 
@@ -338,124 +344,99 @@ AK_KGEMM(q6_k, ak_tile_q6_k)
 
 /* ---- F16 x F32 gemm ---- */
 
-#ifndef AF_RP
-#define AF_RP 2     /* row pairs per tile */
-#endif
-#ifndef AF_C
+#define AF_R 6      /* weight rows per tile */
 #define AF_C 4      /* columns per tile */
-#endif
-#ifndef AF_XB
-#define AF_XB (768 << 10) /* bytes of activations per column cache block (512 KiB - 1 MiB measured best) */
-#endif
-#ifndef AF_KC
-#define AF_KC 1024  /* elements per chunk of converted weights (multiple of 16): AF_RP * 8 KiB of F32 */
-#endif
+#define AF_XB (768 << 10) /* bytes of activations per column cache block */
+#define AF_KC 512   /* elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32 */
 #define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
 
-/* Converts elements [k0, k1) of rows a and b (F16) to wb: per 8-element group 16 floats, [8 of a | 8 of b];
- * a partial last group is zero-padded (as vec_dot pads its tail). */
-AK_INLINE void af_convert(const uint16_t *a, const uint16_t *b, int64_t k0, int64_t k1, float *wb)
+/* Converts elements [k0, k1) of F16 row a to F32 in wb; a partial last 16-element group is zero-padded (as
+ * vec_dot pads its tail). */
+AK_INLINE void af_convert(const uint16_t *a, int64_t k0, int64_t k1, float *wb)
 {
     int64_t i = k0;
-    for (; i + 8 <= k1; i += 8, wb += 16) {
-        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a + i))),
-                                            _mm_loadu_si128((const __m128i *)(b + i)), 1);
-        _mm512_store_ps(wb, _mm512_cvtph_ps(h));
-    }
+    for (; i + 16 <= k1; i += 16, wb += 16)
+        _mm512_store_ps(wb, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(a + i))));
     if (i < k1) {
-        uint16_t ta[8] = {0}, tb[8] = {0};
-        memcpy(ta, a + i, (size_t)(k1 - i) * 2);
-        memcpy(tb, b + i, (size_t)(k1 - i) * 2);
-        __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)ta)),
-                                            _mm_loadu_si128((const __m128i *)tb), 1);
-        _mm512_store_ps(wb, _mm512_cvtph_ps(h));
+        uint16_t t[16] = {0};
+        memcpy(t, a + i, (size_t)(k1 - i) * 2);
+        _mm512_store_ps(wb, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)t)));
     }
 }
 
-/* RP row pairs (converted chunk wb: [RP][groups][16]) x NC columns over elements [k0, k1) of n. The chains
- * of column c start from ch[c] (zero when k0 == 0) and are saved back there unless this is the last chunk,
- * where they are folded into s[c * lds + row] (row 2rp + 1 only when rows > 2rp + 1). */
-AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb, size_t gstride,
-                       const float *const *xc, __m512 (*ch)[AF_RP][2], float *s, size_t lds, int rows)
+/* R weight rows (converted chunk wb: [R][AF_KC] floats) x NC columns over elements [k0, k1) of n; one zmm per
+ * (row, column) = [vec_dot chain 0 | chain 1]. The chains of column c start from ch[c] (zero when k0 == 0)
+ * and are saved back there unless this is the last chunk, where they are added (chain 0 + chain 1, vec_dot's
+ * last add) and folded into s[c * lds + r]. */
+AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb,
+                       const float *const *xc, __m512 (*ch)[AF_R], float *s, size_t lds)
 {
-    __m512 a0[AF_RP][AF_C], a1[AF_RP][AF_C];
+    __m512 acc[AF_R][AF_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
-#pragma GCC unroll 4
-        for (int rp = 0; rp < RP; rp++) {
-            a0[rp][c] = k0 ? ch[c][rp][0] : _mm512_setzero_ps();
-            a1[rp][c] = k0 ? ch[c][rp][1] : _mm512_setzero_ps();
-        }
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            acc[r][c] = k0 ? ch[c][r] : _mm512_setzero_ps();
     int64_t i = k0;
     const float *g = wb;
-    for (; i + 16 <= k1; i += 16, g += 32) {
+    for (; i + 16 <= k1; i += 16, g += 16) { /* vec_dot's 16-element steps: elements i..i+7 chain 0, the rest 1 */
+        __m512 w[AF_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            w[r] = _mm512_load_ps(g + r * AF_KC);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
-            __m512 x1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i + 8));
-#pragma GCC unroll 4
-            for (int rp = 0; rp < RP; rp++) {
-                a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
-                a1[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride + 16), x1, a1[rp][c]);
-            }
+            __m512 x = _mm512_loadu_ps(xc[c] + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(w[r], x, acc[r][c]);
         }
     }
-    if (k1 == n) {
-        for (; i + 8 <= n; i += 8, g += 16) {
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                __m512 x0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(xc[c] + i));
-#pragma GCC unroll 4
-                for (int rp = 0; rp < RP; rp++)
-                    a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
-            }
-        }
-        if (i < n) { /* tail: weights zero-padded by af_convert, activations by the masked load */
-            __mmask8 m = (__mmask8)((1u << (n - i)) - 1);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                __m512 x0 = _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(m, xc[c] + i));
-#pragma GCC unroll 4
-                for (int rp = 0; rp < RP; rp++)
-                    a0[rp][c] = _mm512_fmadd_ps(_mm512_load_ps(g + rp * gstride), x0, a0[rp][c]);
-            }
-        }
+    if (k1 < n) {
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
-#pragma GCC unroll 4
-            for (int rp = 0; rp < RP; rp++)
-                ak_store2(_mm512_add_ps(a0[rp][c], a1[rp][c]), s + (size_t)c * lds + 2 * rp,
-                          2 * rp + 1 < rows ? s + (size_t)c * lds + 2 * rp + 1 : NULL);
-    } else {
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-#pragma GCC unroll 4
-            for (int rp = 0; rp < RP; rp++) {
-                ch[c][rp][0] = a0[rp][c];
-                ch[c][rp][1] = a1[rp][c];
-            }
+            for (int r = 0; r < R; r++)
+                ch[c][r] = acc[r][c];
+        return;
     }
+    for (; i < n; i += 8, g += 8) { /* 8-element steps, then the zero-padded tail: chain 0 only */
+        __mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 x = _mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, xc[c] + i));
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_load_ps(g + r * AF_KC)), x, acc[r][c],
+                                                  0x00ff);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                              _mm512_extractf32x8_ps(acc[r][c], 1)));
 }
 
-/* af_tile with RP and NC as constants (RP <= AF_RP, NC <= AF_C; the clamps only keep unreachable cases
- * compilable). */
-#define AF_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define AF_TILE_NC(RP, nc_, ...)                                                                             \
+/* af_tile with R and NC as constants. */
+#define AF_TILE_NC(R, nc_, ...)                                                                              \
     do {                                                                                                     \
         switch (nc_) {                                                                                       \
-        case 5: af_tile(RP, AF_MIN(5, AF_C), __VA_ARGS__); break;                                           \
-        case 4: af_tile(RP, AF_MIN(4, AF_C), __VA_ARGS__); break;                                           \
-        case 3: af_tile(RP, AF_MIN(3, AF_C), __VA_ARGS__); break;                                           \
-        case 2: af_tile(RP, AF_MIN(2, AF_C), __VA_ARGS__); break;                                           \
-        default: af_tile(RP, 1, __VA_ARGS__); break;                                                         \
+        case 4: af_tile(R, 4, __VA_ARGS__); break;                                                           \
+        case 3: af_tile(R, 3, __VA_ARGS__); break;                                                           \
+        case 2: af_tile(R, 2, __VA_ARGS__); break;                                                           \
+        default: af_tile(R, 1, __VA_ARGS__); break;                                                          \
         }                                                                                                    \
     } while (0)
-#define AF_TILE(rp_, nc_, ...)                                                                               \
+#define AF_TILE(r_, nc_, ...)                                                                                \
     do {                                                                                                     \
-        switch (rp_) {                                                                                       \
-        case 4: AF_TILE_NC(AF_MIN(4, AF_RP), nc_, __VA_ARGS__); break;                                      \
-        case 3: AF_TILE_NC(AF_MIN(3, AF_RP), nc_, __VA_ARGS__); break;                                      \
-        case 2: AF_TILE_NC(AF_MIN(2, AF_RP), nc_, __VA_ARGS__); break;                                      \
+        switch (r_) {                                                                                        \
+        case 6: AF_TILE_NC(6, nc_, __VA_ARGS__); break;                                                      \
+        case 5: AF_TILE_NC(5, nc_, __VA_ARGS__); break;                                                      \
+        case 4: AF_TILE_NC(4, nc_, __VA_ARGS__); break;                                                      \
+        case 3: AF_TILE_NC(3, nc_, __VA_ARGS__); break;                                                      \
+        case 2: AF_TILE_NC(2, nc_, __VA_ARGS__); break;                                                      \
         default: AF_TILE_NC(1, nc_, __VA_ARGS__); break;                                                     \
         }                                                                                                    \
     } while (0)
@@ -463,30 +444,45 @@ AK_INLINE void af_tile(const int RP, const int NC, int64_t n, int64_t k0, int64_
 static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
                         size_t ldx, const void *aux, size_t ldaux)
 {
-    _Static_assert(AF_C <= 5 && AF_RP <= 4 && AF_KC % 16 == 0, "af_tile dispatch");
-    float wb[AF_RP][AF_KC / 8 * 16] __attribute__((aligned(64)));
-    __m512 ch[AF_JB][AF_RP][2];
+    _Static_assert(AF_C == 4 && AF_R == 6 && AF_KC % 16 == 0, "af_tile dispatch");
+    float wb[AF_R][AF_KC] __attribute__((aligned(64)));
+    __m512 ch[AF_JB][AF_R];
     const uint8_t *W = w, *X = x;
     int jb = ak_col_block(AF_XB, ldx, AF_C, AF_JB);
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb;
-        for (int i = 0; i < nr; i += 2 * AF_RP) {
-            int rows = nr - i < 2 * AF_RP ? nr - i : 2 * AF_RP;
-            int rp_n = (rows + 1) / 2;
+        int tiles = (j1 - j0 + AF_C - 1) / AF_C;
+        for (int i = 0; i < nr; i += AF_R) {
+            int rows = nr - i < AF_R ? nr - i : AF_R;
             for (int64_t k0 = 0; k0 < n; k0 += AF_KC) {
                 int64_t k1 = n - k0 < AF_KC ? n : k0 + AF_KC;
-                for (int rp = 0; rp < rp_n; rp++) {
-                    int ra = i + 2 * rp, rb = ra + 1 < nr ? ra + 1 : ra; /* a lone row pairs with itself */
-                    af_convert((const uint16_t *)(W + (size_t)ra * ldw), (const uint16_t *)(W + (size_t)rb * ldw), k0,
-                               k1, wb[rp]);
+                for (int r = 0; r < rows; r++)
+                    af_convert((const uint16_t *)(W + (size_t)(i + r) * ldw), k0, k1, wb[r]);
+                /* The weights of the next chunk (these rows' next elements, or the next tile's first) are
+                 * prefetched into L2 a share per column tile: they come from memory, and for long rows (FFN
+                 * down, n 8192) waiting for them cost 10-20%. */
+                const uint8_t *pf = NULL;
+                int pf_rows = 0;
+                size_t pf_lines = 0;
+                if (k1 < n) {
+                    pf = W + (size_t)i * ldw + (size_t)k1 * 2;
+                    pf_rows = rows;
+                    pf_lines = (size_t)((n - k1 < AF_KC ? n - k1 : AF_KC) * 2 + 63) / 64;
+                } else if (i + AF_R < nr) {
+                    pf = W + (size_t)(i + AF_R) * ldw;
+                    pf_rows = nr - i - AF_R < AF_R ? nr - i - AF_R : AF_R;
+                    pf_lines = (size_t)((n < AF_KC ? n : AF_KC) * 2 + 63) / 64;
                 }
+                size_t pf_all = pf_lines * (size_t)pf_rows, pf_done = 0, pf_per = (pf_all + (size_t)tiles - 1) / (size_t)tiles;
                 for (int j = j0; j < j1; j += AF_C) {
                     int m = j1 - j < AF_C ? j1 - j : AF_C;
+                    for (size_t q = 0; q < pf_per && pf_done < pf_all; q++, pf_done++)
+                        _mm_prefetch((const char *)(pf + (pf_done / pf_lines) * ldw + (pf_done % pf_lines) * 64),
+                                     _MM_HINT_T1);
                     const float *xc[AF_C];
                     for (int c = 0; c < m; c++)
                         xc[c] = (const float *)(X + (size_t)(j + c) * ldx);
-                    AF_TILE(rp_n, m, n, k0, k1, wb[0], sizeof wb[0] / sizeof(float), xc, ch + (j - j0), s + (size_t)j * lds + i,
-                            lds, rows);
+                    AF_TILE(rows, m, n, k0, k1, wb[0], xc, ch + (j - j0), s + (size_t)j * lds + i, lds);
                 }
             }
         }
