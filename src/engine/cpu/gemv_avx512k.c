@@ -441,10 +441,103 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
         }                                                                                                    \
     } while (0)
 
+/* Few columns (batched decode, speculative verification): no weight is used often enough to pay for the
+ * converted buffer, so R rows x NC columns (NC up to AF_NCOLS, all of them) run along whole rows converting
+ * the weights in registers, with the same per-(row, column) chains and tail as af_tile. The rows of the next
+ * row tile are prefetched, each at the point this tile has reached in its own rows. */
+#define AF_NROWS 3
+#define AF_NCOLS 8
+AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w, size_t ldw, int pf_rows,
+                         const float *const *xc, float *s, size_t lds)
+{
+    __m512 acc[AF_NROWS][AF_NCOLS];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            acc[r][c] = _mm512_setzero_ps();
+    const uint8_t *pf = w + (size_t)R * ldw;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        if ((i & 31) == 0)
+            for (int r = 0; r < pf_rows; r++)
+                _mm_prefetch((const char *)(pf + (size_t)r * ldw + (size_t)i * 2), _MM_HINT_T0);
+        __m512 wv[AF_NROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)r * ldw + (size_t)i * 2)));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 x = _mm512_loadu_ps(xc[c] + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(wv[r], x, acc[r][c]);
+        }
+    }
+    for (; i < n; i += 8) { /* 8-element steps, then the zero-padded tail: chain 0 only */
+        __mmask8 m = n - i >= 8 ? 0xff : (__mmask8)((1u << (n - i)) - 1);
+        __m512 wv[AF_NROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm512_castps256_ps512(
+                _mm256_cvtph_ps(_mm_maskz_loadu_epi16(m, w + (size_t)r * ldw + (size_t)i * 2)));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 x = _mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, xc[c] + i));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_mask3_fmadd_ps(wv[r], x, acc[r][c], 0x00ff);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
+                                                              _mm512_extractf32x8_ps(acc[r][c], 1)));
+}
+
+#define AF_NARROW_NC(R, nc_, ...)                                                                            \
+    do {                                                                                                     \
+        switch (nc_) {                                                                                       \
+        case 8: af_narrow(R, 8, __VA_ARGS__); break;                                                         \
+        case 7: af_narrow(R, 7, __VA_ARGS__); break;                                                         \
+        case 6: af_narrow(R, 6, __VA_ARGS__); break;                                                         \
+        case 5: af_narrow(R, 5, __VA_ARGS__); break;                                                         \
+        case 4: af_narrow(R, 4, __VA_ARGS__); break;                                                         \
+        case 3: af_narrow(R, 3, __VA_ARGS__); break;                                                         \
+        case 2: af_narrow(R, 2, __VA_ARGS__); break;                                                         \
+        default: af_narrow(R, 1, __VA_ARGS__); break;                                                        \
+        }                                                                                                    \
+    } while (0)
+
+static void af_gemm_f16_narrow(int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, size_t ldw,
+                               const uint8_t *x, size_t ldx)
+{
+    _Static_assert(AF_NROWS == 3 && AF_NCOLS == 8, "af_narrow dispatch");
+    const float *xc[AF_NCOLS];
+    for (int c = 0; c < nc; c++)
+        xc[c] = (const float *)(x + (size_t)c * ldx);
+    for (int i = 0; i < nr; i += AF_NROWS) {
+        int rows = nr - i < AF_NROWS ? nr - i : AF_NROWS;
+        int next = nr - i - rows < AF_NROWS ? nr - i - rows : AF_NROWS;
+        const uint8_t *wi = w + (size_t)i * ldw;
+        switch (rows) {
+        case 3: AF_NARROW_NC(3, nc, n, wi, ldw, next, xc, s + i, lds); break;
+        case 2: AF_NARROW_NC(2, nc, n, wi, ldw, next, xc, s + i, lds); break;
+        default: AF_NARROW_NC(1, nc, n, wi, ldw, next, xc, s + i, lds); break;
+        }
+    }
+}
+
 static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
                         size_t ldx, const void *aux, size_t ldaux)
 {
     _Static_assert(AF_C == 4 && AF_R == 6 && AF_KC % 16 == 0, "af_tile dispatch");
+    if (nc <= AF_NCOLS) {
+        af_gemm_f16_narrow(n, nr, nc, s, lds, w, ldw, x, ldx);
+        return;
+    }
     float wb[AF_R][AF_KC] __attribute__((aligned(64)));
     __m512 ch[AF_JB][AF_R];
     const uint8_t *W = w, *X = x;
