@@ -167,7 +167,8 @@ int serve_chunk_parse(const char *data, size_t len, struct serve_chunk *out, cha
         return 0;
     }
     json_error_t jerr;
-    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    /* JSON_ALLOW_NUL: a token may be the byte 0, sent as \u0000 (llama-server does); text keeps its length */
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (!root)
         return err_set(err, ERR_FORMAT, "bad JSON in a data line (%s at column %d): %.60s", jerr.text,
                        jerr.column, data);

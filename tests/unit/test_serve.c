@@ -111,6 +111,14 @@ static void test_chunk_parse(void **state)
     assert_int_equal(c.prompt_tokens, -1);
     free(c.text);
 
+    /* a token that is the byte 0 (llama-server sends it as \u0000 from models that emit it): a token */
+    const char *nul = "{\"choices\":[{\"index\":0,\"text\":\"\\u0000\"}]}";
+    assert_int_equal(serve_chunk_parse(nul, strlen(nul), &c, err), 0);
+    assert_non_null(c.text);
+    assert_int_equal(c.text_len, 1);
+    assert_int_equal(c.text[0], 0);
+    free(c.text);
+
     const char *chat = "{\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}";
     assert_int_equal(serve_chunk_parse(chat, strlen(chat), &c, err), 0);
     assert_string_equal(c.text, "hi");
