@@ -364,6 +364,12 @@ AK_INLINE void af_convert(const uint16_t *a, int64_t k0, int64_t k1, float *wb)
     }
 }
 
+/* The dot product from a zmm of [chain 0 | chain 1]: vec_dot's chain 0 + chain 1, then its fold. */
+AK_INLINE float af_fold(__m512 acc)
+{
+    return simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
+}
+
 /* R weight rows (converted chunk wb: [R][AF_KC] floats) x NC columns over elements [k0, k1) of n; one zmm per
  * (row, column) = [vec_dot chain 0 | chain 1]. The chains of column c start from ch[c] (zero when k0 == 0)
  * and are saved back there unless this is the last chunk, where they are added (chain 0 + chain 1, vec_dot's
@@ -415,8 +421,7 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
     for (int c = 0; c < NC; c++)
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
-                                                              _mm512_extractf32x8_ps(acc[r][c], 1)));
+            s[(size_t)c * lds + r] = af_fold(acc[r][c]);
 }
 
 /* af_tile with R and NC as constants. */
@@ -493,8 +498,7 @@ AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w,
     for (int c = 0; c < NC; c++)
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++)
-            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc[r][c]),
-                                                              _mm512_extractf32x8_ps(acc[r][c], 1)));
+            s[(size_t)c * lds + r] = af_fold(acc[r][c]);
 }
 
 #define AF_NARROW_NC(R, nc_, ...)                                                                            \
