@@ -506,9 +506,10 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
  * streams one contiguous range, which the gemv prefetch wants (shared chunks cost Q4_0 decode 7%). With
  * several rows, each thread first takes CPU_MM_FIXED / nth of the rows as one range (the gemm kernels block
  * columns per call, so fewer calls stream the activations fewer times), then the rest is handed out in
- * chunks from the shared counter: a thread on a slower core takes fewer of them instead of the others
- * waiting for it at the next barrier (the two vCPUs of the Zen 5 VM ran the F16 gemm 20% apart, alone or
- * together). Which thread computes a row never changes its value: rows are independent. */
+ * chunks from the shared counter: a thread whose core is busy with other work takes fewer of them instead
+ * of the others waiting for it at the next barrier (1B F16 pp512 with a busy loop on one of two cores:
+ * 1.07-1.10x; level on a quiet machine). Which thread computes a row never changes its value: rows are
+ * independent. */
 static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
                       float *out, int ldo, bool accumulate, int which, int ith, int nth)
 {
