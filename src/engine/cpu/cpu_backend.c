@@ -233,8 +233,8 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
     cb->act = calloc((size_t)p->n_threads * CPU_ACT_SLOTS, sizeof *cb->act);
     cb->mm_count = CPU_MM_PER_LAYER * hp->n_layers + 1;
     cb->mm_next = calloc((size_t)cb->mm_count, sizeof *cb->mm_next);
-    if (!cb->mm_next || !cb->x || !cb->xn || !cb->q || !cb->k || !cb->v || !cb->att || !cb->hg || !cb->hu || !cb->tmp || !cb->rope ||
-        !cb->act)
+    if (!cb->x || !cb->xn || !cb->q || !cb->k || !cb->v || !cb->att || !cb->hg || !cb->hu || !cb->tmp || !cb->rope ||
+        !cb->act || !cb->mm_next)
         goto oom;
     size_t max_cols = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > max_cols)
@@ -460,31 +460,37 @@ static int64_t cpu_panel_rows(size_t row_bytes, int n_tok, int64_t n_rows)
     return r < 12 ? 12 : r;
 }
 
-/* out[t][r] (=|+=) dot(W[r], act[t]) for r in [r0, r1), t < n_rows, by the gemm kernels; out rows are ldo
- * floats apart. Accumulation goes through cb->tmp ([n_rows][w->rows]) so the add is x + product, the same
- * rounding whether a row runs alone or in a batch. */
+/* out[t][r] (=|+=) dot(W[r], act[t]) for r in [r0, r1), t < n_rows, on thread ith: the gemv kernels for one
+ * activation row, else the gemm kernels; out rows are ldo floats apart. Accumulation goes through cb->tmp
+ * ([n_rows][w->rows]) so the add is x + product, the same rounding whether a row runs alone or in a batch. */
 static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
-                           float *out, int ldo, bool accumulate, int64_t r0, int64_t r1)
+                           float *out, int ldo, bool accumulate, int64_t r0, int64_t r1, int ith)
 {
     const struct kernel_ops *ops = cb->ops[w->type];
     float *dst = accumulate ? cb->tmp : out;
     size_t ldd = accumulate ? (size_t)w->rows : (size_t)ldo;
     const uint8_t *wb = w->data;
     const struct gemv_ops *gv = cb->gemv[w->type];
-    /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
-    bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
-    /* A gemv_ops gemm blocks columns so their activations stay in L2 while all its rows pass over them, so it
-     * gets the whole range of rows: in panels it would stream every column's activations (and aux) once per
-     * panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
-    int64_t pr = own ? r1 - r0 : cpu_panel_rows(w->row_bytes, n_rows, r1 - r0);
-    for (int64_t p = r0; p < r1; p += pr) {
-        int64_t n = r1 - p < pr ? r1 - p : pr;
-        if (own)
-            gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                     a->row_bytes, a->aux, a->aux_stride);
-        else
-            ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
-                      a->row_bytes);
+    if (n_rows == 1 && gv) {
+        uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
+        gv->prep(w->cols, a->buf, aux);
+        gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
+    } else {
+        /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
+        bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);
+        /* A gemv_ops gemm blocks columns so their activations stay in L2 while all its rows pass over them, so
+         * it gets the whole range of rows: in panels it would stream every column's activations (and aux) once
+         * per panel, which for long rows (FFN down) bound it (AVX-512 1B Q4_0 pp128 down: 900 -> 500 ms). */
+        int64_t pr = own ? r1 - r0 : cpu_panel_rows(w->row_bytes, n_rows, r1 - r0);
+        for (int64_t p = r0; p < r1; p += pr) {
+            int64_t n = r1 - p < pr ? r1 - p : pr;
+            if (own)
+                gv->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                         a->row_bytes, a->aux, a->aux_stride);
+            else
+                ops->gemm(w->cols, (int)n, n_rows, dst + p, ldd, wb + (size_t)p * w->row_bytes, w->row_bytes, a->buf,
+                          a->row_bytes);
+        }
     }
     if (accumulate)
         for (int t = 0; t < n_rows; t++) {
@@ -514,28 +520,15 @@ static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, cons
                       float *out, int ldo, bool accumulate, int which, int ith, int nth)
 {
     int64_t r0, r1;
-    if (n_rows == 1 && cb->gemv[w->type]) {
+    if ((n_rows == 1 && cb->gemv[w->type]) || nth == 1) {
         threadpool_split(w->rows, ith, nth, &r0, &r1);
-        if (r1 <= r0)
-            return;
-        const struct gemv_ops *gv = cb->gemv[w->type];
-        float *dst = accumulate ? cb->tmp : out;
-        uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
-        gv->prep(w->cols, a->buf, aux);
-        gv->gemv(w->cols, r1 - r0, dst + r0, (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes,
-                 a->buf, aux);
-        if (accumulate)
-            for (int64_t r = r0; r < r1; r++)
-                out[r] = out[r] + dst[r];
-        return;
-    }
-    if (nth == 1) {
-        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, 0, w->rows);
+        if (r1 > r0)
+            op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1, ith);
         return;
     }
     int64_t fixed = (int64_t)((double)w->rows * CPU_MM_FIXED / nth) / CPU_MM_UNIT * CPU_MM_UNIT;
     if (fixed > 0)
-        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, ith * fixed, (ith + 1) * fixed);
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, ith * fixed, (ith + 1) * fixed, ith);
     int64_t pool0 = fixed * nth, pool = w->rows - pool0;
     int64_t chunk = (pool + CPU_MM_CHUNKS * nth - 1) / (CPU_MM_CHUNKS * nth);
     chunk = (chunk + CPU_MM_UNIT - 1) / CPU_MM_UNIT * CPU_MM_UNIT;
@@ -545,7 +538,7 @@ static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, cons
         if (r0 >= w->rows)
             break;
         r1 = w->rows - r0 < chunk ? w->rows : r0 + chunk;
-        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1);
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1, ith);
     }
 }
 

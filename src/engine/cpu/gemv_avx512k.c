@@ -570,7 +570,8 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                     pf_rows = nr - i - AF_R < AF_R ? nr - i - AF_R : AF_R;
                     pf_lines = (size_t)((n < AF_KC ? n : AF_KC) * 2 + 63) / 64;
                 }
-                size_t pf_all = pf_lines * (size_t)pf_rows, pf_done = 0, pf_per = (pf_all + (size_t)tiles - 1) / (size_t)tiles;
+                size_t pf_all = pf_lines * (size_t)pf_rows, pf_done = 0;
+                size_t pf_per = (pf_all + (size_t)tiles - 1) / (size_t)tiles;
                 for (int j = j0; j < j1; j += AF_C) {
                     int m = j1 - j < AF_C ? j1 - j : AF_C;
                     for (size_t q = 0; q < pf_per && pf_done < pf_all; q++, pf_done++)
