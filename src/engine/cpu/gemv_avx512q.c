@@ -13,7 +13,9 @@
  * With that layout
  *   - the weights of a row pair become one zmm with one two-source dword permute (+ the AND / XOR);
  *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: prep
- *     writes them so (it runs once per activation row), so they are plain loads;
+ *     stores them once (32 bytes each) and the tile repeats the dwords with one permute per (column, block),
+ *     shared by the tile's row pairs. Storing them repeated (twice the bytes) made the tile wait on the aux
+ *     stream from L2: the permutes measured 1.15-1.35x faster (Zen 5, one thread, n 2048-8192);
  *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
  *     built per 8 blocks (one multiply of 16 weight scales, gathered interleaved, by the doubled activation
  *     scales prep stored);
@@ -26,16 +28,18 @@
  *
  * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8):
  *   float dx2[2 * nb8]: the activation scale of block b at 2b and 2b + 1 (zero past nb)
- *   then per block 192 bytes: int8 xd[64] (the 32 quants, each dword twice), int32 mq4d[16] (-8 * sum4(x) for
- *   lanes 0-3, -128 * sum4(x) for lanes 4-7, each twice), int32 m128d[16] (-128 * sum4(x), each twice); the
- *   start values carry the 1.5 * 2^23 bits. 5.6x the activation row's own size, which the gemm's column blocks
- *   account for (the kernels read only aux, never the activation row itself).
+ *   then the Q4_0 part, per block 64 bytes: int8 xq[32] (the quants), int32 mq4[8] (-8 * sum4(x) for lanes
+ *   0-3, -128 * sum4(x) for lanes 4-7), then the Q8_0 part, per block 64 bytes: int8 xq[32], int32 m128[8]
+ *   (-128 * sum4(x)); the start values carry the 1.5 * 2^23 bits. Each kernel reads one dense stream, every
+ *   byte of every line it touches (the quants are stored twice for that). 3.9x the activation row's own size,
+ *   which the gemm's column blocks account for (the kernels read only aux, never the activation row itself).
  *
  * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers (each weight pair unpacked once per
  * block serves AQ_C columns; each aux load serves AQ_RP pairs: more rows per tile measured faster than more
  * columns, the aux stream from L2 being the other limit), columns blocked so a block's aux stays in L2 while
  * all rows pass over it, the next row tile's weights prefetched into L2 during a row tile's last column tile
- * (they come from memory otherwise: -12%). An odd last row runs as a pair with itself. gemv is the same tile
+ * (they come from memory otherwise: -12%). A row tile with 4 or more column tiles unpacks its weights once into
+ * an L1 buffer they all read (aq_cols). An odd last row runs as a pair with itself. gemv is the same tile
  * with one column, plus a prefetch along the rows. Weight rows must be less than 2 GiB apart (gather offsets).
  */
 #if defined(__clang__)
@@ -56,11 +60,14 @@
 #include <string.h>
 
 #define AQ_INLINE static inline __attribute__((always_inline))
-#define AQ_BLK 192 /* aux bytes per block: xd, mq4d, m128d */
+#define AQ_BLK 64 /* aux bytes per block in each part (Q4_0, Q8_0): xq, then the start values */
 /* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
 #define AQ_PF (24 << 10)
 #define AQ_RP 4 /* gemm tile: row pairs */
 #define AQ_C 4  /* gemm tile: columns */
+/* bytes of a row tile's unpacked weights kept for all its column tiles (see aq_cols): L1 holds them beside
+ * the column tile's aux (4 columns x 4.3 KiB at n 2048) */
+#define AQ_WU_MAX (16u << 10)
 #define AQ_GV_RP 2 /* gemv tile: row pairs (4 rows; 8 rows were 20% slower in 2-thread decode, 2 rows slower hot) */
 #define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
 #define AQ_CMAX 8
@@ -70,7 +77,7 @@
 
 static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 
-static size_t aq_aux_bytes(int64_t n) { return aq_nb8(n / QK8_0) * 2 * sizeof(float) + (size_t)(n / QK8_0) * AQ_BLK; }
+static size_t aq_aux_bytes(int64_t n) { return aq_nb8(n / QK8_0) * 2 * sizeof(float) + (size_t)(n / QK8_0) * 2 * AQ_BLK; }
 
 static void aq_prep(int64_t n, const void *x, void *aux)
 {
@@ -79,7 +86,6 @@ static void aq_prep(int64_t n, const void *x, void *aux)
     size_t nb8 = aq_nb8(nb);
     float *dx2 = aux;
     uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m256i ones8 = _mm256_set1_epi8(1), magic = _mm256_set1_epi32(AQ_MAGIC_BITS);
     for (int64_t b = 0; b < nb; b++) {
         dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
@@ -89,13 +95,21 @@ static void aq_prep(int64_t n, const void *x, void *aux)
         __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
         __m256i mq4 = _mm256_add_epi32(_mm256_blend_epi32(m8, m128, 0xF0), magic);
         m128 = _mm256_add_epi32(m128, magic);
-        uint8_t *o = blk + (size_t)b * AQ_BLK;
-        _mm512_storeu_si512(o, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(xq)));
-        _mm512_storeu_si512(o + 64, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(mq4)));
-        _mm512_storeu_si512(o + 128, _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(m128)));
+        uint8_t *o4 = blk + (size_t)b * AQ_BLK, *o8 = blk + (size_t)(nb + b) * AQ_BLK;
+        _mm256_storeu_si256((__m256i *)o4, xq);
+        _mm256_storeu_si256((__m256i *)(o4 + 32), mq4);
+        _mm256_storeu_si256((__m256i *)o8, xq);
+        _mm256_storeu_si256((__m256i *)(o8 + 32), m128);
     }
     for (size_t b = (size_t)nb; b < nb8; b++)
         dx2[2 * b] = dx2[2 * b + 1] = 0;
+}
+
+/* 8 dwords at p, each repeated twice (the row-pair interleave, see the top). */
+AQ_INLINE __m512i aq_dup(const uint8_t *p)
+{
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)));
 }
 
 /* The float value of lanes that dpbusd started at AQ_MAGIC_BITS + v: those bits are the float 1.5 * 2^23 + v
@@ -146,14 +160,16 @@ AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
 }
 
 /* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
- * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv). */
+ * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv).
+ * dws: the pairs' weight scales as aq_cols makes them, or NULL; wu: the pairs' blocks as aq_unsigned makes
+ * them (64 bytes for block b, pair p at wu + (b RP + p) 64), or NULL. */
 AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
                        size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt,
-                       const float *dws)
+                       const float *dws, const uint8_t *wu)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
-    const size_t boff = aq_nb8(nb) * 2 * sizeof(float);
-    const size_t moff = is_q4 ? 64 : 128;
+    /* this weight type's part of aux (see the top) */
+    const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
     __m512 acc[AQ_PMAX][AQ_CMAX];
     double tab[AQ_PMAX][AQ_CMAX][8] __attribute__((aligned(64)));
 #pragma GCC unroll 8
@@ -192,14 +208,15 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
             __m512i u[AQ_PMAX];
 #pragma GCC unroll 8
             for (int p = 0; p < RP; p++)
-                u[p] = aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
+                u[p] = wu ? _mm512_load_si512(wu + ((size_t)(b + k) * RP + (size_t)p) * 64)
+                          : aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)(b + k) * AQ_BLK;
-                __m512i xd = _mm512_loadu_si512(blk);
+                __m512i xd = aq_dup(blk), m = aq_dup(blk + 32);
 #pragma GCC unroll 8
                 for (int p = 0; p < RP; p++) {
-                    __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u[p], xd);
+                    __m512i q = _mm512_dpbusd_epi32(m, u[p], xd);
                     acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q),
                                                 acc[p][c]);
                 }
@@ -220,7 +237,7 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
                 const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
                 float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
                 __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
-                __m512i q = _mm512_dpbusd_epi32(_mm512_loadu_si512(blk + moff), u, _mm512_loadu_si512(blk));
+                __m512i q = _mm512_dpbusd_epi32(aq_dup(blk + 32), u, aq_dup(blk));
                 acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q), acc[p][c]);
             }
         }
@@ -247,11 +264,11 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
         const uint8_t *W = w;                                                                              \
         int64_t nb = n / QK, i = 0;                                                                        \
         for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
-            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL, NULL);   \
+            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL, NULL, NULL);   \
         for (; i + 2 <= nr; i += 2)                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL, NULL);          \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL, NULL, NULL);          \
         if (i < nr)                                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL, NULL);                       \
+            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL, NULL, NULL);                       \
     }
 
 AQ_GEMV(q4_0, 1, QK4_0)
@@ -279,18 +296,30 @@ AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, floa
     const size_t nws = ((size_t)nb / 8) * (size_t)RP * 16;
     float wsbuf[nws <= (16u << 10) / sizeof(float) ? nws + 16 : 16] __attribute__((aligned(64)));
     const float *dws = NULL;
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     if (nws <= (16u << 10) / sizeof(float) && j1 - j0 > AQ_C) {
-        const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
         for (int64_t b = 0; b + 8 <= nb; b += 8)
             for (int p = 0; p < RP; p++)
                 _mm512_store_ps(wsbuf + ((size_t)(b / 8) * RP + (size_t)p) * 16,
                                 aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb));
         dws = wsbuf;
     }
+    /* the row tile's weights unpacked once for all its column tiles: the permute and mask per pair and block
+     * were a fifth of the tile's vector instructions (one thread, n 2048: 1.1-1.2x with them gone) */
+    const size_t nwu = ((size_t)nb & ~(size_t)7) * (size_t)RP * 64;
+    uint8_t wubuf[nwu <= AQ_WU_MAX ? nwu + 64 : 64] __attribute__((aligned(64)));
+    const uint8_t *wu = NULL;
+    if (nwu <= AQ_WU_MAX && j1 - j0 >= 4 * AQ_C) { /* 2 column tiles (batched decode of 8) measured slower */
+        for (int64_t b = 0; b < (nb & ~(int64_t)7); b++)
+            for (int p = 0; p < RP; p++)
+                _mm512_store_si512(wubuf + ((size_t)b * RP + (size_t)p) * 64,
+                                   aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab));
+        wu = wubuf;
+    }
     int j = j0;
     for (; j + AQ_C <= j1; j += AQ_C)
         aq_tile(is_q4, nb, RP, AQ_C, s + (size_t)j * lds, lds, w, ldw, dab, aux + (size_t)j * ldaux, ldaux, 0,
-                j + 2 * AQ_C > j1 ? nxt : NULL, dws);
+                j + 2 * AQ_C > j1 ? nxt : NULL, dws, wu);
     float *sj = s + (size_t)j * lds;
     const uint8_t *aj = aux + (size_t)j * ldaux;
     /* fewer columns than a tile (a verify pass of 2-3 tokens): the remainder is the only pass over these rows,
@@ -298,13 +327,13 @@ AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, floa
     const uint8_t *rnxt = j == j0 ? nxt : NULL;
     _Static_assert(AQ_C <= 8 && AQ_CMAX >= 8, "remainder cases");
     switch (j1 - j) { /* constant column counts, so the tile keeps its accumulators in registers */
-    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
-    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws); break;
+    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
+    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
     default: break;
     }
 }
