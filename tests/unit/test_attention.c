@@ -1,5 +1,5 @@
 /*
- * attention kernel tests: the AVX2 kernels give bit-identical results to the scalar ones (scores, V
+ * attention kernel tests: the AVX2 and AVX-512 kernels give bit-identical results to the scalar ones (scores, V
  * accumulation, F16 conversions) for head sizes with and without a tail past the 32-element steps, any
  * group size and row count; both compute what they claim (checked against a double-precision dot product);
  * the F16 conversions round exactly as f32_to_fp16 does, including ties, subnormals and overflow; the softmax
@@ -22,6 +22,20 @@ static const struct attn_kernels *avx2_or_skip(void)
         skip();
     }
     return k;
+}
+
+/* The SIMD kernel sets this CPU runs (AVX2, then AVX-512 where present) into ks, their names into names;
+ * skips the test when there are none. */
+static int simd_sets(const struct attn_kernels **ks, const char **names)
+{
+    int n = 0;
+    if ((ks[n] = attn_kernels_avx2()))
+        names[n++] = "AVX2";
+    if ((ks[n] = attn_kernels_avx512()))
+        names[n++] = "AVX-512";
+    if (!n)
+        avx2_or_skip();
+    return n;
 }
 
 struct attn_case {
@@ -62,7 +76,9 @@ static void case_free(struct attn_case *c)
 static void test_scores_match(void **state)
 {
     (void)state;
-    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    const struct attn_kernels *sc = attn_kernels_scalar(), *sets[2];
+    const char *names[2];
+    int nsets = simd_sets(sets, names);
     const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
     const int nqs[] = {1, 2, 4, 7, 16}; /* 16: a 4-token tile of 4 query heads per KV head */
     uint64_t seed = 11;
@@ -75,9 +91,12 @@ static void test_scores_match(void **state)
             float *s1 = calloc((size_t)nq * lds, sizeof(float)), *s2 = calloc((size_t)nq * lds, sizeof(float));
             float scale = 1.0f / sqrtf((float)hd);
             sc->scores_f16(hd, nq, c.q, c.kh, n, scale, s1, lds);
-            av->scores_f16(hd, nq, c.q, c.kh, n, scale, s2, lds);
-            if (memcmp(s1, s2, sizeof(float) * nq * lds))
-                fail_msg("scores_f16 hd %d nq %d n %d: AVX2 differs from scalar", hd, nq, n);
+            for (int k = 0; k < nsets; k++) {
+                memset(s2, 0, sizeof(float) * nq * lds);
+                sets[k]->scores_f16(hd, nq, c.q, c.kh, n, scale, s2, lds);
+                if (memcmp(s1, s2, sizeof(float) * nq * lds))
+                    fail_msg("scores_f16 hd %d nq %d n %d: %s differs from scalar", hd, nq, n, names[k]);
+            }
             for (int g = 0; g < nq; g++)
                 for (int j = 0; j < n; j++) {
                     double ref = 0;
@@ -86,9 +105,12 @@ static void test_scores_match(void **state)
                     assert_true(fabs(ref * scale - s1[g * lds + j]) < 1e-5 * hd);
                 }
             sc->scores_f32(hd, nq, c.q, c.kf, n, scale, s1, lds);
-            av->scores_f32(hd, nq, c.q, c.kf, n, scale, s2, lds);
-            if (memcmp(s1, s2, sizeof(float) * nq * lds))
-                fail_msg("scores_f32 hd %d nq %d n %d: AVX2 differs from scalar", hd, nq, n);
+            for (int k = 0; k < nsets; k++) {
+                memset(s2, 0, sizeof(float) * nq * lds);
+                sets[k]->scores_f32(hd, nq, c.q, c.kf, n, scale, s2, lds);
+                if (memcmp(s1, s2, sizeof(float) * nq * lds))
+                    fail_msg("scores_f32 hd %d nq %d n %d: %s differs from scalar", hd, nq, n, names[k]);
+            }
             for (int g = 0; g < nq; g++)
                 for (int j = 0; j < n; j++) {
                     double ref = 0;
@@ -104,27 +126,33 @@ static void test_scores_match(void **state)
 static void test_accum_match(void **state)
 {
     (void)state;
-    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    const struct attn_kernels *sc = attn_kernels_scalar(), *sets[2];
+    const char *names[2];
+    int nsets = simd_sets(sets, names);
     const int hds[] = {8, 12, 64, 100, 128, 200, 320};
     uint64_t seed = 5;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
-        for (int nq = 1; nq <= 4; nq++) {
+        for (int nq = 1; nq <= 5; nq++) {
             int hd = hds[a], n = 1 + (int)(test_rand_u64(&seed) % 40);
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 7 + nq);
             float *o1 = malloc(sizeof(float) * nq * hd), *o2 = malloc(sizeof(float) * nq * hd);
             for (int kind = 0; kind < 2; kind++) {
                 memcpy(o1, c.o, sizeof(float) * nq * hd);
-                memcpy(o2, c.o, sizeof(float) * nq * hd);
-                if (kind == 0) {
+                if (kind == 0)
                     sc->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o1);
-                    av->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o2);
-                } else {
+                else
                     sc->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o1);
-                    av->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o2);
+                for (int k = 0; k < nsets; k++) {
+                    memcpy(o2, c.o, sizeof(float) * nq * hd);
+                    if (kind == 0)
+                        sets[k]->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o2);
+                    else
+                        sets[k]->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o2);
+                    if (memcmp(o1, o2, sizeof(float) * nq * hd))
+                        fail_msg("accum_%s hd %d nq %d n %d: %s differs from scalar", kind ? "f32" : "f16", hd, nq, n,
+                                 names[k]);
                 }
-                if (memcmp(o1, o2, sizeof(float) * nq * hd))
-                    fail_msg("accum_%s hd %d nq %d n %d: AVX2 differs from scalar", kind ? "f32" : "f16", hd, nq, n);
                 for (int g = 0; g < nq; g++)
                     for (int i = 0; i < hd; i++) {
                         double ref = c.o[g * hd + i];
@@ -228,8 +256,8 @@ static void test_dispatch(void **state)
 {
     (void)state;
     assert_ptr_equal(attn_kernels_get(true), attn_kernels_scalar());
-    const struct attn_kernels *av = attn_kernels_avx2();
-    assert_ptr_equal(attn_kernels_get(false), av ? av : attn_kernels_scalar());
+    const struct attn_kernels *av = attn_kernels_avx2(), *a5 = attn_kernels_avx512();
+    assert_ptr_equal(attn_kernels_get(false), a5 ? a5 : av ? av : attn_kernels_scalar());
 }
 
 int main(void)

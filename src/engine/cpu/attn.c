@@ -151,6 +151,8 @@ const struct attn_kernels *attn_kernels_scalar(void) { return &attn_scalar; }
 
 const struct attn_kernels *attn_kernels_get(bool force_scalar)
 {
-    const struct attn_kernels *k = force_scalar ? NULL : attn_kernels_avx2();
+    const struct attn_kernels *k = force_scalar ? NULL : attn_kernels_avx512();
+    if (!k && !force_scalar)
+        k = attn_kernels_avx2();
     return k ? k : &attn_scalar;
 }

@@ -1,7 +1,7 @@
 /*
  * attn: the inner loops of attention over the paged KV cache and of storing into it, in a portable scalar
- * version and an AVX2+FMA+F16C one (attn_avx2.c) that gives bit-identical results, so the engine's output
- * never depends on which CPU ran it.
+ * version, an AVX2+FMA+F16C one (attn_avx2.c) and an AVX-512 one (attn_avx512.c) that give bit-identical
+ * results, so the engine's output never depends on which CPU ran it.
  *
  * Orders of the floating-point reductions, shared by both versions:
  *   scores: dot(q, k) over head_dim as ggml_vec_dot_f16 does on AVX2: 4 chains of 8 lanes fed with fused
@@ -46,6 +46,9 @@ struct attn_kernels {
 const struct attn_kernels *attn_kernels_scalar(void);
 /* The AVX2 version when compiled in and the CPU has AVX2+FMA+F16C (kernel_cpu_has_avx2), else NULL. */
 const struct attn_kernels *attn_kernels_avx2(void);
+/* The AVX-512 version (attn_avx512.c: scores and V accumulation, the rest AVX2's) when the CPU has AVX-512
+ * (gemv_cpu_has_avx512), else NULL. */
+const struct attn_kernels *attn_kernels_avx512(void);
 /* The best version for this CPU; the scalar one when force_scalar. */
 const struct attn_kernels *attn_kernels_get(bool force_scalar);
 
