@@ -137,18 +137,25 @@ static void test_accum_match(void **state)
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 7 + nq);
             float *o1 = malloc(sizeof(float) * nq * hd), *o2 = malloc(sizeof(float) * nq * hd);
+            /* the probabilities ldp = n + 3 apart, as the engine's rows are n_ctx apart: a kernel striding by
+             * n would read the wrong row */
+            size_t ldp = (size_t)n + 3;
+            float *pp = malloc(sizeof(float) * (size_t)nq * ldp);
+            for (int g = 0; g < nq; g++)
+                for (size_t j = 0; j < ldp; j++)
+                    pp[(size_t)g * ldp + j] = j < (size_t)n ? c.p[g * n + (int)j] : NAN;
             for (int kind = 0; kind < 2; kind++) {
                 memcpy(o1, c.o, sizeof(float) * nq * hd);
                 if (kind == 0)
-                    sc->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o1);
+                    sc->accum_f16(hd, nq, pp, ldp, c.vh, n, o1);
                 else
-                    sc->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o1);
+                    sc->accum_f32(hd, nq, pp, ldp, c.vf, n, o1);
                 for (int k = 0; k < nsets; k++) {
                     memcpy(o2, c.o, sizeof(float) * nq * hd);
                     if (kind == 0)
-                        sets[k]->accum_f16(hd, nq, c.p, (size_t)n, c.vh, n, o2);
+                        sets[k]->accum_f16(hd, nq, pp, ldp, c.vh, n, o2);
                     else
-                        sets[k]->accum_f32(hd, nq, c.p, (size_t)n, c.vf, n, o2);
+                        sets[k]->accum_f32(hd, nq, pp, ldp, c.vf, n, o2);
                     if (memcmp(o1, o2, sizeof(float) * nq * hd))
                         fail_msg("accum_%s hd %d nq %d n %d: %s differs from scalar", kind ? "f32" : "f16", hd, nq, n,
                                  names[k]);
@@ -161,7 +168,7 @@ static void test_accum_match(void **state)
                         assert_true(fabs(ref - o1[g * hd + i]) < 1e-4);
                     }
             }
-            free(o1), free(o2);
+            free(o1), free(o2), free(pp);
             case_free(&c);
         }
 }

@@ -625,6 +625,15 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
     }
 }
 
+/* Asks the cache hierarchy for the bytes at p. A KV head's rows are one short run per block (block_size rows)
+ * and the blocks lie apart, so the hardware prefetcher restarts at every block: op_attention asks for the next
+ * block while it works on one (decode of 1B Q4_0 at depth 4,064: see docs/performance.md). */
+static void op_prefetch(const void *p, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i += 64)
+        __builtin_prefetch((const char *)p + i, 0, 3);
+}
+
 /* Causal attention for every (tile, KV head) pair: the KV head's `group` query heads of every token of the
  * tile together (R = tile tokens x group query rows), so each cached row is read once for all of them, over
  * positions 0..pos of each token read block by block in position order. A tile is CPU_ATT_TILE consecutive
@@ -642,15 +651,6 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
  * Each query row's result depends only on its own positions, summed in a fixed order: a score is one dot
  * product (scores past a row's own position, computed for a later token of the tile, are never read), and a
  * row's V accumulation runs over its own positions in order, so tiling and batching never change a result. */
-/* Asks the cache hierarchy for the bytes at p. A KV head's rows are one short run per block (block_size rows)
- * and the blocks lie apart, so the hardware prefetcher restarts at every block: op_attention asks for the next
- * block while it works on one (decode of 1B Q4_0 at depth 4,064: see docs/performance.md). */
-static void op_prefetch(const void *p, size_t bytes)
-{
-    for (size_t i = 0; i < bytes; i += 64)
-        __builtin_prefetch((const char *)p + i, 0, 3);
-}
-
 static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
 {
     const struct model_hparams *hp = &cb->m->hp;
