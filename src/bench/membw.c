@@ -5,6 +5,7 @@
  */
 #include "bench/membw.h"
 
+#include "core/bigmem.h"
 #include "core/clock.h"
 #include "core/err.h"
 #include "engine/cpu/kernels.h"
@@ -79,11 +80,11 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
         return err_set(err, ERR_INVALID_ARG, "membw: %d passes is more than the 1000 allowed", passes);
     bytes = (bytes + 4095) & ~(size_t)4095;
     struct membw_job j = {.bytes = bytes, .fill = true};
-    j.buf = aligned_alloc(4096, bytes);
+    j.buf = bigmem_alloc(bytes); /* huge pages, as the weights have (gguf_open_mem) */
     struct threadpool *tp = threadpool_create(n_threads);
     double *gbs = malloc((size_t)passes * sizeof *gbs);
     if (!j.buf || !tp || !gbs) {
-        free(j.buf);
+        bigmem_free(j.buf, bytes);
         threadpool_destroy(tp);
         free(gbs);
         return err_set(err, ERR_NOMEM, "membw: cannot allocate a %zu MiB buffer", bytes >> 20);
@@ -108,7 +109,7 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
     volatile uint64_t sink = atomic_load(&j.checksum);
     (void)sink;
     threadpool_destroy(tp);
-    free(j.buf);
+    bigmem_free(j.buf, bytes);
     free(gbs);
     return 0;
 }

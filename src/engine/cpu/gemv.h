@@ -50,6 +50,10 @@ struct gemv_ops {
  * kernel_ops gemm tiles are as fast as these numerics allow (measured for F16: other tile shapes, and
  * converting weights to F32 once per column block, were no faster than its 3 x 2 tile). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
+/* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
+ * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.
+ * For tests, which check both on every CPU. */
+const struct gemv_ops *gemv_ops_avx2_f16(bool streams);
 /* AVX-VNNI kernels (Q4_0, Q8_0) when the CPU has AVX-VNNI besides AVX2+FMA+F16C; else NULL. */
 const struct gemv_ops *gemv_ops_vnni(enum dtype t);
 /* AVX-512 kernels (512-bit registers; AVX512F/BW/VL/DQ + AVX512-VNNI) when the CPU has them: Q4_0 and Q8_0

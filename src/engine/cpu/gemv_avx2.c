@@ -21,10 +21,13 @@
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
  * this. F16 (little work per byte) does best with the hardware prefetcher alone.
  *
- * F16 rows per tile, by vendor: 4 elsewhere, 1 on AMD. On the Zen 4 test machine (2 threads, 1B F16, 8 rounds
- * interleaved with llama.cpp) one row at a time decoded at 1.22x the speed of 4-row tiles (median of the
- * per-round ratios; 19.7 against 16.1 tokens/s, llama.cpp 22.0): one sequential stream per thread, which its
- * prefetcher follows better than four. The sums are the same either way (rows are independent).
+ * F16 rows per tile, by vendor: 4 adjacent rows elsewhere (Intel), 4 streams on AMD: the call's rows cut into
+ * 4 consecutive quarters, and a tile takes row i of each, so each quarter is read from start to end as one
+ * sequential stream. On AMD one stream per thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved
+ * with llama.cpp: 1.22x the speed of 4 adjacent rows, whose prefetcher follows 4 interleaved rows poorly), but
+ * one row is bound by its two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of
+ * the bandwidth needs); with the weights on huge pages (core/bigmem.h) 4 streams decoded 1.05-1.2x faster than
+ * one and 2 (Zen 5, docs/performance.md, stop 9). The sums are the same either way (rows are independent).
  */
 #include "engine/cpu/gemv.h"
 
@@ -325,7 +328,25 @@ GV_DEFINE(q8_0, GV_TILE_Q8_0, 4, n / QK8_0)
 GV_DEFINE(q4_k, gv_tile_q4_k, 2, n / QK_K)
 GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
-GV_DEFINE(f16_r1, gv_tile_f16, 1, n)
+
+#define GV_STREAMS 4
+/* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
+ * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last
+ * rows one at a time. */
+static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
+                                const void *aux)
+{
+    const uint8_t *W = w;
+    int64_t h = nr / GV_STREAMS;
+    for (int64_t i = 0; i < h; i++) {
+        float t[GV_STREAMS];
+        gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux);
+        for (int k = 0; k < GV_STREAMS; k++)
+            y[k * h + i] = t[k];
+    }
+    for (int64_t i = GV_STREAMS * h; i < nr; i++)
+        gv_tile_f16(n, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);
+}
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
@@ -333,17 +354,24 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, NULL},
     {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL},
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL},
-    {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL},
 };
 
-static const struct gemv_ops gv_ops_f16_r1 = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_r1, NULL};
+static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL};
+static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams, NULL};
+
+const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
+{
+    if (!kernel_cpu_has_avx2())
+        return NULL;
+    return streams ? &gv_ops_f16_streams : &gv_ops_f16_rows;
+}
 
 const struct gemv_ops *gemv_ops_avx2(enum dtype t)
 {
     if (!kernel_cpu_has_avx2())
         return NULL;
-    if (t == DTYPE_F16 && cpu_is_amd())
-        return &gv_ops_f16_r1;
+    if (t == DTYPE_F16)
+        return gemv_ops_avx2_f16(cpu_is_amd());
     for (size_t i = 0; i < sizeof gv_ops / sizeof gv_ops[0]; i++)
         if (gv_ops[i].type == t)
             return &gv_ops[i];
