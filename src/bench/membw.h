@@ -1,8 +1,8 @@
 /*
  * membw: how fast this machine reads memory, the ceiling of decode speed (every generated token reads every
  * weight once). A STREAM-style probe: the engine's thread pool reads a buffer far larger than the caches,
- * each thread its own contiguous share, with wide loads and nothing written, several passes; the result is
- * bytes read per second.
+ * each thread its own contiguous share (front to back, and as 4 runs side by side: each pass counts the
+ * faster), with wide loads and nothing written, several passes; the result is bytes read per second.
  */
 #ifndef WAFER_BENCH_MEMBW_H
 #define WAFER_BENCH_MEMBW_H
@@ -31,6 +31,9 @@ uint64_t membw_read_scalar(const void *p, size_t n);
 uint64_t membw_read_avx2(const void *p, size_t n);
 /* The version picked for this CPU (AVX2 when kernel_cpu_has_avx2()). */
 uint64_t membw_read(const void *p, size_t n);
+/* membw_read of n bytes (multiple of 128, 32-byte aligned) cut into `streams` runs read side by side (1 KiB of
+ * each in turn; what is left after whole KiBs is read at the end): every byte once, so the same checksum. */
+uint64_t membw_read_streams(const void *p, size_t n, int streams);
 /* The loads membw_read uses, for reports: "AVX2" or "scalar". */
 const char *membw_loads_name(void);
 

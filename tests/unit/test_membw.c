@@ -33,6 +33,10 @@ static void test_read_avx2_matches_scalar(void **state)
     for (size_t len = 128; len <= n; len *= 2)
         assert_int_equal(membw_read_avx2(buf, len), membw_read_scalar(buf, len));
     assert_int_equal(membw_read(buf, n), ref);
+    /* side-by-side runs read every byte once too, whatever the remainder after whole KiB runs */
+    for (int streams = 1; streams <= 5; streams++)
+        for (size_t len = 128; len <= n; len = len * 3 + 128)
+            assert_int_equal(membw_read_streams(buf, len / 128 * 128, streams), membw_read_scalar(buf, len / 128 * 128));
     free(buf);
 }
 
