@@ -4,8 +4,8 @@
  *
  * Why: decode reads every weight once per token, and with 4 KiB pages that is a TLB miss every 4 KiB (a 1B
  * F16 model: 540,000 page walks per token). On the Zen 5 test machine (THP "madvise" mode, the Debian
- * default) 1B F16 decode went from 66% of the read probe to ~85% with huge pages alone (docs/performance.md,
- * stop 9). The mapping is aligned to 2 MiB so every whole 2 MiB of it can be a huge page whatever the
+ * default) 1B F16 decode went from 15.6-18.7 to 20.3-22.0 tokens/s with huge pages alone, and loading got
+ * faster (fewer page faults; docs/performance.md, stop 9). The mapping is aligned to 2 MiB so every whole 2 MiB of it can be a huge page whatever the
  * kernel's placement; madvise failing (THP disabled, old kernel) leaves ordinary pages, which only costs speed.
  */
 #ifndef WAFER_CORE_BIGMEM_H

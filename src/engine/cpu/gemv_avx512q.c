@@ -137,7 +137,7 @@ AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
 }
 
 /* The F16 scales (each block's first 2 bytes) of the nk blocks at p, one every bb bytes, all starting in the 128
- * bytes at p, as words at * 2 (k0 + k) + odd of the low 256 bits (k < nk); the other words are don't-care. */
+ * bytes at p, as words 2 (k0 + k) + odd of the low 256 bits (k < nk); the other words are don't-care. */
 AQ_INLINE __m512i aq_scale_words(const uint8_t *p, size_t bb, int nk, int k0, int odd)
 {
     uint16_t t[32] = {0};
