@@ -176,7 +176,9 @@ static void test_accum_match(void **state)
 static void test_f16_conversions(void **state)
 {
     (void)state;
-    const struct attn_kernels *sc = attn_kernels_scalar(), *av = avx2_or_skip();
+    const struct attn_kernels *sc = attn_kernels_scalar(), *sets[2];
+    const char *names[2];
+    int n_sets = simd_sets(sets, names);
     enum { N = 1 << 16 };
     float *x = malloc(sizeof(float) * N), *r1 = malloc(sizeof(float) * N), *r2 = malloc(sizeof(float) * N);
     uint16_t *h1 = malloc(2 * N), *h2 = malloc(2 * N);
@@ -201,45 +203,51 @@ static void test_f16_conversions(void **state)
     sc->to_f16(x, h1, N);
     for (int k = 0; k < N; k++)
         assert_int_equal(h1[k], f32_to_fp16(x[k]));
-    for (int n = N; n >= N - 9; n--) { /* lengths with every tail size */
-        memset(h2, 0, 2 * N);
-        av->to_f16(x, h2, n);
-        if (memcmp(h1, h2, 2 * (size_t)n))
-            fail_msg("to_f16 (n %d): AVX2 differs from f32_to_fp16", n);
-        av->round_f16(x, r2, n);
-        sc->round_f16(x, r1, n);
-        if (memcmp(r1, r2, sizeof(float) * n))
-            fail_msg("round_f16 (n %d): AVX2 differs from scalar", n);
+    for (int v = 0; v < n_sets; v++) {
+        const struct attn_kernels *av = sets[v];
+        for (int n = N; n >= N - 17; n--) { /* lengths with every tail size of 8 and 16 lanes */
+            memset(h2, 0, 2 * N);
+            av->to_f16(x, h2, n);
+            if (memcmp(h1, h2, 2 * (size_t)n))
+                fail_msg("to_f16 (n %d): %s differs from f32_to_fp16", n, names[v]);
+            av->round_f16(x, r2, n);
+            sc->round_f16(x, r1, n);
+            if (memcmp(r1, r2, sizeof(float) * n))
+                fail_msg("round_f16 (n %d): %s differs from scalar", n, names[v]);
+        }
+        /* in place */
+        sc->round_f16(x, r1, N);
+        memcpy(r2, x, sizeof(float) * N);
+        av->round_f16(r2, r2, N);
+        assert_memory_equal(r1, r2, sizeof(float) * N);
     }
-    /* in place */
-    memcpy(r2, x, sizeof(float) * N);
-    av->round_f16(r2, r2, N);
-    assert_memory_equal(r1, r2, sizeof(float) * N);
     free(x), free(r1), free(r2), free(h1), free(h2);
 }
 
-/* The softmax both kernel sets run: the same bits from scalar and AVX2 for lengths around the 8-lane steps
- * and score spreads from flat to underflowing, and within 2e-7 relative (about 2 ulp) of a double-precision
- * softmax where the value is a normal float. */
+/* The softmax every kernel set runs: the same bits from scalar and each SIMD set for lengths around the 8-,
+ * 16- and 32-lane steps and score spreads from flat to underflowing, and within 2e-7 relative (about 2 ulp)
+ * of a double-precision softmax where the value is a normal float. */
 static void test_softmax(void **state)
 {
     (void)state;
-    const struct attn_kernels *sc = attn_kernels_scalar(), *av = attn_kernels_avx2();
+    const struct attn_kernels *sc = attn_kernels_scalar(), *sets[2];
+    const char *names[2];
+    int n_sets = simd_sets(sets, names);
     const float spreads[] = {0.0f, 1.0f, 10.0f, 60.0f, 200.0f};
     uint64_t seed = 5;
-    for (int n = 1; n <= 70; n += (n < 20 ? 1 : 7))
+    for (int n = 1; n <= 150; n += (n < 50 ? 1 : 7))
         for (size_t k = 0; k < sizeof spreads / sizeof spreads[0]; k++) {
             float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)n),
                   *b = malloc(sizeof(float) * (size_t)n);
             for (int i = 0; i < n; i++)
                 x[i] = spreads[k] * test_rand_f32(&seed) + 3.0f;
             memcpy(a, x, sizeof(float) * (size_t)n);
-            memcpy(b, x, sizeof(float) * (size_t)n);
             sc->softmax(a, n);
-            if (av) {
-                av->softmax(b, n);
+            for (int v = 0; v < n_sets; v++) {
+                memcpy(b, x, sizeof(float) * (size_t)n);
+                sets[v]->softmax(b, n);
                 if (memcmp(a, b, sizeof(float) * (size_t)n))
-                    fail_msg("softmax n %d spread %g: AVX2 differs from scalar", n, spreads[k]);
+                    fail_msg("softmax n %d spread %g: %s differs from scalar", n, spreads[k], names[v]);
             }
             /* the reference from the same float differences s_i - max the kernels exponentiate */
             float mx = -INFINITY;

@@ -46,8 +46,8 @@ struct attn_kernels {
 const struct attn_kernels *attn_kernels_scalar(void);
 /* The AVX2 version when compiled in and the CPU has AVX2+FMA+F16C (kernel_cpu_has_avx2), else NULL. */
 const struct attn_kernels *attn_kernels_avx2(void);
-/* The AVX-512 version (attn_avx512.c: scores and V accumulation, the rest AVX2's) when the CPU has AVX-512
- * (gemv_cpu_has_avx512), else NULL. */
+/* The AVX-512 version (attn_avx512.c: scores, V accumulation, softmax, F16 rounding; the F16 stores AVX2's)
+ * when the CPU has AVX-512 (gemv_cpu_has_avx512), else NULL. */
 const struct attn_kernels *attn_kernels_avx512(void);
 /* The best version for this CPU; the scalar one when force_scalar. */
 const struct attn_kernels *attn_kernels_get(bool force_scalar);

@@ -88,6 +88,7 @@ static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n,
             const float *qr = q + (size_t)g * hd;
             for (int j = 0; j < n8; j += 8) {
                 __m256 v[8];
+#pragma GCC unroll 8
                 for (int u = 0; u < 8; u++) {
                     const float *kr = k + (size_t)(j + u) * hd;
                     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -161,15 +162,18 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
         float *og = o + (size_t)g * hd;
         int i = 0;
         for (; i + 64 <= hd; i += 64) {
-            __m256 r[8];
+            __m256 r[8]; /* in registers: every index is a constant after unrolling */
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 r[c] = _mm256_loadu_ps(og + i + 8 * c);
             for (int j = 0; j < n; j++) {
                 __m256 w = _mm256_broadcast_ss(pg + j);
                 const float *vr = v + (size_t)j * hd + i;
+#pragma GCC unroll 8
                 for (int c = 0; c < 8; c++)
                     r[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * c), r[c]);
             }
+#pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
                 _mm256_storeu_ps(og + i + 8 * c, r[c]);
         }

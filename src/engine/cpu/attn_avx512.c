@@ -1,19 +1,21 @@
 /*
  * attn_avx512: AVX-512 versions of the attention kernels that dominate a long prefill (scores, V accumulation,
- * the F16 -> F32 conversion of cached rows), bit-identical to attn_avx2.c and so to the scalar attn.c. Compiled
- * for AVX-512 by the target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it;
- * everything else (softmax, F16 rounding, head sizes the wide loops do not cover) is the AVX2 kernels'.
+ * softmax, the F16 conversions of cached rows and of probabilities), bit-identical to attn_avx2.c and so to
+ * the scalar attn.c. Compiled for AVX-512 by the target pragma below and handed out only when
+ * gemv_cpu_has_avx512() says the CPU has it; the rest (F32 -> F16 stores, head sizes the wide loops do not
+ * cover) is the AVX2 kernels'.
  *
  * Same operations in the same order, wider registers:
  *   scores: attn.h's 4 chains of 8 lanes over steps of 32 elements are chains 0 and 1 in one zmm (elements
  *           i..i+15 of a step) and chains 2 and 3 in another (i+16..i+31): one FMA of 16 lanes advances two
- *           chains. The chains fold (0+2, 1+3) as one zmm add, then (0+1) as the add of its halves, then the
- *           AVX2 kernels' 8-score fold (attn_simd.h).
- *   accum:  o[i] = fma(p_j, v_j[i], o[i]) per lane, rows j in order: 16 lanes per FMA, and two query rows at
- *           a time so that 8 independent FMA chains hide the FMA latency (with one row of 64 outputs, 4
- *           chains would leave the FMA units half idle) and each loaded V vector serves both rows.
- * Measured on an AMD EPYC Zen 5 (2 threads, 1B Q4_0 pp4096, where attention was half the time):
- * see docs/performance.md.
+ *           chains. 8 keys are scored together and their folds run side by side in shuffles (ab_scores8).
+ *   accum:  o[i] = fma(p_j, v_j[i], o[i]) per lane, rows j in order: 16 lanes per FMA, and four query rows at
+ *           a time so that 16 independent FMA chains hide the FMA latency and each loaded V vector serves
+ *           four rows.
+ *   softmax: attn_exp on 16 lanes; the double sum keeps attn.h's 8 lanes and their order.
+ * Arrays of vectors are only indexed by constants after unrolling (the pragmas), so they stay in registers:
+ * without that GCC kept the accumulators on the stack and the V accumulation ran at a third of its speed.
+ * Measured on an AMD EPYC Zen 5 (2 threads, 1B Q4_0 pp4096): see docs/performance.md.
  */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
@@ -28,6 +30,7 @@
 #include "engine/cpu/cpu_features.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 /* Rows converted per chunk, and the largest head size the chunk buffers take (as attn_avx2.c). */
 #define AB_CHUNK 32
@@ -51,6 +54,48 @@ static void ab_rows_f32(const uint16_t *h, float *f, size_t count)
         f[i] = _cvtsh_ss(h[i]);
 }
 
+/* 8 scores [s_j .. s_j+7] of one query row qr against the keys k[0..8) (rows hd apart), times scale, in the
+ * order of attn.h. Lanes of a01 = [chain 0 | chain 1], of a23 = [chain 2 | chain 3]; the fold runs on all 8
+ * keys at once:
+ *   t_u = a01 + a23                                    [c0+c2 | c1+c3] of key u
+ *   x   = t_u.lo + t_u.hi (two keys per register)      8 lanes: (c0+c2) + (c1+c3)
+ *   y   = lanes l + l+4   (four keys per register)     4 lanes per key
+ *   h   = lanes 0+1, 2+3; then f = (0+1) + (2+3)       one value per key
+ * Each add is one of the scalar fold's adds on the same operands (addition commutes exactly). */
+static inline __attribute__((always_inline)) __m256 ab_scores8(int hd, const float *qr, const float *k, __m256 vs)
+{
+    __m512 a01[8], a23[8];
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; u++)
+        a01[u] = a23[u] = _mm512_setzero_ps();
+    for (int i = 0; i < hd; i += 32) {
+        __m512 q0 = _mm512_loadu_ps(qr + i), q1 = _mm512_loadu_ps(qr + i + 16);
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) {
+            a01[u] = _mm512_fmadd_ps(_mm512_loadu_ps(k + (size_t)u * hd + i), q0, a01[u]);
+            a23[u] = _mm512_fmadd_ps(_mm512_loadu_ps(k + (size_t)u * hd + i + 16), q1, a23[u]);
+        }
+    }
+    __m512 x[4], y[2];
+#pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        __m512 t0 = _mm512_add_ps(a01[2 * u], a23[2 * u]), t1 = _mm512_add_ps(a01[2 * u + 1], a23[2 * u + 1]);
+        x[u] = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+#pragma GCC unroll 2
+    for (int u = 0; u < 2; u++) /* 128-bit chunk c of y[u]: key 4u + c, lanes l + l+4 */
+        y[u] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* chunk c: [key c: 0+1, 2+3, key 4+c: 0+1, 2+3] */
+    __m512 h = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* chunk c: [key c, key 4+c, key c, key 4+c] */
+    __m512 f = _mm512_add_ps(_mm512_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
+    f = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), f);
+    return _mm256_mul_ps(_mm512_castps512_ps256(f), vs);
+}
+
 static void ab_scores_f32(int hd, int nq, const float *q, const float *k, int n, float scale, float *s, size_t lds)
 {
     /* 8 keys at a time over whole 32-element steps; the rest (a tail of keys or of head_dim) as AVX2 does it */
@@ -59,20 +104,8 @@ static void ab_scores_f32(int hd, int nq, const float *q, const float *k, int n,
         __m256 vs = _mm256_set1_ps(scale);
         for (int g = 0; g < nq; g++) {
             const float *qr = q + (size_t)g * hd;
-            for (int j = 0; j < n8; j += 8) {
-                __m256 v[8];
-                for (int u = 0; u < 8; u++) {
-                    const float *kr = k + (size_t)(j + u) * hd;
-                    __m512 a01 = _mm512_setzero_ps(), a23 = a01; /* [chain 0 | chain 1], [chain 2 | chain 3] */
-                    for (int i = 0; i < hd; i += 32) {
-                        a01 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + i), _mm512_loadu_ps(qr + i), a01);
-                        a23 = _mm512_fmadd_ps(_mm512_loadu_ps(kr + i + 16), _mm512_loadu_ps(qr + i + 16), a23);
-                    }
-                    __m512 t = _mm512_add_ps(a01, a23); /* [0+2 | 1+3] */
-                    v[u] = _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
-                }
-                _mm256_storeu_ps(s + (size_t)g * lds + j, attn_simd_fold8(v, vs));
-            }
+            for (int j = 0; j < n8; j += 8)
+                _mm256_storeu_ps(s + (size_t)g * lds + j, ab_scores8(hd, qr, k + (size_t)j * hd, vs));
         }
     }
     if (n8 < n)
@@ -95,30 +128,37 @@ static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int
     }
 }
 
-/* Query rows g (and g + 1 when two): 64 outputs each from i, over rows j < n in order. */
-static inline __attribute__((always_inline)) void ab_accum64(const int two, int hd, const float *p0, const float *p1,
-                                                             const float *v, int n, float *o0, float *o1)
+/* nr query rows (1, 2 or 4; p and o hold them ldp and hd apart): 64 outputs each from v's column 0, over rows
+ * j < n in order. With 4 rows, 16 independent FMA chains hide the FMA latency and each loaded V vector serves
+ * 4 FMAs. Every array here is indexed by constants after unrolling, so it lives in registers. */
+static inline __attribute__((always_inline)) void ab_accum64(const int nr, int hd, const float *p, size_t ldp,
+                                                             const float *v, int n, float *o)
 {
-    __m512 r0[4], r1[4];
-    for (int c = 0; c < 4; c++) {
-        r0[c] = _mm512_loadu_ps(o0 + 16 * c);
-        r1[c] = two ? _mm512_loadu_ps(o1 + 16 * c) : r0[c];
-    }
+    __m512 r[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < nr; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            r[g][c] = _mm512_loadu_ps(o + (size_t)g * hd + 16 * c);
     for (int j = 0; j < n; j++) {
         const float *vr = v + (size_t)j * hd;
-        __m512 w0 = _mm512_set1_ps(p0[j]), w1 = two ? _mm512_set1_ps(p1[j]) : w0;
-        for (int c = 0; c < 4; c++) {
-            __m512 x = _mm512_loadu_ps(vr + 16 * c);
-            r0[c] = _mm512_fmadd_ps(w0, x, r0[c]);
-            if (two)
-                r1[c] = _mm512_fmadd_ps(w1, x, r1[c]);
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            x[c] = _mm512_loadu_ps(vr + 16 * c);
+#pragma GCC unroll 4
+        for (int g = 0; g < nr; g++) {
+            __m512 w = _mm512_set1_ps(p[(size_t)g * ldp + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++)
+                r[g][c] = _mm512_fmadd_ps(w, x[c], r[g][c]);
         }
     }
-    for (int c = 0; c < 4; c++) {
-        _mm512_storeu_ps(o0 + 16 * c, r0[c]);
-        if (two)
-            _mm512_storeu_ps(o1 + 16 * c, r1[c]);
-    }
+#pragma GCC unroll 4
+    for (int g = 0; g < nr; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++)
+            _mm512_storeu_ps(o + (size_t)g * hd + 16 * c, r[g][c]);
 }
 
 static void ab_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
@@ -128,13 +168,15 @@ static void ab_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
         return;
     }
     int g = 0;
+    for (; g + 4 <= nq; g += 4)
+        for (int i = 0; i < hd; i += 64)
+            ab_accum64(4, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
     for (; g + 2 <= nq; g += 2)
         for (int i = 0; i < hd; i += 64)
-            ab_accum64(1, hd, p + (size_t)g * ldp, p + (size_t)(g + 1) * ldp, v + i, n, o + (size_t)g * hd + i,
-                       o + (size_t)(g + 1) * hd + i);
+            ab_accum64(2, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
     if (g < nq)
         for (int i = 0; i < hd; i += 64)
-            ab_accum64(0, hd, p + (size_t)g * ldp, NULL, v + i, n, o + (size_t)g * hd + i, NULL);
+            ab_accum64(1, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
 }
 
 /* Values converted to F32 once per chunk (exact), then accumulated as ab_accum_f32 does. */
@@ -152,11 +194,86 @@ static void ab_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint1
     }
 }
 
-static void ab_softmax(float *s, int n) { ab_avx2()->softmax(s, n); }
+/* attn_exp of 16 lanes: aa_exp8's steps (attn.h), wider. */
+static inline __attribute__((always_inline)) __m512 ab_exp16(__m512 x)
+{
+    const __m512 magic = _mm512_set1_ps(0x1.8p23f);
+    __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), magic);
+    __m512 n = _mm512_sub_ps(z, magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_castps_si512(z), _mm512_set1_epi32(-0x4b400000 + 127)), 23);
+    __m512 v = _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+    /* x < -87 (and -inf): 0 */
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_NLT_UQ), v);
+}
+
+/* attn.h's softmax with 16 lanes per step: the max is exact in any order; the double sum keeps attn.h's 8
+ * lanes (elements i..i+7 of a step are added before i+8..i+15, so lane l still adds e_l, e_l+8, ... in
+ * index order), then its fold. */
+static void ab_softmax(float *s, int n)
+{
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + i));
+        m1 = _mm512_max_ps(m1, _mm512_loadu_ps(s + i + 16));
+    }
+    for (; i + 16 <= n; i += 16)
+        m0 = _mm512_max_ps(m0, _mm512_loadu_ps(s + i));
+    float mx = _mm512_reduce_max_ps(_mm512_max_ps(m0, m1));
+    for (; i < n; i++)
+        if (s[i] > mx)
+            mx = s[i];
+    __m512 vmx = _mm512_set1_ps(mx);
+    __m512d a = _mm512_setzero_pd();
+    for (i = 0; i + 16 <= n; i += 16) {
+        __m512 e = ab_exp16(_mm512_sub_ps(_mm512_loadu_ps(s + i), vmx));
+        _mm512_storeu_ps(s + i, e);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm512_extractf32x8_ps(e, 1)));
+    }
+    if (i + 8 <= n) {
+        __m256 e = _mm512_castps512_ps256(ab_exp16(_mm512_sub_ps(_mm512_zextps256_ps512(_mm256_loadu_ps(s + i)), vmx)));
+        _mm256_storeu_ps(s + i, e);
+        a = _mm512_add_pd(a, _mm512_cvtps_pd(e));
+        i += 8;
+    }
+    double acc[8];
+    _mm512_storeu_pd(acc, a);
+    for (; i < n; i++) {
+        float e[16];
+        _mm512_storeu_ps(e, ab_exp16(_mm512_set1_ps(s[i] - mx)));
+        s[i] = e[0];
+        acc[i % 8] += (double)s[i];
+    }
+    double sum = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    float inv = (float)(1.0 / sum);
+    __m512 vinv = _mm512_set1_ps(inv);
+    for (i = 0; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(s + i, _mm512_mul_ps(_mm512_loadu_ps(s + i), vinv));
+    for (; i < n; i++)
+        s[i] *= inv;
+}
 
 static void ab_to_f16(const float *x, uint16_t *y, int64_t n) { ab_avx2()->to_f16(x, y, n); }
 
-static void ab_round_f16(const float *x, float *y, int64_t n) { ab_avx2()->round_f16(x, y, n); }
+static void ab_round_f16(const float *x, float *y, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    if (i < n)
+        ab_avx2()->round_f16(x + i, y + i, n - i);
+}
 
 static const struct attn_kernels ab_kernels = {
     ab_scores_f16, ab_scores_f32, ab_accum_f16, ab_accum_f32, ab_softmax, ab_to_f16, ab_round_f16,
