@@ -25,7 +25,6 @@
 #endif
 
 #include "engine/cpu/attn.h"
-#include "engine/cpu/attn_simd.h"
 
 #include "engine/cpu/cpu_features.h"
 
