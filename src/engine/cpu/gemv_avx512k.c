@@ -78,7 +78,8 @@ AK_INLINE void ak_store2(__m512 v, float *s0, float *s1)
         *s1 = simd_fold8(_mm512_extractf32x8_ps(v, 1));
 }
 
-/* Columns per cache block: the activations of a block stay in L2 while every row tile passes over them. */
+/* Columns per cache block: the activations of a block stay in cache (L2 for the K-quants, L3 for F16: AF_XB)
+ * while every row tile passes over them, and the weights are read once per block. */
 static int ak_col_block(size_t budget, size_t bytes_per_col, int unit, int cap)
 {
     size_t cols = budget / (bytes_per_col ? bytes_per_col : 1);
