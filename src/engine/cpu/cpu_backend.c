@@ -760,12 +760,8 @@ static const struct cpu_act *op_swiglu_prepare(struct cpu_backend *cb, int n_row
     int ffn = cb->m->hp.ffn_dim;
     int64_t r0, r1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
-    for (int64_t r = r0; r < r1; r++) {
-        float *g = cb->hg + (size_t)r * ffn;
-        const float *u = cb->hu + (size_t)r * ffn;
-        for (int i = 0; i < ffn; i++)
-            g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    for (int64_t r = r0; r < r1; r++)
+        kernel_swiglu(cb->hg + (size_t)r * ffn, cb->hu + (size_t)r * ffn, ffn);
     op_act_invalidate(cb, ith);
     return op_act_prepare(cb, cb->hg, n_rows, ffn, ops, ith, nth);
 }

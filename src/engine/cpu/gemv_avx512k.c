@@ -376,6 +376,35 @@ AK_INLINE float af_fold(__m512 acc)
     return simd_fold8(_mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1)));
 }
 
+/* Stores the dot products of an R x NC tile of [chain 0 | chain 1] accumulators (row r, column c at
+ * acc[r * ldacc + c]) to s[c * lds + r]: af_fold of each, eight at a time in shuffles (simd_fold8x8: the
+ * same adds on the same operands), the rest one by one. */
+AK_INLINE void af_fold_tile(const int R, const int NC, const __m512 *acc, const int ldacc, float *s, size_t lds)
+{
+    float f[AF_R * 8]; /* f[c * R + r]: each column's rows are contiguous, as in s */
+    const int nq = R * NC;
+#pragma GCC unroll 8
+    for (int g = 0; g + 8 <= nq; g += 8) {
+        __m512 x[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) { /* x[u] = [chain 0 + chain 1 of q0 | of q1] */
+            const int q0 = g + 2 * u, q1 = q0 + 1;
+            __m512 a = acc[(q0 % R) * ldacc + q0 / R], b = acc[(q1 % R) * ldacc + q1 / R];
+            x[u] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        _mm256_storeu_ps(f + g, simd_fold8x8(x));
+    }
+#pragma GCC unroll 8
+    for (int q = nq & ~7; q < nq; q++)
+        f[q] = af_fold(acc[(q % R) * ldacc + q / R]);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            s[(size_t)c * lds + r] = f[c * R + r];
+}
+
 /* R weight rows (converted chunk wb: [R][AF_KC] floats) x NC columns over elements [k0, k1) of n; one zmm per
  * (row, column) = [vec_dot chain 0 | chain 1]. The chains of column c start from ch[c] (zero when k0 == 0)
  * and are saved back there unless this is the last chunk, where they are added (chain 0 + chain 1, vec_dot's
@@ -423,11 +452,7 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
                                                   0x00ff);
         }
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-#pragma GCC unroll 8
-        for (int r = 0; r < R; r++)
-            s[(size_t)c * lds + r] = af_fold(acc[r][c]);
+    af_fold_tile(R, NC, &acc[0][0], AF_C, s, lds);
 }
 
 /* af_tile with R and NC as constants. */
@@ -503,11 +528,7 @@ AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w,
                 acc[r][c] = _mm512_mask3_fmadd_ps(wv[r], x, acc[r][c], 0x00ff);
         }
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            s[(size_t)c * lds + r] = af_fold(acc[r][c]);
+    af_fold_tile(R, NC, &acc[0][0], AF_NCOLS, s, lds);
 }
 
 #define AF_NARROW_NC(R, nc_, ...)                                                                            \
@@ -594,13 +615,16 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                     pf_rows = nr - i - AF_R < AF_R ? nr - i - AF_R : AF_R;
                     pf_lines = (size_t)((n < AF_KC ? n : AF_KC) * 2 + 63) / 64;
                 }
-                size_t pf_all = pf_lines * (size_t)pf_rows, pf_done = 0;
-                size_t pf_per = (pf_all + (size_t)tiles - 1) / (size_t)tiles;
+                size_t pf_per = (pf_lines * (size_t)pf_rows + (size_t)tiles - 1) / (size_t)tiles;
+                size_t pf_line = 0; /* the next line to prefetch: line pf_line of row pf_row */
+                int pf_row = 0;
                 for (int j = j0; j < j1; j += AF_C) {
                     int m = j1 - j < AF_C ? j1 - j : AF_C;
-                    for (size_t q = 0; q < pf_per && pf_done < pf_all; q++, pf_done++)
-                        _mm_prefetch((const char *)(pf + (pf_done / pf_lines) * ldw + (pf_done % pf_lines) * 64),
-                                     _MM_HINT_T1);
+                    for (size_t q = 0; q < pf_per && pf_row < pf_rows; q++) { /* no division per line: it was 4% */
+                        _mm_prefetch((const char *)(pf + (size_t)pf_row * ldw + pf_line * 64), _MM_HINT_T1);
+                        if (++pf_line == pf_lines)
+                            pf_line = 0, pf_row++;
+                    }
                     const float *xc[AF_C];
                     for (int c = 0; c < m; c++)
                         xc[c] = (const float *)(X + (size_t)(j + c) * ldx);

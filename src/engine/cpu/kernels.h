@@ -38,6 +38,33 @@ struct kernel_ops {
 };
 
 /* Best ops for the running CPU; NULL when the type is not supported. */
+/* The constants of glibc's expf (sysdeps/ieee754/flt-32/e_exp2f_data.c, N = 32), as bit patterns: the table
+ * of 2^(i/32) with i/32 taken out of the exponent bits, N / ln 2, the cubic's coefficients (scaled), and the
+ * rounding shift. Shared by kernel_expf and its vector versions. */
+extern const uint64_t kernel_expf_tab[32];
+#define KERNEL_EXPF_INVLN2N 0x40471547652b82feull
+#define KERNEL_EXPF_C0 0x3ebc6af84b912394ull
+#define KERNEL_EXPF_C1 0x3f2ebfce50fac4f3ull
+#define KERNEL_EXPF_C2 0x3f962e42ff0c52d6ull
+#define KERNEL_EXPF_SHIFT 0x4338000000000000ull
+
+/* e^x exactly as glibc's expf computes it on x86-64 with FMA (Szabolcs Nagy's algorithm, glibc 2.28 and
+ * later: x N / ln 2 = k + r in double, 2^(k/N) from the table, a cubic in r, one rounding to float), for
+ * every float x, ranges past |x| >= 88 and NaN included (without setting errno). Written out here so the
+ * scalar reference and the vector kernels compute one function whatever libm the program links; on
+ * Debian 12 it equals expf bit for bit (tests/unit/test_swiglu.c), so SwiGLU results did not change when it
+ * replaced expf. */
+float kernel_expf(float x);
+
+/* The SwiGLU of the feed-forward, in place: g[i] = g[i] / (1 + kernel_expf(-g[i])) * u[i] for i < n, every
+ * backend's. Runs the widest vector version the CPU allows (AVX-512: 16 lanes, AVX2: 8), bit-identical to
+ * the scalar loop; lanes with |g| >= 88 or NaN take kernel_expf. */
+void kernel_swiglu(float *g, const float *u, int64_t n);
+
+/* kernels_avx2.c's vector SwiGLU over a prefix of the elements: returns how many it did (0 when the CPU
+ * lacks AVX2); kernel_swiglu does the rest. */
+int64_t kernel_swiglu_avx2(float *g, const float *u, int64_t n);
+
 const struct kernel_ops *kernel_ops_get(enum dtype t);
 /* Portable scalar ops (reference and fallback); NULL when not supported. */
 const struct kernel_ops *kernel_ops_scalar(enum dtype t);

@@ -564,3 +564,108 @@ const struct kernel_ops *kernel_ops_avx2(enum dtype t)
             return &ka_ops[i];
     return NULL;
 }
+
+/* ---- SwiGLU (kernel_swiglu) ----
+ * kernel_expf's operations lane by lane, in double, the floats widened 4 (AVX2) or 8 (AVX-512) at a time: the
+ * same fused and plain operations on the same operands, so every lane rounds as the scalar function does. The
+ * compiler must not fuse anything more (a multiply feeding an add): none of the multiplies here feeds one. Lanes
+ * with |x| >= 88 or NaN (kernel_expf's special cases) are redone by kernel_expf. */
+
+/* e^x of 4 floats widened to double (the main path of kernel_expf). */
+KA_INLINE __m128 ka_expf4(__m128 x)
+{
+    const __m256d invln2n = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)KERNEL_EXPF_INVLN2N));
+    const __m256d shift = _mm256_castsi256_pd(_mm256_set1_epi64x((long long)KERNEL_EXPF_SHIFT));
+    __m256d xd = _mm256_cvtps_pd(x);
+    __m256d kd = _mm256_fmadd_pd(invln2n, xd, shift);
+    __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    __m256d r = _mm256_fmsub_pd(invln2n, xd, kd);
+    __m256i t = _mm256_i64gather_epi64((const long long *)kernel_expf_tab, _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    __m256d s = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+    __m256d z = _mm256_fmadd_pd(r, _mm256_castsi256_pd(_mm256_set1_epi64x((long long)KERNEL_EXPF_C0)),
+                                _mm256_castsi256_pd(_mm256_set1_epi64x((long long)KERNEL_EXPF_C1)));
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(r, _mm256_castsi256_pd(_mm256_set1_epi64x((long long)KERNEL_EXPF_C2)), _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, r2, y);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
+}
+
+/* 8 lanes of SwiGLU at g, u; lanes outside kernel_expf's main path redone by it. */
+KA_INLINE void ka_swiglu8(float *g, const float *u)
+{
+    __m256 gv = _mm256_loadu_ps(g), x = _mm256_xor_ps(gv, _mm256_set1_ps(-0.0f));
+    __m256 e = _mm256_setr_m128(ka_expf4(_mm256_castps256_ps128(x)), ka_expf4(_mm256_extractf128_ps(x, 1)));
+    __m256i top = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    int special = _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
+    if (special) {
+        float xs[8], es[8];
+        _mm256_storeu_ps(xs, x);
+        _mm256_storeu_ps(es, e);
+        for (int l = 0; l < 8; l++)
+            if (special >> l & 1)
+                es[l] = kernel_expf(xs[l]);
+        e = _mm256_loadu_ps(es);
+    }
+    _mm256_storeu_ps(g, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(u)));
+}
+
+/* The AVX-512 version: 16 lanes, the table in four registers (two-source permutes instead of a gather). */
+__attribute__((target("avx512f,avx512dq,avx512vl"))) static int64_t ka_swiglu_avx512(float *g, const float *u, int64_t n)
+{
+    const __m512d invln2n = _mm512_castsi512_pd(_mm512_set1_epi64((long long)KERNEL_EXPF_INVLN2N));
+    const __m512d shift = _mm512_castsi512_pd(_mm512_set1_epi64((long long)KERNEL_EXPF_SHIFT));
+    const __m512d c0 = _mm512_castsi512_pd(_mm512_set1_epi64((long long)KERNEL_EXPF_C0));
+    const __m512d c1 = _mm512_castsi512_pd(_mm512_set1_epi64((long long)KERNEL_EXPF_C1));
+    const __m512d c2 = _mm512_castsi512_pd(_mm512_set1_epi64((long long)KERNEL_EXPF_C2));
+    __m512d tab[4];
+    for (int q = 0; q < 4; q++)
+        tab[q] = _mm512_castsi512_pd(_mm512_loadu_si512(kernel_expf_tab + 8 * q));
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i), x = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(gv),
+                                                                                    _mm512_set1_epi32((int)0x80000000u)));
+        __m256 eh[2];
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512d xd = _mm512_cvtps_pd(h ? _mm512_extractf32x8_ps(x, 1) : _mm512_castps512_ps256(x));
+            __m512d kd = _mm512_fmadd_pd(invln2n, xd, shift);
+            __m512i ki = _mm512_castpd_si512(kd);
+            kd = _mm512_sub_pd(kd, shift);
+            __m512d r = _mm512_fmsub_pd(invln2n, xd, kd);
+            /* table entry ki % 32: bits 0-3 pick within a pair of registers, bit 4 the pair */
+            __m512d lo = _mm512_permutex2var_pd(tab[0], ki, tab[1]), hi = _mm512_permutex2var_pd(tab[2], ki, tab[3]);
+            __m512d t = _mm512_mask_blend_pd(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+            __m512d s = _mm512_castsi512_pd(_mm512_add_epi64(_mm512_castpd_si512(t), _mm512_slli_epi64(ki, 47)));
+            __m512d z = _mm512_fmadd_pd(r, c0, c1);
+            __m512d r2 = _mm512_mul_pd(r, r);
+            __m512d y = _mm512_fmadd_pd(r, c2, _mm512_set1_pd(1.0));
+            y = _mm512_fmadd_pd(z, r2, y);
+            eh[h] = _mm512_cvtpd_ps(_mm512_mul_pd(y, s));
+        }
+        __m512 e = _mm512_insertf32x8(_mm512_castps256_ps512(eh[0]), eh[1], 1);
+        __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20), _mm512_set1_epi32(0x7ff));
+        __mmask16 special = _mm512_cmpgt_epi32_mask(top, _mm512_set1_epi32(0x42a));
+        if (special) {
+            float xs[16], es[16];
+            _mm512_storeu_ps(xs, x);
+            _mm512_storeu_ps(es, e);
+            for (int l = 0; l < 16; l++)
+                if (special >> l & 1)
+                    es[l] = kernel_expf(xs[l]);
+            e = _mm512_loadu_ps(es);
+        }
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + i)));
+    }
+    return i;
+}
+
+int64_t kernel_swiglu_avx2(float *g, const float *u, int64_t n)
+{
+    if (!kernel_cpu_has_avx2())
+        return 0;
+    int64_t i = gemv_cpu_has_avx512() ? ka_swiglu_avx512(g, u, n) : 0;
+    for (; i + 8 <= n; i += 8)
+        ka_swiglu8(g + i, u + i);
+    return i;
+}

@@ -329,8 +329,8 @@ static void scalar_token(struct scalar_backend *sb, const struct batch_token *bt
         scalar_rmsnorm(sb->xb, x, L->ffn_norm, dim, hp->norm_eps);
         scalar_matmul(sb, sb->hg, sb->xb, &L->w_gate);
         scalar_matmul(sb, sb->hu, sb->xb, &L->w_up);
-        for (int i = 0; i < hp->ffn_dim; i++)
-            sb->hg[i] = sb->hg[i] / (1.0f + expf(-sb->hg[i])) * sb->hu[i];
+        for (int i = 0; i < hp->ffn_dim; i++) /* kernel_swiglu's scalar loop (the reference stays scalar) */
+            sb->hg[i] = sb->hg[i] / (1.0f + kernel_expf(-sb->hg[i])) * sb->hu[i];
         scalar_matmul(sb, sb->tmp, sb->hg, &L->w_down);
         for (int i = 0; i < dim; i++)
             x[i] = x[i] + sb->tmp[i];
