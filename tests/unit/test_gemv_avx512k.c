@@ -44,7 +44,13 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
     assert_non_null(gv);
     assert_non_null(ops);
     assert_int_equal(gv->type, t);
-    assert_int_equal(gv->aux_bytes(n), 0);
+    /* F16 keeps its columns as F16 in aux; the K-quants need none */
+    size_t ab = gv->aux_bytes(n), ldaux = ab + 32 * (size_t)(1 + nc % 2); /* 32-byte aligned, padded */
+    if (t == DTYPE_F16)
+        assert_true(ab >= (size_t)(n / 16) * 32 && ab % 32 == 0);
+    else
+        assert_int_equal(ab, 0);
+    uint8_t *aux = ab ? aligned_alloc(64, (ldaux * (size_t)nc + 63) & ~(size_t)63) : NULL;
     /* strides beyond the row, keeping each format's alignment (Q8_K and F32 rows hold floats) */
     size_t rb = dtype_row_bytes(t, n), ldw = rb + 18;
     size_t xb = dtype_row_bytes(ops->vec_type, n), ldx = xb + 12;
@@ -70,12 +76,13 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
     for (int c = 0; c < nc; c++)
         for (int r = 0; r < nr; r++)
             ops->vec_dot(n, &want[(size_t)c * nr + r], w + (size_t)r * ldw, x + (size_t)c * ldx);
-    /* gemv, per column (aux_bytes is 0: prep has nothing to write) */
+    /* gemv, per column, after prep as a caller does (aux: NULL when aux_bytes is 0) */
     float *y = malloc(sizeof(float) * ((size_t)nr + 1));
     for (int c = 0; c < nc; c++) {
         y[nr] = 12345.0f;
-        gv->prep(n, x + (size_t)c * ldx, NULL);
-        gv->gemv(n, nr, y, w, ldw, x + (size_t)c * ldx, NULL);
+        uint8_t *ac = aux ? aux + (size_t)c * ldaux : NULL;
+        gv->prep(n, x + (size_t)c * ldx, ac);
+        gv->gemv(n, nr, y, w, ldw, x + (size_t)c * ldx, ac);
         assert_true(y[nr] == 12345.0f);
         for (int r = 0; r < nr; r++)
             if (memcmp(&want[(size_t)c * nr + r], &y[r], sizeof(float)))
@@ -88,7 +95,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
     float *s = malloc(sizeof(float) * lds * (size_t)nc);
     for (size_t i = 0; i < lds * (size_t)nc; i++)
         s[i] = -7.0f;
-    gv->gemm(n, nr, nc, s, lds, w, ldw, x, ldx, NULL, 0);
+    gv->gemm(n, nr, nc, s, lds, w, ldw, x, ldx, aux, aux ? ldaux : 0);
     for (int c = 0; c < nc; c++) {
         for (int r = 0; r < nr; r++)
             if (memcmp(&want[(size_t)c * nr + r], &s[(size_t)c * lds + r], sizeof(float)))
@@ -97,7 +104,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
         for (size_t r = (size_t)nr; r < lds; r++)
             assert_true(s[(size_t)c * lds + r] == -7.0f);
     }
-    free(w), free(x), free(f), free(want), free(y), free(s);
+    free(w), free(x), free(f), free(want), free(y), free(s), free(aux);
 }
 
 static void check_shapes(enum dtype t, const int64_t *ns, size_t nn)
@@ -156,9 +163,9 @@ static void test_coverage(void **state)
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         assert_non_null(gemv_ops_avx512k(ts[i]));
         assert_non_null(gemv_ops_avx512k(ts[i])->gemm);
-        /* Q4_K and Q6_K share the Q8_K activation format: one prep */
-        assert_ptr_equal(gemv_ops_avx512k(ts[i])->prep, gemv_ops_avx512k(DTYPE_F16)->prep);
     }
+    /* Q4_K and Q6_K share the Q8_K activation format: one prep (F16's, for F32 activations, is its own) */
+    assert_ptr_equal(gemv_ops_avx512k(DTYPE_Q4_K)->prep, gemv_ops_avx512k(DTYPE_Q6_K)->prep);
     assert_null(gemv_ops_avx512k(DTYPE_Q8_K));
     assert_null(gemv_ops_avx512k(DTYPE_F32));
 }

@@ -18,7 +18,8 @@
  *     step puts elements i..i+7 in chain 0 and i+8..i+15 in chain 1, which is exactly a zmm of 16 consecutive
  *     weights times 16 consecutive activations. The weights of a tile are converted to F32 once per chunk
  *     of AF_KC elements into a buffer that stays in L1 and is reused for every column of the cache block;
- *     activations are plain 64-byte loads. A 6-row x 4-column tile holds 24 accumulators and the 6 weight
+ *     activations come as F16 from aux (af_prep: exact, they are F16 values), one 32-byte load and a
+ *     conversion per 16 elements. A 6-row x 4-column tile holds 24 accumulators and the 6 weight
  *     vectors, so each step is 6 + 4 loads for 24 FMAs (the pair layout it replaced, [8 of row r | 8 of
  *     row r+1] against 8 activations broadcast, needed 2 loads per 2 FMAs of a column: 1.1-1.2x slower on
  *     Zen 5). The 8-element steps and the zero-padded tail go into chain 0 (the low half, masked); the end
@@ -27,7 +28,7 @@
  *   F16 gemv: the AVX2 gemv (memory-bound already).
  * K-quants: a lone row or column is paired with itself and only its low half stored.
  *
- * aux_bytes is 0 for every type here: no activation prep.
+ * aux: F16 keeps each activation column's whole 16-element groups as F16 (af_prep); the K-quants need none.
  *
  * Measured on the 2-core test machine (Xeon, AVX-512 with one 512-bit FMA per cycle: a pure FMA loop does
  * ~82 GFLOP/s in zmm, ~95 in ymm), one thread, engine-sized panels, 128 columns, against kernel_ops gemm:
@@ -347,11 +348,11 @@ AK_KGEMM(q6_k, ak_tile_q6_k)
 
 #define AF_R 6      /* weight rows per tile */
 #define AF_C 4      /* columns per tile */
-/* Bytes of activations per column cache block. The weights are read again from memory for every block, so
- * for FFN down (n 8192: 32 KiB of F32 per column) a block that fits L2 (768 KiB, 24 columns) read them 11
- * times in a 256-token prefill; 4 MiB (from L3, 128 columns) made that product 1.20-1.27x faster on the Zen 5
- * (WAFER_PROFILE, 1B F16 pp512), n 2048 unchanged. The integer kernels keep theirs in L2: larger blocks
- * were slower there. */
+/* Bytes of activations (aux: F16) per column cache block. The weights are read again from memory for every
+ * block, so for FFN down (n 8192, when the columns were 32 KiB of F32) a block that fit L2 (768 KiB, 24
+ * columns) read them 11 times in a 256-token prefill; 4 MiB (from L3; AF_JB caps it at 128 columns) made that
+ * product 1.20-1.27x faster on the Zen 5 (WAFER_PROFILE, 1B F16 pp512), n 2048 unchanged. The integer kernels
+ * keep theirs in L2: larger blocks were slower there. */
 #define AF_XB (4 << 20)
 #define AF_KC 512   /* elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32 */
 #define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
@@ -410,7 +411,7 @@ AK_INLINE void af_fold_tile(const int R, const int NC, const __m512 *acc, const 
  * and are saved back there unless this is the last chunk, where they are added (chain 0 + chain 1, vec_dot's
  * last add) and folded into s[c * lds + r]. */
 AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb,
-                       const float *const *xc, __m512 (*ch)[AF_R], float *s, size_t lds)
+                       const float *const *xc, const uint16_t *const *xh, __m512 (*ch)[AF_R], float *s, size_t lds)
 {
     __m512 acc[AF_R][AF_C];
 #pragma GCC unroll 8
@@ -427,7 +428,7 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
             w[r] = _mm512_load_ps(g + r * AF_KC);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            __m512 x = _mm512_loadu_ps(xc[c] + i);
+            __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(xh[c] + i)));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 acc[r][c] = _mm512_fmadd_ps(w[r], x, acc[r][c]);
@@ -480,11 +481,10 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
 /* Few columns (batched decode, speculative verification): no weight is used often enough to pay for the
  * converted buffer, so R rows x NC columns (NC up to AF_NCOLS, all of them) run along whole rows converting
  * the weights in registers, with the same per-(row, column) chains and tail as af_tile. The rows of the next
- * row tile are prefetched, each at the point this tile has reached in its own rows. Columns: xc (F32), or for
- * the 16-element steps xh (NULL: none), the same values as F16, column c at xh + c * ldxh. */
+ * row tile are prefetched, each at the point this tile has reached in its own rows. Columns: for the 16-element
+ * steps xh (F16, column c at xh + c * ldxh), for the 8-element steps and the tail xc (F32), the same values. */
 #define AF_NROWS 3
 #define AF_NCOLS 8
-#define AF_XH_MAX (64u << 10) /* most F16 elements of the columns' copy (128 KiB of stack) */
 AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w, size_t ldw, int pf_rows,
                          const float *const *xc, const uint16_t *xh, size_t ldxh, float *s, size_t lds)
 {
@@ -506,8 +506,7 @@ AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w,
             wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)r * ldw + (size_t)i * 2)));
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            __m512 x = xh ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(xh + (size_t)c * ldxh + i)))
-                          : _mm512_loadu_ps(xc[c] + i);
+            __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(xh + (size_t)c * ldxh + i)));
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
                 acc[r][c] = _mm512_fmadd_ps(wv[r], x, acc[r][c]);
@@ -546,27 +545,12 @@ AK_INLINE void af_narrow(const int R, const int NC, int64_t n, const uint8_t *w,
     } while (0)
 
 static void af_gemm_f16_narrow(int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, size_t ldw,
-                               const uint8_t *x, size_t ldx)
+                               const uint8_t *x, size_t ldx, const uint16_t *xh, size_t ldxh)
 {
     _Static_assert(AF_NROWS == 3 && AF_NCOLS == 8, "af_narrow dispatch");
     const float *xc[AF_NCOLS];
     for (int c = 0; c < nc; c++)
         xc[c] = (const float *)(x + (size_t)c * ldx);
-    /* The columns as F16, exactly (their values are F16 values, see the top), when they fit AF_XH_MAX: each
-     * row tile reads all of them, and at half the bytes they stay in L1 (n 2048) or take half the L2 traffic
-     * (n 8192). Zen 5, one thread, 8 columns: 1.35-1.45x from memory at n 2048, 1.6-1.9x at n 8192; 1B F16
-     * batched decode of 8: 82-84 -> 110-115 tokens/s. Only whole 16-element groups are converted: the 8-element
-     * steps and the tail read the F32 columns, the same values. */
-    const uint16_t *xh = NULL;
-    size_t ldxh = (size_t)(n + 31) & ~(size_t)31;
-    uint16_t xhbuf[(size_t)nc * ldxh <= AF_XH_MAX ? (size_t)nc * ldxh : 32] __attribute__((aligned(64)));
-    if ((size_t)nc * ldxh <= AF_XH_MAX) {
-        for (int c = 0; c < nc; c++)
-            for (int64_t i = 0; i + 16 <= n; i += 16)
-                _mm256_store_si256((__m256i *)(xhbuf + (size_t)c * ldxh + i),
-                                   _mm512_cvtps_ph(_mm512_loadu_ps(xc[c] + i), _MM_FROUND_TO_NEAREST_INT));
-        xh = xhbuf;
-    }
     for (int i = 0; i < nr; i += AF_NROWS) {
         int rows = nr - i < AF_NROWS ? nr - i : AF_NROWS;
         int next = nr - i - rows < AF_NROWS ? nr - i - rows : AF_NROWS;
@@ -579,18 +563,33 @@ static void af_gemm_f16_narrow(int64_t n, int nr, int nc, float *s, size_t lds, 
     }
 }
 
+/* aux of an F16 gemm column: its whole 16-element groups as F16 (exact: the activations are F16 values, see
+ * the top), so the products read half the bytes of the F32 row. Zen 5, one thread, 256 columns: n 2048
+ * 62-71 -> 83-86 GMAC/s, n 8192 (FFN down, whose columns stream from L3) 52-61 -> 65-74; 8 columns (batched
+ * decode) read them from L1 at n 2048. Always at least 32 bytes, so cpu_backend prepares it. */
+static size_t af_aux_bytes(int64_t n) { return ((size_t)(n / 16) + 1) * 32; }
+
+static void af_prep(int64_t n, const void *x, void *aux)
+{
+    const float *f = x;
+    uint16_t *h = aux;
+    for (int64_t i = 0; i + 16 <= n; i += 16)
+        _mm256_store_si256((__m256i *)(h + i), _mm512_cvtps_ph(_mm512_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
+}
+
 static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
                         size_t ldx, const void *aux, size_t ldaux)
 {
     _Static_assert(AF_C == 4 && AF_R == 6 && AF_KC % 16 == 0, "af_tile dispatch");
+    const uint16_t *XH = aux;
     if (nc <= AF_NCOLS) {
-        af_gemm_f16_narrow(n, nr, nc, s, lds, w, ldw, x, ldx);
+        af_gemm_f16_narrow(n, nr, nc, s, lds, w, ldw, x, ldx, XH, ldaux / 2);
         return;
     }
     float wb[AF_R][AF_KC] __attribute__((aligned(64)));
     __m512 ch[AF_JB][AF_R];
     const uint8_t *W = w, *X = x;
-    int jb = ak_col_block(AF_XB, ldx, AF_C, AF_JB);
+    int jb = ak_col_block(AF_XB, ldaux, AF_C, AF_JB);
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb;
         int tiles = (j1 - j0 + AF_C - 1) / AF_C;
@@ -626,9 +625,12 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                             pf_line = 0, pf_row++;
                     }
                     const float *xc[AF_C];
-                    for (int c = 0; c < m; c++)
+                    const uint16_t *xh[AF_C];
+                    for (int c = 0; c < m; c++) {
                         xc[c] = (const float *)(X + (size_t)(j + c) * ldx);
-                    AF_TILE(rows, m, n, k0, k1, wb[0], xc, ch + (j - j0), s + (size_t)j * lds + i, lds);
+                        xh[c] = XH + (size_t)(j + c) * (ldaux / 2);
+                    }
+                    AF_TILE(rows, m, n, k0, k1, wb[0], xc, xh, ch + (j - j0), s + (size_t)j * lds + i, lds);
                 }
             }
         }
@@ -833,7 +835,7 @@ static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
 
 static const struct gemv_ops ak_ops[] = {
-    {DTYPE_F16, ak_aux_none, ak_prep_none, af_gemv_f16, af_gemm_f16},
+    {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16},
     {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k},
     {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k},
 };
