@@ -9,6 +9,9 @@
  * scalar path is the reference the SIMD one is tested against, so it is kept as accurate as is cheap.
  *
  * The scalar gemm just calls vec_dot per pair, which makes it bit-identical to vec_dot by construction.
+ *
+ * The feed-forward's SwiGLU lives here too (kernel_swiglu), with its exp written out (kernel_expf: glibc's
+ * expf, operation for operation) so that the vector versions in kernels_avx2.c can match it bit for bit.
  */
 #include "engine/cpu/kernels.h"
 

@@ -37,7 +37,6 @@ struct kernel_ops {
                  size_t ldx);
 };
 
-/* Best ops for the running CPU; NULL when the type is not supported. */
 /* The constants of glibc's expf (sysdeps/ieee754/flt-32/e_exp2f_data.c, N = 32), as bit patterns: the table
  * of 2^(i/32) with i/32 taken out of the exponent bits, N / ln 2, the cubic's coefficients (scaled), and the
  * rounding shift. Shared by kernel_expf and its vector versions. */
@@ -65,6 +64,7 @@ void kernel_swiglu(float *g, const float *u, int64_t n);
  * lacks AVX2); kernel_swiglu does the rest. */
 int64_t kernel_swiglu_avx2(float *g, const float *u, int64_t n);
 
+/* Best ops for the running CPU; NULL when the type is not supported. */
 const struct kernel_ops *kernel_ops_get(enum dtype t);
 /* Portable scalar ops (reference and fallback); NULL when not supported. */
 const struct kernel_ops *kernel_ops_scalar(enum dtype t);
