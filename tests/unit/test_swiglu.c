@@ -71,8 +71,11 @@ static float any_value(uint64_t *seed)
 
 static void check_swiglu(int64_t n, uint64_t seed, const char *what)
 {
-    float *g = malloc(sizeof(float) * (size_t)n), *want = malloc(sizeof(float) * (size_t)n);
-    float *u = malloc(sizeof(float) * (size_t)n);
+    float *g = calloc((size_t)n, sizeof(float)), *want = calloc((size_t)n, sizeof(float));
+    float *u = calloc((size_t)n, sizeof(float));
+    assert_non_null(g);
+    assert_non_null(want);
+    assert_non_null(u);
     for (int64_t i = 0; i < n; i++) {
         g[i] = any_value(&seed);
         u[i] = test_rand_f32(&seed) * 4.0f;
