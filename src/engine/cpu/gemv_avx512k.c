@@ -564,9 +564,9 @@ static void af_gemm_f16_narrow(int64_t n, int nr, int nc, float *s, size_t lds, 
 }
 
 /* aux of an F16 gemm column: its whole 16-element groups as F16 (exact: the activations are F16 values, see
- * the top), so the products read half the bytes of the F32 row. Zen 5, one thread, 256 columns: n 2048
- * 62-71 -> 83-86 GMAC/s, n 8192 (FFN down, whose columns stream from L3) 52-61 -> 65-74; 8 columns (batched
- * decode) read them from L1 at n 2048. Always at least 32 bytes, so cpu_backend prepares it. */
+ * the top), so the products read half the bytes of the F32 row. Zen 5, one thread, 256 columns, three
+ * alternations: n 2048 60-78 -> 67-88 GMAC/s, n 8192 (FFN down, whose columns stream from L3) 51-73 -> 61-80;
+ * 8 columns (batched decode) read them from L1 at n 2048. Always at least 32 bytes, so cpu_backend prepares it. */
 static size_t af_aux_bytes(int64_t n) { return ((size_t)(n / 16) + 1) * 32; }
 
 static void af_prep(int64_t n, const void *x, void *aux)

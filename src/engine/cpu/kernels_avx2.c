@@ -591,6 +591,14 @@ KA_INLINE __m128 ka_expf4(__m128 x)
     return _mm256_cvtpd_ps(_mm256_mul_pd(y, s));
 }
 
+/* Redoes by kernel_expf the lanes of e (exps of x) set in mask: those outside its main path. */
+static void ka_expf_special(const float *x, float *e, unsigned mask)
+{
+    for (int l = 0; mask; l++, mask >>= 1)
+        if (mask & 1)
+            e[l] = kernel_expf(x[l]);
+}
+
 /* 8 lanes of SwiGLU at g, u; lanes outside kernel_expf's main path redone by it. */
 KA_INLINE void ka_swiglu8(float *g, const float *u)
 {
@@ -602,9 +610,7 @@ KA_INLINE void ka_swiglu8(float *g, const float *u)
         float xs[8], es[8];
         _mm256_storeu_ps(xs, x);
         _mm256_storeu_ps(es, e);
-        for (int l = 0; l < 8; l++)
-            if (special >> l & 1)
-                es[l] = kernel_expf(xs[l]);
+        ka_expf_special(xs, es, (unsigned)special);
         e = _mm256_loadu_ps(es);
     }
     _mm256_storeu_ps(g, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), _mm256_loadu_ps(u)));
@@ -650,9 +656,7 @@ __attribute__((target("avx512f,avx512dq,avx512vl"))) static int64_t ka_swiglu_av
             float xs[16], es[16];
             _mm512_storeu_ps(xs, x);
             _mm512_storeu_ps(es, e);
-            for (int l = 0; l < 16; l++)
-                if (special >> l & 1)
-                    es[l] = kernel_expf(xs[l]);
+            ka_expf_special(xs, es, special);
             e = _mm512_loadu_ps(es);
         }
         _mm512_storeu_ps(g + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), _mm512_loadu_ps(u + i)));
