@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* Float vectors that had to be converted from another type (rare: norms are normally F32) live here. */
 struct model_owned {
@@ -335,6 +337,57 @@ fail_sub:
 fail:
     model_destroy(m);
     return NULL;
+}
+
+const void *model_weight_row(const struct model_weight *w, int64_t r, void *buf)
+{
+    if (w->layout == WEIGHT_ROWS)
+        return (const uint8_t *)w->data + (size_t)r * w->row_bytes;
+    quant_r16_row(w->type, w->data, r, w->cols, buf);
+    return buf;
+}
+
+/* Moves w to layout `want` in place through a copy (its memory is writable: see model_relayout). */
+static int model_weight_relayout(struct model_weight *w, enum weight_layout want)
+{
+    size_t bytes = (size_t)w->rows * w->row_bytes;
+    void *tmp = malloc(bytes);
+    if (!tmp)
+        return ERR_NOMEM;
+    memcpy(tmp, w->data, bytes);
+    /* rows % 16 and the type were checked by the caller, so the conversion cannot refuse */
+    (void)quant_r16_convert(w->type, tmp, (void *)w->data, w->rows, w->cols, want == WEIGHT_R16);
+    free(tmp);
+    w->layout = want;
+    return 0;
+}
+
+int model_relayout(const struct model *cm, const bool r16[DTYPE_COUNT])
+{
+    /* the model is const to its readers; its layout is the one thing a backend may change, here */
+    struct model *m = (struct model *)cm;
+    int n = 7 * m->hp.n_layers + (m->hp.tied_output ? 0 : 1), rc = 0;
+    bool writable = false;
+    for (int i = 0; i < n && !rc; i++) {
+        struct model_layer *L = &m->layers[i < 7 * m->hp.n_layers ? i / 7 : 0];
+        struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        struct model_weight *w = i < 7 * m->hp.n_layers ? ws[i % 7] : &m->output;
+        enum weight_layout want =
+            r16[w->type] && quant_r16_supported(w->type) && w->rows % QUANT_R16_ROWS == 0 ? WEIGHT_R16 : WEIGHT_ROWS;
+        if (want == w->layout)
+            continue;
+        if (!writable) { /* the first change: nothing has moved yet */
+            if (m->mapped)
+                return ERR_UNSUPPORTED;
+            if ((rc = gguf_set_writable(m->gguf, true)))
+                return rc;
+            writable = true;
+        }
+        rc = model_weight_relayout(w, want);
+    }
+    if (writable)
+        (void)gguf_set_writable(m->gguf, false);
+    return rc;
 }
 
 void model_destroy(struct model *m)

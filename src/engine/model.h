@@ -42,12 +42,20 @@ struct model_hparams {
     bool qkv_bias;
 };
 
-/* A weight matrix [rows][cols] of `type`: row r starts at data + r * row_bytes. */
+/* How a matrix's rows lie in its memory. */
+enum weight_layout {
+    WEIGHT_ROWS = 0, /* GGUF's: row r at data + r * row_bytes */
+    WEIGHT_R16 = 1,  /* quant.h's R16 (Q4_0, Q8_0): groups of 16 rows interleaved for the AVX-512 kernels */
+};
+
+/* A weight matrix [rows][cols] of `type`, rows * row_bytes bytes at data, laid out as `layout` says (a backend
+ * may change it at create, see model_relayout; read a row with model_weight_row when it may be R16). */
 struct model_weight {
     const void *data;
     enum dtype type;
     int64_t rows, cols;
     size_t row_bytes;
+    enum weight_layout layout;
 };
 
 struct model_layer {
@@ -91,6 +99,18 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err);
  * otherwise. Exposed for tests. */
 bool model_load_fits_memory(uint64_t file_bytes, uint64_t mem_available);
 void model_destroy(struct model *m);
+
+/* Row r of w in GGUF order: a pointer into w->data (WEIGHT_ROWS), or buf (w->row_bytes bytes) filled from
+ * the R16 layout. */
+const void *model_weight_row(const struct model_weight *w, int64_t r, void *buf);
+
+/* Lays out the model's matrices as a backend's kernels read them: every layer's seven matrices and output
+ * (unless tied to token_embd, which embedding lookups read by row) become WEIGHT_R16 when r16[type] and their
+ * rows are a multiple of 16, WEIGHT_ROWS otherwise. The bytes move in place (the memory is made writable for
+ * it), so the model keeps its size. 0, ERR_UNSUPPORTED when a matrix would change and the weights are mapped
+ * from the file (nothing changes then), or ERR_NOMEM. Rewrites the weights: never while an engine computes
+ * from m (backends call it from create; the next create puts back what it needs). */
+int model_relayout(const struct model *m, const bool r16[DTYPE_COUNT]);
 
 /* Llama 3 per-dimension RoPE frequency divisors [head_dim / 2] (tensor rope_freqs.weight), or NULL. */
 const float *model_rope_freqs(const struct model *m);

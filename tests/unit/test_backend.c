@@ -2,7 +2,8 @@
  * Backend tests (backend.h): the registry (an unknown name is refused with the available ones), describe,
  * the two backends against each other for every weight type and KV type (CPU with its portable kernels and
  * the scalar backend bit-identical; CPU with SIMD kernels and the scalar backend within a stated tolerance),
- * and llama-19M perplexities through both backends against llama.cpp's figures. test_engine.c runs the
+ * the weight layouts the CPU backend chooses (model_relayout: same logits, the scalar backend on either), and
+ * llama-19M perplexities through both backends against llama.cpp's figures. test_engine.c runs the
  * greedy goldens, the reference forward pass, batch invariance and copy on write through both backends.
  */
 #include "testutil.h"
@@ -20,6 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* threads of the engines make_engine creates (relayout_check also uses 3: row ranges that do not divide
+ * evenly) */
+static int engine_threads = 2;
+
 static struct engine *make_engine(const struct model *m, const char *backend, bool no_simd, enum dtype kv,
                                   int max_batch)
 {
@@ -29,7 +34,7 @@ static struct engine *make_engine(const struct model *m, const char *backend, bo
     ep.backend = backend;
     ep.force_scalar = no_simd;
     ep.kv_type = kv;
-    ep.n_threads = 2;
+    ep.n_threads = strcmp(backend, "scalar") ? engine_threads : 1;
     ep.max_batch_tokens = max_batch;
     struct engine *e = engine_create(m, &ep, err);
     if (!e)
@@ -118,22 +123,30 @@ static void test_describe(void **state)
 
 enum { CMP_N = 24, CMP_CHUNK = 16 };
 
-/* Logits of every position of toks[0..CMP_N) (prefill in chunks of CMP_CHUNK) into out[CMP_N][n_vocab]. */
-static void logits_of(const struct model *m, const char *backend, bool no_simd, enum dtype kv, const int32_t *toks,
-                      float *out)
+/* Logits of every position of toks[0..CMP_N) (in batches of chunk tokens: 1 decodes) into
+ * out[CMP_N][n_vocab]. */
+static void logits_chunked(const struct model *m, const char *backend, bool no_simd, enum dtype kv,
+                           const int32_t *toks, float *out, int chunk)
 {
     char err[ERR_MSG_MAX];
     struct engine *e = make_engine(m, backend, no_simd, kv, CMP_CHUNK);
     struct batch b;
-    assert_int_equal(batch_init(&b, CMP_CHUNK), 0);
-    for (int i0 = 0; i0 < CMP_N; i0 += CMP_CHUNK) {
+    assert_int_equal(batch_init(&b, chunk), 0);
+    for (int i0 = 0; i0 < CMP_N; i0 += chunk) {
         batch_clear(&b);
-        for (int i = i0; i < CMP_N && i < i0 + CMP_CHUNK; i++)
+        for (int i = i0; i < CMP_N && i < i0 + chunk; i++)
             batch_add(&b, toks[i], i, 0, true);
         assert_int_equal(engine_forward(e, &b, out + (size_t)i0 * m->hp.n_vocab, err), 0);
     }
     batch_deinit(&b);
     engine_destroy(e);
+}
+
+/* The same, prefilled in chunks of CMP_CHUNK. */
+static void logits_of(const struct model *m, const char *backend, bool no_simd, enum dtype kv, const int32_t *toks,
+                      float *out)
+{
+    logits_chunked(m, backend, no_simd, kv, toks, out, CMP_CHUNK);
 }
 
 /* max |a - b| over the largest range (max - min) of b's rows: the error in units of the logits' spread. */
@@ -206,6 +219,60 @@ static void test_cmp_q8_0(void **s) { (void)s; backends_check(FTYPE_Q8_0, 3e-2);
 static void test_cmp_q4_0(void **s) { (void)s; backends_check(FTYPE_Q4_0, 3e-2); }
 static void test_cmp_q4_k_m(void **s) { (void)s; backends_check(FTYPE_Q4_K_M, 3e-2); }
 static void test_cmp_q6_k(void **s) { (void)s; backends_check(FTYPE_Q6_K, 3e-2); }
+
+/* ---- weight layouts (model_relayout) ---- */
+
+/* The CPU backend lays Q4_0 / Q8_0 weights out in R16 where its kernels read it (AVX-512), and back in rows
+ * for kernels that do not; a mapped model stays in rows. Logits are the same bits either way, and the scalar
+ * backend reads an R16 model's rows correctly. */
+static void relayout_check(enum ftype ft, enum dtype t)
+{
+    char name[64];
+    snprintf(name, sizeof name, "relayout-%s.gguf", ftype_name(ft));
+    const char *path = test_gen_model(name, "llama", ft, false);
+    if (!path)
+        skip();
+    char err[ERR_MSG_MAX];
+    struct model *mem = model_load_ex(path, false, err), *mapped = model_load_ex(path, true, err);
+    assert_non_null(mem);
+    assert_non_null(mapped);
+    assert_int_equal(mem->layers[0].wq.type, t);
+    size_t n = (size_t)CMP_N * mem->hp.n_vocab;
+    float *a = malloc(n * 4), *b = malloc(n * 4);
+    int32_t toks[CMP_N];
+    for (int i = 0; i < CMP_N; i++)
+        toks[i] = (int32_t)((i * 7919 + 13) % mem->hp.n_vocab);
+    const struct model_weight *w = &mem->layers[1].w_down;
+    enum weight_layout want = gemv_ops_avx512q(t) ? WEIGHT_R16 : WEIGHT_ROWS;
+    assert_int_equal(w->layout, WEIGHT_ROWS); /* as loaded */
+    logits_of(mapped, "cpu", false, DTYPE_F16, toks, a);
+    assert_int_equal(mapped->layers[1].w_down.layout, WEIGHT_ROWS);
+    logits_of(mem, "cpu", false, DTYPE_F16, toks, b);
+    assert_memory_equal(a, b, n * 4);
+    /* rows split unevenly between threads (every range must still start at a group of 16), and decode */
+    engine_threads = 3;
+    logits_chunked(mem, "cpu", false, DTYPE_F16, toks, b, 1);
+    engine_threads = 2;
+    print_message("    %s: cpu backend left the matrices in %s\n", dtype_name(t), w->layout == WEIGHT_R16 ? "R16" : "rows");
+    assert_int_equal(w->layout, want);
+    assert_int_equal(mem->layers[0].wk.layout, want);
+    assert_memory_equal(a, b, n * 4);
+    /* the scalar backend on the re-laid model and on the mapped one */
+    logits_of(mem, "scalar", false, DTYPE_F16, toks, a);
+    assert_int_equal(w->layout, want); /* the scalar backend reads it as it is */
+    logits_of(mapped, "scalar", false, DTYPE_F16, toks, b);
+    assert_memory_equal(a, b, n * 4);
+    /* portable kernels put the rows back (and match the scalar backend, as test_cmp_* hold) */
+    logits_of(mem, "cpu", true, DTYPE_F16, toks, b);
+    assert_int_equal(w->layout, WEIGHT_ROWS);
+    assert_memory_equal(a, b, n * 4);
+    free(a), free(b);
+    model_destroy(mem);
+    model_destroy(mapped);
+}
+
+static void test_relayout_q4_0(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0); }
+static void test_relayout_q8_0(void **s) { (void)s; relayout_check(FTYPE_Q8_0, DTYPE_Q8_0); }
 
 /* ---- perplexity against llama.cpp ---- */
 
@@ -326,6 +393,8 @@ int main(void)
         cmocka_unit_test(test_cmp_q4_0),
         cmocka_unit_test(test_cmp_q4_k_m),
         cmocka_unit_test(test_cmp_q6_k),
+        cmocka_unit_test(test_relayout_q4_0),
+        cmocka_unit_test(test_relayout_q8_0),
         cmocka_unit_test(test_perplexity_llama19m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

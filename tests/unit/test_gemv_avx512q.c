@@ -3,7 +3,8 @@
  * AVX2 for every output: random and extreme quants (max magnitude, all one sign), large and tiny (subnormal F16)
  * scales, block counts that are and are not multiples of 8 / 16, row counts leaving every row-pair and tile
  * remainder, column counts leaving every column-tile remainder and crossing column cache blocks, and strides
- * (ldw, ldx, ldaux, lds) larger than a row. Skipped on CPUs without AVX-512 (or with WAFER_NO_AVX512 set).
+ * (ldw, ldx, ldaux, lds) larger than a row; the same for gemv16 / gemm16 on the rows in quant.h's R16 layout,
+ * which also converts back to the rows exactly. Skipped on CPUs without AVX-512 (or with WAFER_NO_AVX512 set).
  */
 #include "testutil.h"
 
@@ -123,6 +124,42 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
         for (size_t r = (size_t)nr; r < lds; r++)
             assert_true(s[(size_t)c * lds + r] == -7.0f); /* nothing written past nr */
     }
+    /* the first nr / 16 groups of rows in the R16 layout: gemv16 and gemm16 give the same bits, and the layout
+     * converts back to the rows, and quant_r16_row reads each row out */
+    int n16 = nr / QUANT_R16_ROWS * QUANT_R16_ROWS;
+    if (n16) {
+        uint8_t *rows = malloc(rb * (size_t)n16), *w16 = malloc(rb * (size_t)n16), *back = malloc(rb * (size_t)n16);
+        for (int r = 0; r < n16; r++)
+            memcpy(rows + (size_t)r * rb, w + (size_t)r * ldw, rb);
+        assert_int_equal(quant_r16_convert(t, rows, w16, n16, n, true), 0);
+        assert_int_equal(quant_r16_convert(t, w16, back, n16, n, false), 0);
+        assert_memory_equal(back, rows, rb * (size_t)n16);
+        for (int r = 0; r < n16; r += 5) {
+            quant_r16_row(t, w16, r, n, back);
+            assert_memory_equal(back, rows + (size_t)r * rb, rb);
+        }
+        for (int c = 0; c < nc; c++) {
+            y[n16] = -7.0f;
+            gv->gemv16(n, n16, y, w16, aux + (size_t)c * ldaux);
+            assert_true(y[n16] == -7.0f);
+            for (int r = 0; r < n16; r++)
+                if (memcmp(&y[r], &want[(size_t)c * nr + r], sizeof(float)))
+                    fail_msg("%s gemv16 mode %d n %lld nr %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), mode,
+                             (long long)n, n16, r, c, y[r], want[(size_t)c * nr + r]);
+        }
+        for (size_t i = 0; i < lds * (size_t)nc; i++)
+            s[i] = -7.0f;
+        gv->gemm16(n, n16, nc, s, lds, w16, aux, ldaux);
+        for (int c = 0; c < nc; c++) {
+            for (int r = 0; r < n16; r++)
+                if (memcmp(&s[(size_t)c * lds + r], &want[(size_t)c * nr + r], sizeof(float)))
+                    fail_msg("%s gemm16 mode %d n %lld nr %d nc %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t),
+                             mode, (long long)n, n16, nc, r, c, s[(size_t)c * lds + r], want[(size_t)c * nr + r]);
+            for (size_t r = (size_t)n16; r < lds; r++)
+                assert_true(s[(size_t)c * lds + r] == -7.0f);
+        }
+        free(rows), free(w16), free(back);
+    }
     free(w), free(x), free(aux), free(want), free(y), free(s);
 }
 
@@ -158,6 +195,22 @@ static void test_columns(void **state)
         }
 }
 
+/* the R16 kernels: one to five groups of rows, every column-tile remainder, block counts below and above 8 */
+static void test_r16_groups(void **state)
+{
+    (void)state;
+    skip_without_avx512();
+    static const int64_t ns[] = {32, 96, 288, 2048};
+    for (size_t a = 0; a < 2; a++)
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            for (int g = 1; g <= 5; g += 2)
+                for (int nc = 1; nc <= 10; nc += 1 + (int)k)
+                    check(types[a], ns[k], 16 * g + (nc % 3 == 1 ? 3 : 0), nc, (size_t)(nc % 2) * 2, 700 + (uint64_t)(g * 31 + nc), nc % 4);
+    /* every lane of one group distinct: a row or dword swap in the layout shows */
+    for (size_t a = 0; a < 2; a++)
+        check(types[a], 64, 16, 3, 0, 800, 1);
+}
+
 static void test_extremes(void **state)
 {
     (void)state;
@@ -176,7 +229,7 @@ static void test_column_blocks(void **state)
     skip_without_avx512();
     /* long rows: aux per column ~400 KB, so a few columns per cache block and several blocks */
     for (size_t a = 0; a < 2; a++)
-        check(types[a], 32 * 2056, 5, 11, 0, 600, 0);
+        check(types[a], 32 * 2056, 21, 11, 0, 600, 0);
 }
 
 int main(void)
@@ -184,6 +237,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_columns),
+        cmocka_unit_test(test_r16_groups),
         cmocka_unit_test(test_extremes),
         cmocka_unit_test(test_column_blocks),
     };

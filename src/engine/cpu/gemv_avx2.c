@@ -351,14 +351,14 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
-    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, NULL},
-    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, NULL},
-    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL},
-    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL},
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, NULL, NULL, NULL},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, NULL, NULL, NULL},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, NULL, NULL},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, NULL, NULL},
 };
 
-static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL};
-static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams, NULL};
+static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL};
+static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams, NULL, NULL, NULL};
 
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
 {

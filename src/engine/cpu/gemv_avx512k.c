@@ -835,9 +835,9 @@ static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
 
 static const struct gemv_ops ak_ops[] = {
-    {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16},
-    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k},
-    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k},
+    {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16, NULL, NULL},
+    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, NULL, NULL},
+    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, NULL, NULL},
 };
 
 #if defined(__clang__)

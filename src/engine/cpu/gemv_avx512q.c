@@ -390,9 +390,133 @@ AQ_INLINE void aq_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t ld
 AQ_GEMM(q4_0, 1, QK4_0)
 AQ_GEMM(q8_0, 0, QK8_0)
 
+/* ---- the R16 layout (quant.h): 16 rows per register, no permutes ----
+ *
+ * A zmm of the layout holds one quant dword of 16 rows, so vpdpbusd against one activation dword broadcast to
+ * all lanes gives lane l of those 16 rows at once (lane l as above: Q8_0 dword l; Q4_0 dword l's low nibbles
+ * for l < 4, dword l - 4's high nibbles x16 for l >= 4), started at lane l's start value, broadcast too. Each
+ * row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by the same
+ * fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the end with
+ * simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd and one
+ * scale product; no permute, no table (1B Q4_0 decode gemv one thread: 1.5-1.8x the interleaved tile with
+ * the matrix in L2, 1.1-1.4x from memory, whose rows it reads as one stream). */
+
+/* Weights of lane l for the 16 rows of block blk (the group's block: 32 bytes of scales, then the dwords). */
+AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
+{
+    if (is_q4) {
+        __m512i v = _mm512_loadu_si512(blk + 32 + 64 * (l & 3));
+        return _mm512_and_si512(v, _mm512_set1_epi8(l < 4 ? 0x0f : (char)0xf0));
+    }
+    return _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * l), _mm512_set1_epi8((char)0x80));
+}
+
+/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. pf: prefetch along the rows (gemv); nxt:
+ * the next group, prefetched as far along as this one is read (or NULL). */
+AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
+                         const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt)
+{
+    const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)); /* a group's block */
+    const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
+    const __m512 magic = _mm512_set1_ps(AQ_MAGIC);
+    __m512 acc[AQ_CMAX][8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++)
+            acc[c][l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = g + (size_t)b * gb;
+        if (pf)
+            for (size_t i = 0; i < gb; i += 64)
+                _mm_prefetch((const char *)blk + AQ_PF + i, _MM_HINT_T1);
+        if (nxt)
+            for (size_t i = 0; i < gb; i += 64)
+                _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)), d[AQ_CMAX];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)(aux + (size_t)c * ldaux))[2 * b]));
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            __m512i u = aq16_lane(is_q4, blk, l);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const int32_t *x = (const int32_t *)(aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK);
+                __m512i q = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[8 + l]), u, _mm512_set1_epi32(x[l]));
+                acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_sub_ps(_mm512_castsi512_ps(q), magic), acc[c][l]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m512 a[8];
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) /* Q4_0 lanes 4-7 hold 16 x the value (aq_fold) */
+            a[l] = is_q4 && l >= 4 ? _mm512_mul_ps(acc[c][l], _mm512_set1_ps(0.0625f)) : acc[c][l];
+        /* simd_fold8's adds: lanes l + l+4, then 0+2 and 1+3, then the two */
+        __m512 h0 = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        __m512 h1 = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        _mm512_storeu_ps(s + (size_t)c * lds, _mm512_add_ps(h0, h1));
+    }
+}
+
+AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *aux)
+{
+    int64_t nb = n / QK8_0;
+    size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    for (int64_t i = 0; i < nr; i += 16)
+        aq16_tile(is_q4, nb, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, aux, 0, 1, NULL);
+}
+
+#ifndef AQ16_C
+#define AQ16_C 3 /* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column) */
+#endif
+
+AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
+                         const uint8_t *aux, size_t ldaux)
+{
+    int64_t nb = n / QK8_0;
+    size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    int jb = aq_col_block(aq_aux_bytes(n));
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 16) {
+            const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
+            int j = j0;
+            for (; j + AQ16_C <= j1; j += AQ16_C)
+                aq16_tile(is_q4, nb, AQ16_C, s + (size_t)j * lds + i, lds, g, aux + (size_t)j * ldaux, ldaux, 0,
+                          j + 2 * AQ16_C > j1 ? nxt : NULL);
+            _Static_assert(AQ16_C <= 4, "remainder cases");
+            float *sj = s + (size_t)j * lds + i;
+            const uint8_t *aj = aux + (size_t)j * ldaux, *rn = j == j0 ? nxt : NULL;
+            switch (j1 - j) { /* constant column counts keep the accumulators in registers */
+            case 3: if (3 < AQ16_C) aq16_tile(is_q4, nb, 3 < AQ16_C ? 3 : 1, sj, lds, g, aj, ldaux, 0, rn); break;
+            case 2: if (2 < AQ16_C) aq16_tile(is_q4, nb, 2 < AQ16_C ? 2 : 1, sj, lds, g, aj, ldaux, 0, rn); break;
+            case 1: aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, 0, rn); break;
+            default: break;
+            }
+        }
+    }
+}
+
+#define AQ16_FNS(name, IS_Q4)                                                                                \
+    static void aq16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *aux)           \
+    {                                                                                                      \
+        aq16_gemv(IS_Q4, n, nr, y, w, aux);                                                                \
+    }                                                                                                      \
+    static void aq16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *aux, \
+                                 size_t ldaux)                                                             \
+    {                                                                                                      \
+        aq16_gemm(IS_Q4, n, nr, nc, s, lds, w, aux, ldaux);                                                \
+    }
+
+AQ16_FNS(q4_0, 1)
+AQ16_FNS(q8_0, 0)
+
 static const struct gemv_ops aq_ops[] = {
-    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_gemv_q4_0, aq_gemm_q4_0},
-    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_gemv_q8_0, aq_gemm_q8_0},
+    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_gemv_q4_0, aq_gemm_q4_0, aq16_gemv_q4_0, aq16_gemm_q4_0},
+    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_gemv_q8_0, aq_gemm_q8_0, aq16_gemv_q8_0, aq16_gemm_q8_0},
 };
 
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t)

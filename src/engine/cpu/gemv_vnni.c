@@ -278,8 +278,8 @@ GN_GEMM(q4_0, 1, QK4_0)
 GN_GEMM(q8_0, 0, QK8_0)
 
 static const struct gemv_ops gn_ops[] = {
-    {DTYPE_Q4_0, gn_aux_bytes, gn_prep, gn_gemv_q4_0, gn_gemm_q4_0},
-    {DTYPE_Q8_0, gn_aux_bytes, gn_prep, gn_gemv_q8_0, gn_gemm_q8_0},
+    {DTYPE_Q4_0, gn_aux_bytes, gn_prep, gn_gemv_q4_0, gn_gemm_q4_0, NULL, NULL},
+    {DTYPE_Q8_0, gn_aux_bytes, gn_prep, gn_gemv_q8_0, gn_gemm_q8_0, NULL, NULL},
 };
 
 const struct gemv_ops *gemv_ops_vnni(enum dtype t)

@@ -47,6 +47,7 @@ struct gguf {
     const uint8_t *base;
     size_t size;
     bool mapped;
+    bool in_memory; /* from gguf_open_mem: private anonymous memory, which gguf_set_writable may unprotect */
     uint32_t version;
     size_t alignment;
     size_t data_offset;
@@ -718,8 +719,19 @@ struct gguf *gguf_open_mem(const char *path, char *err)
         }
     }
     close(fd);
-    (void)mprotect(base, size, PROT_READ); /* weights are read-only from here on */
-    return gguf_open_impl(base, size, true, path, err);
+    (void)mprotect(base, size, PROT_READ); /* weights are read-only from here on (but see gguf_set_writable) */
+    struct gguf *g = gguf_open_impl(base, size, true, path, err);
+    if (g)
+        g->in_memory = true;
+    return g;
+}
+
+int gguf_set_writable(struct gguf *g, bool writable)
+{
+    if (!g->in_memory)
+        return ERR_UNSUPPORTED;
+    /* the whole allocation at once, so its huge pages stay whole */
+    return mprotect((void *)g->base, g->size, writable ? PROT_READ | PROT_WRITE : PROT_READ) ? ERR_IO : 0;
 }
 
 struct gguf *gguf_open_buffer(const void *buf, size_t len, char *err)

@@ -91,6 +91,11 @@ struct gguf *gguf_open(const char *path, char *err);
  * (compaction stalls), so they are not requested. Caller frees with gguf_close. */
 struct gguf *gguf_open_mem(const char *path, char *err);
 
+/* For a handle from gguf_open_mem: makes its memory writable (true) or read-only again (false), so tensors can
+ * be rearranged in place (model_relayout). 0; ERR_UNSUPPORTED for another handle (a mapped file, a caller's
+ * buffer); ERR_IO when mprotect fails. */
+int gguf_set_writable(struct gguf *g, bool writable);
+
 /* Same, over a caller-owned buffer that must outlive the handle (used by the fuzzer and tests). */
 struct gguf *gguf_open_buffer(const void *buf, size_t len, char *err);
 

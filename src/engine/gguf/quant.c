@@ -499,3 +499,42 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n)
     }
     return 0;
 }
+
+bool quant_r16_supported(enum dtype t) { return t == DTYPE_Q4_0 || t == DTYPE_Q8_0; }
+
+/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 matrix at r16. */
+static void quant_r16_block(size_t bb, size_t row_bytes, uint8_t *blk, uint8_t *r16, int64_t r, int64_t b, bool to_r16)
+{
+    uint8_t *grp = r16 + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes + (size_t)b * QUANT_R16_ROWS * bb;
+    size_t lr = (size_t)(r % QUANT_R16_ROWS), nq = (bb - 2) / 4;
+    if (to_r16)
+        memcpy(grp + 2 * lr, blk, 2);
+    else
+        memcpy(blk, grp + 2 * lr, 2);
+    for (size_t k = 0; k < nq; k++) {
+        uint8_t *q = grp + 2 * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
+        if (to_r16)
+            memcpy(q, blk + 2 + 4 * k, 4);
+        else
+            memcpy(blk + 2 + 4 * k, q, 4);
+    }
+}
+
+int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, int64_t cols, bool to_r16)
+{
+    if (!quant_r16_supported(t) || rows < 0 || rows % QUANT_R16_ROWS || cols % QK8_0)
+        return ERR_INVALID_ARG;
+    size_t bb = dtype_row_bytes(t, QK8_0), row_bytes = dtype_row_bytes(t, cols);
+    uint8_t *plain = to_r16 ? (uint8_t *)src : dst, *r16 = to_r16 ? dst : (uint8_t *)src;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < cols / QK8_0; b++)
+            quant_r16_block(bb, row_bytes, plain + (size_t)r * row_bytes + (size_t)b * bb, r16, r, b, to_r16);
+    return 0;
+}
+
+void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *dst)
+{
+    size_t bb = dtype_row_bytes(t, QK8_0), row_bytes = dtype_row_bytes(t, cols);
+    for (int64_t b = 0; b < cols / QK8_0; b++)
+        quant_r16_block(bb, row_bytes, (uint8_t *)dst + (size_t)b * bb, (uint8_t *)w, r, b, false);
+}

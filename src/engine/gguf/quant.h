@@ -17,6 +17,7 @@
 
 #include "engine/dtype.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -96,5 +97,24 @@ int quant_row_from_f32(enum dtype t, const float *src, void *dst, int64_t n);
 
 /* Dequantizes a row of n elements of type t into dst. Same supported types and errors. */
 int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
+
+/*
+ * The R16 layout of a Q4_0 or Q8_0 matrix (rows a multiple of 16): the same bytes as the GGUF rows, reordered
+ * so a 512-bit register holds one 4-byte group of 16 rows and the AVX-512 kernels need no permutes (see
+ * gemv_avx512q.c). Group g (rows 16g .. 16g + 15) takes the 16 rows' bytes at g * 16 * row_bytes, and there,
+ * block b (nb = cols / 32 blocks) takes 16 * block bytes at b * 16 * block_bytes:
+ *   uint16_t d[16]       the 16 rows' F16 scales, row order
+ *   uint32_t q[Q][16]    Q = 4 (Q4_0) or 8 (Q8_0) quant dwords: q[k][r] = dword k of row r's qs
+ * So a matrix keeps its size, and a row range starting at a multiple of 16 starts at r * row_bytes as before.
+ */
+#define QUANT_R16_ROWS 16
+/* Whether type t has an R16 layout (Q4_0, Q8_0). */
+bool quant_r16_supported(enum dtype t);
+/* Converts rows x cols of type t between GGUF rows and R16 (to_r16 true: src rows -> dst R16; false: back).
+ * src and dst do not overlap; rows % 16 == 0 and quant_r16_supported(t), or nothing is written and
+ * ERR_INVALID_ARG is returned; else 0. */
+int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, int64_t cols, bool to_r16);
+/* Copies row r of an R16 matrix w (cols columns) into dst in GGUF order (dtype_row_bytes(t, cols) bytes). */
+void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *dst);
 
 #endif

@@ -71,6 +71,7 @@ struct scalar_backend {
     float *scores; /* [n_ctx] one head's scores, then probabilities */
     float *vrow;   /* [head_dim] one dequantized V row (Q8_0 cache) */
     uint8_t *xq;   /* [act_bytes] an activation row in a weight type's vec_type */
+    uint8_t *wrow; /* [max_cols * 4] a weight row read out of the R16 layout (model_weight_row) */
     uint8_t *qq;   /* [kv row bytes] one head's query quantized to Q8_0 (Q8_0 cache) */
 };
 
@@ -85,6 +86,7 @@ static void scalar_destroy(struct backend *be)
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)
         free(fl[i]);
     free(sb->xq);
+    free(sb->wrow);
     free(sb->qq);
     free(sb);
 }
@@ -157,9 +159,10 @@ static struct backend *scalar_create(const struct model *m, const struct engine_
     sb->scores = scalar_alloc(sb, (size_t)p->n_ctx * F);
     sb->vrow = scalar_alloc(sb, hd * F);
     sb->xq = scalar_alloc(sb, max_cols * 4 + 64); /* F32 is the widest activation format */
+    sb->wrow = scalar_alloc(sb, max_cols * 4 + 64); /* and the widest weight format */
     sb->qq = scalar_alloc(sb, dtype_row_bytes(p->kv_type, hd));
     if (!sb->x || !sb->xb || !sb->q || !sb->k || !sb->v || !sb->att || !sb->hg || !sb->hu || !sb->tmp || !sb->rope ||
-        !sb->qr || !sb->scores || !sb->vrow || !sb->xq || !sb->qq) {
+        !sb->qr || !sb->scores || !sb->vrow || !sb->xq || !sb->wrow || !sb->qq) {
         err_set(err, ERR_NOMEM, "out of memory creating the scalar backend");
         goto fail;
     }
@@ -183,13 +186,14 @@ static void scalar_rmsnorm(float *y, const float *x, const float *w, int dim, fl
 }
 
 /* out[r] = dot(W row r, x) for every row of W: x (w->cols floats) converted once to the weight type's
- * activation format, then one vec_dot per row. */
+ * activation format, then one vec_dot per row (each read out of the R16 layout first when a cpu backend
+ * left the model so). */
 static void scalar_matmul(struct scalar_backend *sb, float *out, const float *x, const struct model_weight *w)
 {
     const struct kernel_ops *ops = sb->ops[w->type];
     ops->from_f32(x, sb->xq, w->cols);
     for (int64_t r = 0; r < w->rows; r++)
-        ops->vec_dot(w->cols, &out[r], (const uint8_t *)w->data + (size_t)r * w->row_bytes, sb->xq);
+        ops->vec_dot(w->cols, &out[r], model_weight_row(w, r, sb->wrow), sb->xq);
 }
 
 /* cs[2i], cs[2i+1] = cos, sin of rotation angle i at position pos (theta_i built by repeated
