@@ -19,18 +19,20 @@
  *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
  *     built per 8 blocks (one multiply of 16 weight scales, picked out of the rows interleaved by word
  *     permutes, by the doubled activation scales prep stored);
- *   - the lanes become floats without vcvtdq2ps (measured ~8% faster in the gemm): prep adds the bits of
- *     1.5 * 2^23 to the start values, so the exact lanes v come out as the float 1.5 * 2^23 + v (exact for
- *     |v| < 2^22; here |v| <= 65024), and one exact subtraction gives float(v);
+ *   - the lanes become floats without vcvtdq2ps (measured ~8% faster in the gemm), and without a start value
+ *     per lane: vpdpbusd starts every lane at the bits of M = 1.5 * 2^23, so the exact sum p of the unsigned
+ *     products comes out as the float M + p (exact for |p| < 2^22; here |p| <= 4 x 255 x 128), and one
+ *     subtraction of the float M - c, prep's per-lane correction c (-8 / -128 * sum4(x), see aq_prep)
+ *     folded in, gives float(p + c), the lane v, exactly (both operands are integers near M; Sterbenz);
  * so a (row pair, column, block) costs vpdpbusd + vsubps + vfmadd and nothing else, which bounds the gemm:
  * measured about 1.7x the AVX-VNNI (256-bit) gemm per core. The fold de-interleaves each zmm into the two rows'
  * 8 lanes and folds them exactly as gn_hsum does.
  *
  * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8):
  *   float dx2[2 * nb8]: the activation scale of block b at 2b and 2b + 1 (zero past nb)
- *   then the Q4_0 part, per block 64 bytes: int8 xq[32] (the quants), int32 mq4[8] (-8 * sum4(x) for lanes
- *   0-3, -128 * sum4(x) for lanes 4-7), then the Q8_0 part, per block 64 bytes: int8 xq[32], int32 m128[8]
- *   (-128 * sum4(x)); the start values carry the 1.5 * 2^23 bits. Each kernel reads one dense stream, every
+ *   then the Q4_0 part, per block 64 bytes: int8 xq[32] (the quants), float mq4[8] (M + 8 * sum4(x) for lanes
+ *   0-3, M + 128 * sum4(x) for lanes 4-7), then the Q8_0 part, per block 64 bytes: int8 xq[32], float m128[8]
+ *   (M + 128 * sum4(x)): the subtrahends M - c above. Each kernel reads one dense stream, every
  *   byte of every line it touches (the quants are stored twice for that). 4x the activation row's own size,
  *   which the gemm's column blocks account for (the kernels read only aux, never the activation row itself).
  *
@@ -71,7 +73,7 @@
 #define AQ_GV_RP 2 /* gemv tile: row pairs (4 rows; 8 rows were 20% slower in 2-thread decode, 2 rows slower hot) */
 #define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
 #define AQ_CMAX 8
-/* 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
+/* M = 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
 #define AQ_MAGIC 12582912.0f
 #define AQ_MAGIC_BITS 0x4B400000
 
@@ -86,15 +88,17 @@ static void aq_prep(int64_t n, const void *x, void *aux)
     size_t nb8 = aq_nb8(nb);
     float *dx2 = aux;
     uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
-    const __m256i ones8 = _mm256_set1_epi8(1), magic = _mm256_set1_epi32(AQ_MAGIC_BITS);
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    const __m256 magic = _mm256_set1_ps(AQ_MAGIC);
     for (int64_t b = 0; b < nb; b++) {
         dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
         __m256i xq = _mm256_loadu_si256((const __m256i *)bx[b].qs);
         __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, xq);
         __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
         __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
-        __m256i mq4 = _mm256_add_epi32(_mm256_blend_epi32(m8, m128, 0xF0), magic);
-        m128 = _mm256_add_epi32(m128, magic);
+        /* M - c: integers below 2^24, exact in float */
+        __m256i mq4 = _mm256_castps_si256(_mm256_sub_ps(magic, _mm256_cvtepi32_ps(_mm256_blend_epi32(m8, m128, 0xF0))));
+        m128 = _mm256_castps_si256(_mm256_sub_ps(magic, _mm256_cvtepi32_ps(m128)));
         uint8_t *o4 = blk + (size_t)b * AQ_BLK, *o8 = blk + (size_t)(nb + b) * AQ_BLK;
         _mm256_storeu_si256((__m256i *)o4, xq);
         _mm256_storeu_si256((__m256i *)(o4 + 32), mq4);
@@ -112,10 +116,12 @@ AQ_INLINE __m512i aq_dup(const uint8_t *p)
     return _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)));
 }
 
-/* The float value of lanes that dpbusd started at AQ_MAGIC_BITS + v: those bits are the float 1.5 * 2^23 + v
- * (|v| < 2^22; here |v| <= 65024: 4 x 128 x 127, or Q4_0 high lanes 16 x 4 x 8 x 127), so one exact subtraction
- * gives float(v), as vcvtdq2ps would. */
-AQ_INLINE __m512 aq_lanes_f32(__m512i q) { return _mm512_sub_ps(_mm512_castsi512_ps(q), _mm512_set1_ps(AQ_MAGIC)); }
+/* The lanes v = p + c as floats, exactly as vcvtdq2ps would give them (see the top): q holds the sums p of
+ * the unsigned products started at the bits of M, which read as the float M + p; mc holds M - c. */
+AQ_INLINE __m512 aq_lanes_f32(__m512i q, __m512 mc) { return _mm512_sub_ps(_mm512_castsi512_ps(q), mc); }
+
+/* dpbusd of u and x started at the bits of M (see aq_lanes_f32). */
+AQ_INLINE __m512i aq_dot(__m512i u, __m512i x) { return _mm512_dpbusd_epi32(_mm512_set1_epi32(AQ_MAGIC_BITS), u, x); }
 
 /* Block k of rows A (at a) and B (at a + dab) as unsigned bytes, dword-interleaved (see the top). */
 AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
@@ -231,11 +237,12 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)(b + k) * AQ_BLK;
-                __m512i xd = aq_dup(blk), m = aq_dup(blk + 32);
+                __m512i xd = aq_dup(blk);
+                __m512 m = _mm512_castsi512_ps(aq_dup(blk + 32));
 #pragma GCC unroll 8
                 for (int p = 0; p < RP; p++) {
-                    __m512i q = _mm512_dpbusd_epi32(m, u[p], xd);
-                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q),
+                    __m512i q = aq_dot(u[p], xd);
+                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q, m),
                                                 acc[p][c]);
                 }
             }
@@ -255,8 +262,8 @@ AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float 
                 const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
                 float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
                 __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
-                __m512i q = _mm512_dpbusd_epi32(aq_dup(blk + 32), u, aq_dup(blk));
-                acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q), acc[p][c]);
+                __m512i q = aq_dot(u, aq_dup(blk));
+                acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q, _mm512_castsi512_ps(aq_dup(blk + 32))), acc[p][c]);
             }
         }
     }
@@ -411,14 +418,15 @@ AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
     return _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * l), _mm512_set1_epi8((char)0x80));
 }
 
-/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. pf: prefetch along the rows (gemv); nxt:
- * the next group, prefetched as far along as this one is read (or NULL). */
+/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: the next group, prefetched as far
+ * along as this one is read (or NULL). No prefetch along the rows in decode: the groups are one stream, which
+ * the hardware prefetcher follows (one thread from memory: 34-36 GB/s without, 29-34 with prefetches 8-96 KiB
+ * ahead). */
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt)
+                         const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
     const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)); /* a group's block */
     const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
-    const __m512 magic = _mm512_set1_ps(AQ_MAGIC);
     __m512 acc[AQ_CMAX][8];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -427,9 +435,6 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
             acc[c][l] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = g + (size_t)b * gb;
-        if (pf)
-            for (size_t i = 0; i < gb; i += 64)
-                _mm_prefetch((const char *)blk + AQ_PF + i, _MM_HINT_T1);
         if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
@@ -442,9 +447,13 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
             __m512i u = aq16_lane(is_q4, blk, l);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
-                const int32_t *x = (const int32_t *)(aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK);
-                __m512i q = _mm512_dpbusd_epi32(_mm512_set1_epi32(x[8 + l]), u, _mm512_set1_epi32(x[l]));
-                acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_sub_ps(_mm512_castsi512_ps(q), magic), acc[c][l]);
+                const uint8_t *x = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
+                int32_t xl;
+                float mc;
+                memcpy(&xl, x + 4 * l, 4);
+                memcpy(&mc, x + 32 + 4 * l, 4);
+                __m512i q = aq_dot(u, _mm512_set1_epi32(xl));
+                acc[c][l] = _mm512_fmadd_ps(d[c], aq_lanes_f32(q, _mm512_set1_ps(mc)), acc[c][l]);
             }
         }
     }
@@ -465,8 +474,8 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    for (int64_t i = 0; i < nr; i += 16)
-        aq16_tile(is_q4, nb, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, aux, 0, 1, NULL);
+for (int64_t i = 0; i < nr; i += 16)
+        aq16_tile(is_q4, nb, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, aux, 0, NULL);
 }
 
 #ifndef AQ16_C
@@ -485,15 +494,15 @@ AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
             const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
             int j = j0;
             for (; j + AQ16_C <= j1; j += AQ16_C)
-                aq16_tile(is_q4, nb, AQ16_C, s + (size_t)j * lds + i, lds, g, aux + (size_t)j * ldaux, ldaux, 0,
+                aq16_tile(is_q4, nb, AQ16_C, s + (size_t)j * lds + i, lds, g, aux + (size_t)j * ldaux, ldaux,
                           j + 2 * AQ16_C > j1 ? nxt : NULL);
             _Static_assert(AQ16_C <= 4, "remainder cases");
             float *sj = s + (size_t)j * lds + i;
             const uint8_t *aj = aux + (size_t)j * ldaux, *rn = j == j0 ? nxt : NULL;
             switch (j1 - j) { /* constant column counts keep the accumulators in registers */
-            case 3: if (3 < AQ16_C) aq16_tile(is_q4, nb, 3 < AQ16_C ? 3 : 1, sj, lds, g, aj, ldaux, 0, rn); break;
-            case 2: if (2 < AQ16_C) aq16_tile(is_q4, nb, 2 < AQ16_C ? 2 : 1, sj, lds, g, aj, ldaux, 0, rn); break;
-            case 1: aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, 0, rn); break;
+            case 3: if (3 < AQ16_C) aq16_tile(is_q4, nb, 3 < AQ16_C ? 3 : 1, sj, lds, g, aj, ldaux, rn); break;
+            case 2: if (2 < AQ16_C) aq16_tile(is_q4, nb, 2 < AQ16_C ? 2 : 1, sj, lds, g, aj, ldaux, rn); break;
+            case 1: aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, rn); break;
             default: break;
             }
         }
