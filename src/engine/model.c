@@ -377,6 +377,8 @@ int model_relayout(const struct model *cm, const bool r16[DTYPE_COUNT])
         if (want == w->layout)
             continue;
         if (!writable) { /* the first change: nothing has moved yet */
+            if (m->layout_holders > 0)
+                return ERR_UNAVAILABLE;
             if (m->mapped)
                 return ERR_UNSUPPORTED;
             if ((rc = gguf_set_writable(m->gguf, true)))
@@ -389,6 +391,10 @@ int model_relayout(const struct model *cm, const bool r16[DTYPE_COUNT])
         (void)gguf_set_writable(m->gguf, false);
     return rc;
 }
+
+void model_layout_hold(const struct model *m) { ((struct model *)m)->layout_holders++; }
+
+void model_layout_release(const struct model *m) { ((struct model *)m)->layout_holders--; }
 
 void model_destroy(struct model *m)
 {

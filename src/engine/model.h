@@ -2,7 +2,9 @@
  * model: a llama-family model loaded from GGUF and validated once: architecture, every hyperparameter, every
  * tensor's presence, shape and type. By default the file is read into memory (decode streams it faster than
  * from a mapping); it is mapped instead when asked (model_load_ex, --mmap) or when it would not fit in the
- * available memory. Either way the weights are read-only views into that one copy of the file.
+ * available memory. Either way the weights are views into that one copy of the file, read-only to every
+ * reader; the one change allowed is a backend re-laying matrices in place at its create (model_relayout), which
+ * each matrix's `layout` records.
  * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (bias on q, k, v).
  */
 #ifndef WAFER_ENGINE_MODEL_H
@@ -86,6 +88,7 @@ struct model {
     char *chat_template; /* tokenizer.chat_template or NULL */
     enum dtype main_type; /* most common matrix type, for display */
     bool mapped;          /* weights mapped from the file (true) or read into anonymous memory */
+    int layout_holders;   /* engines computing from the weights as laid out (model_layout_hold) */
 };
 
 /* Loads and validates a model. An unsupported architecture or weight type is refused with a message listing
@@ -107,10 +110,16 @@ const void *model_weight_row(const struct model_weight *w, int64_t r, void *buf)
 /* Lays out the model's matrices as a backend's kernels read them: every layer's seven matrices and output
  * (unless tied to token_embd, which embedding lookups read by row) become WEIGHT_R16 when r16[type] and their
  * rows are a multiple of 16, WEIGHT_ROWS otherwise. The bytes move in place (the memory is made writable for
- * it), so the model keeps its size. 0, ERR_UNSUPPORTED when a matrix would change and the weights are mapped
- * from the file (nothing changes then), or ERR_NOMEM. Rewrites the weights: never while an engine computes
- * from m (backends call it from create; the next create puts back what it needs). */
+ * it), so the model keeps its size. 0; ERR_UNSUPPORTED when a matrix would change and the weights are mapped
+ * from the file, ERR_UNAVAILABLE when one would change while a backend holds the layout (nothing changes in
+ * either case); ERR_NOMEM. Backends call it from create (and hold the result); the next create puts back what
+ * it needs. */
 int model_relayout(const struct model *m, const bool r16[DTYPE_COUNT]);
+/* A backend computing from the weights as they are laid out holds them (from create to destroy): while any
+ * holder remains, model_relayout refuses a change with ERR_UNAVAILABLE and changes nothing. Creates and
+ * destroys on one model are not concurrent (the engine's owner makes them). */
+void model_layout_hold(const struct model *m);
+void model_layout_release(const struct model *m);
 
 /* Llama 3 per-dimension RoPE frequency divisors [head_dim / 2] (tensor rope_freqs.weight), or NULL. */
 const float *model_rope_freqs(const struct model *m);

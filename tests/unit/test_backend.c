@@ -262,6 +262,20 @@ static void relayout_check(enum ftype ft, enum dtype t)
     assert_int_equal(w->layout, want); /* the scalar backend reads it as it is */
     logits_of(mapped, "scalar", false, DTYPE_F16, toks, b);
     assert_memory_equal(a, b, n * 4);
+    /* another engine cannot change the layout under one that computes from it */
+    if (want == WEIGHT_R16) {
+        struct engine *hold = make_engine(mem, "cpu", false, DTYPE_F16, CMP_CHUNK);
+        struct engine_params ep;
+        engine_params_default(&ep);
+        ep.force_scalar = true;
+        assert_null(engine_create(mem, &ep, err));
+        print_message("    refused while another engine holds the layout: %s\n", err);
+        assert_non_null(strstr(err, "another engine still running"));
+        struct engine *same = make_engine(mem, "cpu", false, DTYPE_F16, CMP_CHUNK); /* the same kernels: fine */
+        engine_destroy(same);
+        engine_destroy(hold);
+        assert_int_equal(w->layout, WEIGHT_R16);
+    }
     /* portable kernels put the rows back (and match the scalar backend, as test_cmp_* hold) */
     logits_of(mem, "cpu", true, DTYPE_F16, toks, b);
     assert_int_equal(w->layout, WEIGHT_ROWS);

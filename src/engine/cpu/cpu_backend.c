@@ -91,6 +91,7 @@ struct cpu_prof {
 struct cpu_backend {
     struct backend base;
     const struct model *m;
+    bool layout_held;       /* holds m's weight layout (model_layout_hold), released at destroy */
     struct engine_params p; /* the engine's, with n_threads resolved */
     struct threadpool *tp;
     struct kv_host kv;      /* the KV blocks */
@@ -293,10 +294,17 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
     for (int t = 0; t < DTYPE_COUNT; t++)
         r16[t] = cb->gemv[t] && cb->gemv[t]->gemv16 && cb->gemv[t]->gemm16;
     int rl = model_relayout(m, r16);
+    if (rl == ERR_UNAVAILABLE) {
+        err_set(err, rl, "the model's weights are laid out for the kernels of another engine still running on it "
+                         "(destroy that one first, or give both the same --no-simd setting)");
+        goto fail;
+    }
     if (rl && rl != ERR_UNSUPPORTED) {
         err_set(err, rl, "cannot lay out the weights for the kernels: %s", err_name(rl));
         goto fail;
     }
+    model_layout_hold(m);
+    cb->layout_held = true;
     for (int t = 0; t < DTYPE_COUNT; t++)
         if (cb->ops[t])
             cb->isa[t] = cpu_isa_name(cb, (enum dtype)t);
@@ -346,6 +354,8 @@ static void cpu_destroy(struct backend *be)
     if (cb->prof_on)
         cpu_prof_print(cb);
     threadpool_destroy(cb->tp);
+    if (cb->layout_held)
+        model_layout_release(cb->m);
     kv_host_deinit(&cb->kv);
     free(cb->scratch);
     free(cb->x);

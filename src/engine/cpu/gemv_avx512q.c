@@ -43,6 +43,9 @@
  * (they come from memory otherwise: -12%). A row tile with 4 or more column tiles unpacks its weights once into
  * an L1 buffer they all read (aq_cols). An odd last row runs as a pair with itself. gemv is the same tile
  * with one column, plus a prefetch along the rows.
+ *
+ * gemv16 / gemm16 read the weights in quant.h's R16 layout instead (see "the R16 layout" below): no permutes,
+ * one stream of weights, the same numerics and the same aux.
  */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
@@ -401,12 +404,16 @@ AQ_GEMM(q8_0, 0, QK8_0)
  *
  * A zmm of the layout holds one quant dword of 16 rows, so vpdpbusd against one activation dword broadcast to
  * all lanes gives lane l of those 16 rows at once (lane l as above: Q8_0 dword l; Q4_0 dword l's low nibbles
- * for l < 4, dword l - 4's high nibbles x16 for l >= 4), started at lane l's start value, broadcast too. Each
- * row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by the same
- * fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the end with
- * simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd and one
- * scale product; no permute, no table (1B Q4_0 decode gemv one thread: 1.5-1.8x the interleaved tile with
- * the matrix in L2, 1.1-1.4x from memory, whose rows it reads as one stream). */
+ * for l < 4, dword l - 4's high nibbles x16 for l >= 4), started at M, less lane l's M - c (a broadcast
+ * operand). Each row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by
+ * the same fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the
+ * end with simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd,
+ * 16 broadcast loads and one scale product; no permute, no table (one thread, Zen 5: 1B Q4_0 decode gemv
+ * 1.5-1.9x the interleaved tile with the matrix in L2, 1.1-1.4x from memory, whose rows it reads as one
+ * stream; gemm of 8 columns 1.3-1.5x, of 256 1.1-1.3x). The gemm is bound by the broadcast loads and the two
+ * pipes vpdpbusd and vfmadd share: dropping the M - c operand (wrong results, timing only) measured 1.3-1.4x
+ * faster, but moving the correction to the weights' side (activations + 128 as the unsigned operand, one more
+ * vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the same as this. */
 
 /* Weights of lane l for the 16 rows of block blk (the group's block: 32 bytes of scales, then the dwords). */
 AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
