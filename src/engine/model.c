@@ -16,6 +16,7 @@
 #include "engine/gguf/quant.h"
 #include "engine/tokenizer/tokenizer.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,48 +348,79 @@ const void *model_weight_row(const struct model_weight *w, int64_t r, void *buf)
     return buf;
 }
 
-/* Moves w to layout `want` in place through a copy (its memory is writable: see model_relayout). */
+/* Moves w to layout `want` in place, a group of 16 rows at a time (a group's R16 bytes lie where its rows were),
+ * through a copy of the group (so the peak memory does not grow by a matrix). Its memory is writable (see
+ * model_relayout). */
 static int model_weight_relayout(struct model_weight *w, enum weight_layout want)
 {
-    size_t bytes = (size_t)w->rows * w->row_bytes;
-    void *tmp = malloc(bytes);
+    size_t gbytes = QUANT_R16_ROWS * w->row_bytes;
+    uint8_t *tmp = malloc(gbytes), *data = (uint8_t *)w->data;
     if (!tmp)
         return ERR_NOMEM;
-    memcpy(tmp, w->data, bytes);
-    /* rows % 16 and the type were checked by the caller, so the conversion cannot refuse */
-    (void)quant_r16_convert(w->type, tmp, (void *)w->data, w->rows, w->cols, want == WEIGHT_R16);
+    for (int64_t g = 0; g < w->rows / QUANT_R16_ROWS; g++) {
+        memcpy(tmp, data + (size_t)g * gbytes, gbytes);
+        /* rows % 16 and the type were checked by the caller, so the conversion cannot refuse */
+        (void)quant_r16_convert(w->type, tmp, data + (size_t)g * gbytes, QUANT_R16_ROWS, w->cols, want == WEIGHT_R16);
+    }
     free(tmp);
     w->layout = want;
     return 0;
+}
+
+/* A thread's share of model_relayout: matrices first, first + step, ... of the list. */
+struct model_relayout_job {
+    struct model_weight **ws;
+    enum weight_layout *want;
+    int n, first, step, rc;
+};
+
+static void *model_relayout_run(void *arg)
+{
+    struct model_relayout_job *j = arg;
+    for (int i = j->first; i < j->n && !j->rc; i += j->step)
+        j->rc = model_weight_relayout(j->ws[i], j->want[i]);
+    return NULL;
 }
 
 int model_relayout(const struct model *cm, const bool r16[DTYPE_COUNT])
 {
     /* the model is const to its readers; its layout is the one thing a backend may change, here */
     struct model *m = (struct model *)cm;
-    int n = 7 * m->hp.n_layers + (m->hp.tied_output ? 0 : 1), rc = 0;
-    bool writable = false;
-    for (int i = 0; i < n && !rc; i++) {
-        struct model_layer *L = &m->layers[i < 7 * m->hp.n_layers ? i / 7 : 0];
-        struct model_weight *ws[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        struct model_weight *w = i < 7 * m->hp.n_layers ? ws[i % 7] : &m->output;
-        enum weight_layout want =
-            r16[w->type] && quant_r16_supported(w->type) && w->rows % QUANT_R16_ROWS == 0 ? WEIGHT_R16 : WEIGHT_ROWS;
-        if (want == w->layout)
-            continue;
-        if (!writable) { /* the first change: nothing has moved yet */
-            if (m->layout_holders > 0)
-                return ERR_UNAVAILABLE;
-            if (m->mapped)
-                return ERR_UNSUPPORTED;
-            if ((rc = gguf_set_writable(m->gguf, true)))
-                return rc;
-            writable = true;
-        }
-        rc = model_weight_relayout(w, want);
+    int n = 7 * m->hp.n_layers + (m->hp.tied_output ? 0 : 1), nc = 0, rc = 0;
+    struct model_weight **ws = malloc(sizeof *ws * (size_t)n);
+    enum weight_layout *want = malloc(sizeof *want * (size_t)n);
+    if (!ws || !want) {
+        rc = ERR_NOMEM;
+        goto out;
     }
-    if (writable)
-        (void)gguf_set_writable(m->gguf, false);
+    for (int i = 0; i < n; i++) { /* the matrices that change */
+        struct model_layer *L = &m->layers[i < 7 * m->hp.n_layers ? i / 7 : 0];
+        struct model_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        struct model_weight *w = i < 7 * m->hp.n_layers ? lw[i % 7] : &m->output;
+        enum weight_layout to =
+            r16[w->type] && quant_r16_supported(w->type) && w->rows % QUANT_R16_ROWS == 0 ? WEIGHT_R16 : WEIGHT_ROWS;
+        if (to != w->layout)
+            ws[nc] = w, want[nc++] = to;
+    }
+    if (nc == 0)
+        goto out;
+    rc = m->layout_holders > 0 ? ERR_UNAVAILABLE : m->mapped ? ERR_UNSUPPORTED : gguf_set_writable(m->gguf, true);
+    if (rc)
+        goto out;
+    /* two threads, each every other matrix: the copies are bound by memory and page faults (1B Q8_0: 0.2 s) */
+    struct model_relayout_job jobs[2] = {{ws, want, nc, 0, 2, 0}, {ws, want, nc, 1, 2, 0}};
+    pthread_t th;
+    bool two = nc > 1 && pthread_create(&th, NULL, model_relayout_run, &jobs[1]) == 0;
+    if (!two)
+        jobs[0].step = 1; /* this thread does them all */
+    model_relayout_run(&jobs[0]);
+    if (two)
+        pthread_join(th, NULL);
+    rc = jobs[0].rc ? jobs[0].rc : jobs[1].rc;
+    (void)gguf_set_writable(m->gguf, false);
+out:
+    free(ws);
+    free(want);
     return rc;
 }
 

@@ -502,17 +502,18 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n)
 
 bool quant_r16_supported(enum dtype t) { return t == DTYPE_Q4_0 || t == DTYPE_Q8_0; }
 
-/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 matrix at r16. */
-static void quant_r16_block(size_t bb, size_t row_bytes, uint8_t *blk, uint8_t *r16, int64_t r, int64_t b, bool to_r16)
+/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 group at grp (row r % 16 of
+ * the group). bb = 18 or 34 bytes, constant where inlined, so the copies become moves. */
+static inline __attribute__((always_inline)) void quant_r16_block(size_t bb, uint8_t *blk, uint8_t *grp, int64_t b,
+                                                                  size_t lr, bool to_r16)
 {
-    uint8_t *grp = r16 + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes + (size_t)b * QUANT_R16_ROWS * bb;
-    size_t lr = (size_t)(r % QUANT_R16_ROWS), nq = (bb - 2) / 4;
+    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * bb;
     if (to_r16)
-        memcpy(grp + 2 * lr, blk, 2);
+        memcpy(g + 2 * lr, blk, 2);
     else
-        memcpy(blk, grp + 2 * lr, 2);
-    for (size_t k = 0; k < nq; k++) {
-        uint8_t *q = grp + 2 * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
+        memcpy(blk, g + 2 * lr, 2);
+    for (size_t k = 0; k < (bb - 2) / 4; k++) {
+        uint8_t *q = g + 2 * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
         if (to_r16)
             memcpy(q, blk + 2 + 4 * k, 4);
         else
@@ -520,21 +521,36 @@ static void quant_r16_block(size_t bb, size_t row_bytes, uint8_t *blk, uint8_t *
     }
 }
 
+static inline __attribute__((always_inline)) void quant_r16_rows(size_t bb, uint8_t *plain, uint8_t *r16, int64_t rows,
+                                                                 int64_t nb, bool to_r16)
+{
+    size_t row_bytes = (size_t)nb * bb;
+    for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++) {
+        uint8_t *grp = r16 + (size_t)g * QUANT_R16_ROWS * row_bytes;
+        for (size_t lr = 0; lr < QUANT_R16_ROWS; lr++) {
+            uint8_t *row = plain + ((size_t)g * QUANT_R16_ROWS + lr) * row_bytes;
+            for (int64_t b = 0; b < nb; b++)
+                quant_r16_block(bb, row + (size_t)b * bb, grp, b, lr, to_r16);
+        }
+    }
+}
+
 int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, int64_t cols, bool to_r16)
 {
     if (!quant_r16_supported(t) || rows < 0 || rows % QUANT_R16_ROWS || cols % QK8_0)
         return ERR_INVALID_ARG;
-    size_t bb = dtype_row_bytes(t, QK8_0), row_bytes = dtype_row_bytes(t, cols);
     uint8_t *plain = to_r16 ? (uint8_t *)src : dst, *r16 = to_r16 ? dst : (uint8_t *)src;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t b = 0; b < cols / QK8_0; b++)
-            quant_r16_block(bb, row_bytes, plain + (size_t)r * row_bytes + (size_t)b * bb, r16, r, b, to_r16);
+    if (t == DTYPE_Q4_0)
+        quant_r16_rows(sizeof(struct block_q4_0), plain, r16, rows, cols / QK8_0, to_r16);
+    else
+        quant_r16_rows(sizeof(struct block_q8_0), plain, r16, rows, cols / QK8_0, to_r16);
     return 0;
 }
 
 void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *dst)
 {
     size_t bb = dtype_row_bytes(t, QK8_0), row_bytes = dtype_row_bytes(t, cols);
+    uint8_t *grp = (uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
     for (int64_t b = 0; b < cols / QK8_0; b++)
-        quant_r16_block(bb, row_bytes, (uint8_t *)dst + (size_t)b * bb, (uint8_t *)w, r, b, false);
+        quant_r16_block(bb, (uint8_t *)dst + (size_t)b * bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
 }
