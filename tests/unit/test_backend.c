@@ -225,11 +225,11 @@ static void test_cmp_q6_k(void **s) { (void)s; backends_check(FTYPE_Q6_K, 3e-2);
 /* The CPU backend lays Q4_0 / Q8_0 weights out in R16 where its kernels read it (AVX-512), and back in rows
  * for kernels that do not; a mapped model stays in rows. Logits are the same bits either way, and the scalar
  * backend reads an R16 model's rows correctly. */
-static void relayout_check(enum ftype ft, enum dtype t)
+static void relayout_check(enum ftype ft, enum dtype t, bool tied)
 {
     char name[64];
-    snprintf(name, sizeof name, "relayout-%s.gguf", ftype_name(ft));
-    const char *path = test_gen_model(name, "llama", ft, false);
+    snprintf(name, sizeof name, "relayout-%s%s.gguf", ftype_name(ft), tied ? "-tied" : "");
+    const char *path = test_gen_model(name, "llama", ft, tied);
     if (!path)
         skip();
     char err[ERR_MSG_MAX];
@@ -256,6 +256,9 @@ static void relayout_check(enum ftype ft, enum dtype t)
     print_message("    %s: cpu backend left the matrices in %s\n", dtype_name(t), w->layout == WEIGHT_R16 ? "R16" : "rows");
     assert_int_equal(w->layout, want);
     assert_int_equal(mem->layers[0].wk.layout, want);
+    /* token_embd is read a row at a time: never re-laid, also when it is the output matrix too */
+    assert_int_equal(mem->tok_embd.layout, WEIGHT_ROWS);
+    assert_int_equal(mem->output.layout, tied || mem->output.type != t ? WEIGHT_ROWS : want);
     assert_memory_equal(a, b, n * 4);
     /* the scalar backend on the re-laid model and on the mapped one */
     logits_of(mem, "scalar", false, DTYPE_F16, toks, a);
@@ -285,8 +288,9 @@ static void relayout_check(enum ftype ft, enum dtype t)
     model_destroy(mapped);
 }
 
-static void test_relayout_q4_0(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0); }
-static void test_relayout_q8_0(void **s) { (void)s; relayout_check(FTYPE_Q8_0, DTYPE_Q8_0); }
+static void test_relayout_q4_0(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0, false); }
+static void test_relayout_q8_0(void **s) { (void)s; relayout_check(FTYPE_Q8_0, DTYPE_Q8_0, false); }
+static void test_relayout_tied(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0, true); }
 
 /* ---- perplexity against llama.cpp ---- */
 
@@ -409,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_cmp_q6_k),
         cmocka_unit_test(test_relayout_q4_0),
         cmocka_unit_test(test_relayout_q8_0),
+        cmocka_unit_test(test_relayout_tied),
         cmocka_unit_test(test_perplexity_llama19m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
