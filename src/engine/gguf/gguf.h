@@ -87,8 +87,8 @@ struct gguf *gguf_open(const char *path, char *err);
  * the file. Costs a copy at load (two reader threads: about 0.2 s for 640 MB from the page cache) and memory the page cache
  * cannot share between processes; buys faster streaming reads: decode, which reads every weight once per
  * token, measured 12-20% faster from anonymous pages than from the file's page-cache pages on this machine
- * (docs/performance.md). Transparent huge pages were tried: 3% faster decode, but load times of 0.7-1.6 s
- * (compaction stalls), so they are not requested. Caller frees with gguf_close. */
+ * (docs/performance.md). The memory comes from bigmem_alloc: 2 MiB huge pages where the kernel gives them
+ * (core/bigmem.h has the measurement). Caller frees with gguf_close. */
 struct gguf *gguf_open_mem(const char *path, char *err);
 
 /* For a handle from gguf_open_mem: makes its memory writable (true) or read-only again (false), so tensors can
