@@ -139,7 +139,7 @@ def check_includes(root):
 
 def read_objects(root, obj_dir):
     """{source rel path: (defined symbols, undefined symbols)} for every object whose source exists."""
-    objs = {}
+    paths = {}  # object path -> source rel path
     for d, dirs, files in os.walk(obj_dir):
         dirs.sort()
         for f in sorted(files):
@@ -152,21 +152,27 @@ def read_objects(root, obj_dir):
             src = rel[:-2] + ".c"
             if not os.path.exists(os.path.join(root, src)):
                 continue  # stale object of a renamed or deleted source
-            try:
-                out = subprocess.run(["nm", "-P", path], check=True, capture_output=True, text=True).stdout
-            except (OSError, subprocess.CalledProcessError) as e:
-                sys.exit(f"check_layers: cannot run nm on {path}: {e}")
-            defined, undefined = set(), set()
-            for line in out.splitlines():
-                p = line.split()
-                if len(p) < 2:
-                    continue
-                name, typ = p[0], p[1]
-                if typ in ("U", "w", "v"):
-                    undefined.add(name)
-                elif typ in DEFINED_TYPES:
-                    defined.add(name)
-            objs[src] = (defined, undefined)
+            paths[path] = src
+    objs = {src: (set(), set()) for src in paths.values()}
+    if not paths:
+        return objs
+    # one nm for all of them (one per object took most of the check's time); -A names each line's object
+    try:
+        out = subprocess.run(["nm", "-P", "-A", *paths], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit(f"check_layers: cannot run nm on the objects of {obj_dir}: {e}")
+    for line in out.splitlines():
+        # "path: name type [value size]"
+        head, sep, rest = line.partition(": ")
+        p = rest.split()
+        if not sep or head not in paths or len(p) < 2:
+            continue
+        defined, undefined = objs[paths[head]]
+        name, typ = p[0], p[1]
+        if typ in ("U", "w", "v"):
+            undefined.add(name)
+        elif typ in DEFINED_TYPES:
+            defined.add(name)
     return objs
 
 
