@@ -253,7 +253,8 @@ static void relayout_check(enum ftype ft, enum dtype t, bool tied)
     engine_threads = 3;
     logits_chunked(mem, "cpu", false, DTYPE_F16, toks, b, 1);
     engine_threads = 2;
-    print_message("    %s: cpu backend left the matrices in %s\n", dtype_name(t), w->layout == WEIGHT_R16 ? "R16" : "rows");
+    print_message("    %s: cpu backend left the matrices in %s\n", dtype_name(t),
+                  w->layout == WEIGHT_R16 ? "R16" : "rows");
     assert_int_equal(w->layout, want);
     assert_int_equal(mem->layers[0].wk.layout, want);
     /* token_embd is read a row at a time: never re-laid, also when it is the output matrix too */

@@ -205,7 +205,8 @@ static void test_r16_groups(void **state)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
             for (int g = 1; g <= 5; g += 2)
                 for (int nc = 1; nc <= 10; nc += 1 + (int)k)
-                    check(types[a], ns[k], 16 * g + (nc % 3 == 1 ? 3 : 0), nc, (size_t)(nc % 2) * 2, 700 + (uint64_t)(g * 31 + nc), nc % 4);
+                    check(types[a], ns[k], 16 * g + (nc % 3 == 1 ? 3 : 0), nc, (size_t)(nc % 2) * 2,
+                          700 + (uint64_t)(g * 31 + nc), nc % 4);
     /* every lane of one group distinct: a row or dword swap in the layout shows */
     for (size_t a = 0; a < 2; a++)
         check(types[a], 64, 16, 3, 0, 800, 1);

@@ -552,7 +552,8 @@ static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, cons
 {
     int64_t r0, r1;
     /* R16 weights go in whole groups of 16 rows */
-    int64_t g = w->layout == WEIGHT_R16 ? QUANT_R16_ROWS : 1, unit = w->layout == WEIGHT_R16 ? 2 * CPU_MM_UNIT : CPU_MM_UNIT;
+    bool r16 = w->layout == WEIGHT_R16;
+    int64_t g = r16 ? QUANT_R16_ROWS : 1, unit = r16 ? 2 * CPU_MM_UNIT : CPU_MM_UNIT;
     if ((n_rows == 1 && cb->gemv[w->type]) || nth == 1) {
         threadpool_split(w->rows / g, ith, nth, &r0, &r1);
         if (r1 > r0)

@@ -358,7 +358,8 @@ static const struct gemv_ops gv_ops[] = {
 };
 
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL};
-static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams, NULL, NULL, NULL};
+static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams,
+                                                   NULL, NULL, NULL};
 
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
 {

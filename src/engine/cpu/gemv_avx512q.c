@@ -403,17 +403,18 @@ AQ_GEMM(q8_0, 0, QK8_0)
 /* ---- the R16 layout (quant.h): 16 rows per register, no permutes ----
  *
  * A zmm of the layout holds one quant dword of 16 rows, so vpdpbusd against one activation dword broadcast to
- * all lanes gives lane l of those 16 rows at once (lane l as above: Q8_0 dword l; Q4_0 dword l's low nibbles
- * for l < 4, dword l - 4's high nibbles x16 for l >= 4), started at M, less lane l's M - c (a broadcast
- * operand). Each row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by
- * the same fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the
- * end with simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd,
- * 16 broadcast loads and one scale product; no permute, no table (one thread, Zen 5: 1B Q4_0 decode gemv
- * 1.5-1.9x the interleaved tile with the matrix in L2, 1.1-1.4x from memory, whose rows it reads as one
- * stream; gemm of 8 columns 1.3-1.5x, of 256 1.1-1.3x). The gemm is bound by the broadcast loads and the two
- * pipes vpdpbusd and vfmadd share: dropping the M - c operand (wrong results, timing only) measured 1.3-1.4x
- * faster, but moving the correction to the weights' side (activations + 128 as the unsigned operand, one more
- * vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the same as this. */
+ * all lanes gives lane l of those 16 rows at once (lane l as above: Q8_0 dword l; Q4_0 dword l's low nibbles for
+ * l < 4, dword l - 4's high nibbles x16 for l >= 4), started at M, less lane l's M - c (a broadcast operand).
+ * Each row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by the same
+ * fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the end with
+ * simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd, 16 broadcast
+ * loads and one scale product; no permute, no table (one thread, Zen 5: 1B Q4_0 decode gemv 1.7-2.0x the
+ * interleaved tile with the matrix in L2, 1.3-1.5x from memory at n 2048, whose rows it reads as one stream;
+ * gemm of 8 columns 1.2-1.5x, of 256 1.1-1.4x; docs/performance.md, stop 12). The gemm is bound by the broadcast
+ * loads and the two pipes vpdpbusd and vfmadd share: dropping the M - c operand (wrong results, timing only)
+ * measured 1.3-1.4x faster, but moving the correction to the weights' side (activations + 128 as the unsigned
+ * operand, one more vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the
+ * same as this. */
 
 /* Weights of lane l for the 16 rows of block blk (the group's block: 32 bytes of scales, then the dwords). */
 AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
@@ -481,13 +482,11 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-for (int64_t i = 0; i < nr; i += 16)
+    for (int64_t i = 0; i < nr; i += 16)
         aq16_tile(is_q4, nb, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, aux, 0, NULL);
 }
 
-#ifndef AQ16_C
 #define AQ16_C 3 /* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column) */
-#endif
 
 AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
                          const uint8_t *aux, size_t ldaux)
@@ -503,15 +502,14 @@ AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
             for (; j + AQ16_C <= j1; j += AQ16_C)
                 aq16_tile(is_q4, nb, AQ16_C, s + (size_t)j * lds + i, lds, g, aux + (size_t)j * ldaux, ldaux,
                           j + 2 * AQ16_C > j1 ? nxt : NULL);
-            _Static_assert(AQ16_C <= 4, "remainder cases");
+            _Static_assert(AQ16_C == 3, "remainder cases: 1 or 2 columns");
             float *sj = s + (size_t)j * lds + i;
             const uint8_t *aj = aux + (size_t)j * ldaux, *rn = j == j0 ? nxt : NULL;
-            switch (j1 - j) { /* constant column counts keep the accumulators in registers */
-            case 3: if (3 < AQ16_C) aq16_tile(is_q4, nb, 3 < AQ16_C ? 3 : 1, sj, lds, g, aj, ldaux, rn); break;
-            case 2: if (2 < AQ16_C) aq16_tile(is_q4, nb, 2 < AQ16_C ? 2 : 1, sj, lds, g, aj, ldaux, rn); break;
-            case 1: aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, rn); break;
-            default: break;
-            }
+            /* constant column counts keep the accumulators in registers */
+            if (j1 - j == 2)
+                aq16_tile(is_q4, nb, 2, sj, lds, g, aj, ldaux, rn);
+            else if (j1 - j == 1)
+                aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, rn);
         }
     }
 }
