@@ -4,7 +4,8 @@
  * remainder (1..37, including lone rows paired with themselves), column counts 1..19 (lone columns, partial
  * tiles) and enough columns to cross column cache blocks, F16 lengths with 8-element steps and tails and
  * several conversion chunks, row strides larger than a row, and extreme values (all-max / all-min codes, F16
- * near its largest finite value). Skipped, with a message, on CPUs without AVX-512.
+ * near its largest finite value); for Q4_K also the R16 kernels (gemv16 / gemm16) on the rows in quant.h's
+ * R16 layout, with random bits in the packed scales and mins. Skipped, with a message, on CPUs without AVX-512.
  */
 #include "testutil.h"
 
@@ -26,7 +27,8 @@ static const struct gemv_ops *ops_or_skip(enum dtype t)
     return gv;
 }
 
-/* A weight value: extreme 0 random, 1 alternating +-max, 2 all -max. */
+/* A weight value: extreme 0 random, 1 alternating +-max, 2 all -max (3: random, then check() overwrites the
+ * Q4_K scales and codes with random bytes). */
 static float wval(int extreme, enum dtype t, int64_t i, int r, uint64_t *seed)
 {
     float big = t == DTYPE_F16 ? 60000.0f : 1.0f;
@@ -64,10 +66,18 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
             f[i] = wval(extreme, t, i, r, &seed);
         assert_int_equal(quant_row_from_f32(t, f, w + (size_t)r * ldw, n), 0);
         memset(w + (size_t)r * ldw + rb, 0xff, ldw - rb); /* padding: NaN if ever read as F16 */
+        if (extreme == 3) /* Q4_K: every bit pattern of the packed scales, mins and codes */
+            for (int64_t b = 0; b < n / QK_K; b++) {
+                struct block_q4_k *bk = (struct block_q4_k *)(w + (size_t)r * ldw) + b;
+                for (size_t i = 0; i < sizeof bk->scales; i++)
+                    bk->scales[i] = (uint8_t)test_rand_u64(&seed);
+                for (size_t i = 0; i < sizeof bk->qs; i++)
+                    bk->qs[i] = (uint8_t)test_rand_u64(&seed);
+            }
     }
     for (int c = 0; c < nc; c++) {
         for (int64_t i = 0; i < n; i++)
-            f[i] = extreme ? (i % 2 ? 3.0f : -3.0f) * (t == DTYPE_F16 ? 10000.0f : 1.0f)
+            f[i] = extreme == 1 || extreme == 2 ? (i % 2 ? 3.0f : -3.0f) * (t == DTYPE_F16 ? 10000.0f : 1.0f)
                            : test_rand_f32(&seed) * (c % 4 ? 1.0f : 40.0f);
         ops->from_f32(f, x + (size_t)c * ldx, n);
         memset(x + (size_t)c * ldx + xb, 0xff, ldx - xb); /* padding: NaN if ever read as F32 */
@@ -103,6 +113,44 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
                          nc, r, c, s[(size_t)c * lds + r], want[(size_t)c * nr + r]);
         for (size_t r = (size_t)nr; r < lds; r++)
             assert_true(s[(size_t)c * lds + r] == -7.0f);
+    }
+    /* the first nr / 16 groups of rows in quant.h's R16 layout: gemv16 and gemm16 give the same bits; the layout
+     * converts back to the rows, and quant_r16_row reads each row out */
+    int n16 = nr / QUANT_R16_ROWS * QUANT_R16_ROWS;
+    if (gv->gemv16 && n16) {
+        assert_true(quant_r16_supported(t));
+        uint8_t *rows = malloc(rb * (size_t)n16), *w16 = malloc(rb * (size_t)n16), *back = malloc(rb * (size_t)n16);
+        for (int r = 0; r < n16; r++)
+            memcpy(rows + (size_t)r * rb, w + (size_t)r * ldw, rb);
+        assert_int_equal(quant_r16_convert(t, rows, w16, n16, n, true), 0);
+        assert_int_equal(quant_r16_convert(t, w16, back, n16, n, false), 0);
+        assert_memory_equal(back, rows, rb * (size_t)n16);
+        for (int r = 0; r < n16; r++) {
+            memset(back, 0, rb);
+            quant_r16_row(t, w16, r, n, back);
+            assert_memory_equal(back, rows + (size_t)r * rb, rb);
+        }
+        for (int c = 0; c < nc; c++) {
+            y[n16] = 12345.0f;
+            gv->gemv16(n, n16, y, w16, x + (size_t)c * ldx, NULL);
+            assert_true(y[n16] == 12345.0f);
+            for (int r = 0; r < n16; r++)
+                if (memcmp(&want[(size_t)c * nr + r], &y[r], sizeof(float)))
+                    fail_msg("%s gemv16 n %lld nr %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n,
+                             n16, r, c, y[r], want[(size_t)c * nr + r]);
+        }
+        for (size_t i = 0; i < lds * (size_t)nc; i++)
+            s[i] = -7.0f;
+        gv->gemm16(n, n16, nc, s, lds, w16, x, ldx, NULL, 0);
+        for (int c = 0; c < nc; c++) {
+            for (int r = 0; r < n16; r++)
+                if (memcmp(&want[(size_t)c * nr + r], &s[(size_t)c * lds + r], sizeof(float)))
+                    fail_msg("%s gemm16 n %lld nr %d nc %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t),
+                             (long long)n, n16, nc, r, c, s[(size_t)c * lds + r], want[(size_t)c * nr + r]);
+            for (size_t r = (size_t)n16; r < lds; r++)
+                assert_true(s[(size_t)c * lds + r] == -7.0f);
+        }
+        free(rows), free(w16), free(back);
     }
     free(w), free(x), free(f), free(want), free(y), free(s), free(aux);
 }
@@ -143,6 +191,13 @@ static void test_q4_k(void **state)
     check(DTYPE_Q4_K, 256 * 60, 5, 50, 4, 0); /* column cache blocks */
     for (int e = 1; e <= 2; e++)
         check(DTYPE_Q4_K, 512, 9, 7, 1, e);
+    /* the R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks */
+    for (int g = 1; g <= 4; g++)
+        for (int nc = 1; nc <= 5; nc++)
+            check(DTYPE_Q4_K, 256 * (1 + (g + nc) % 4), 16 * g + nc % 3, nc, 200 + (uint64_t)(g * 7 + nc), nc % 2 ? 3 : 0);
+    for (int e = 1; e <= 3; e++)
+        check(DTYPE_Q4_K, 2048, 32, 9, 8, e);
+    check(DTYPE_Q4_K, 256 * 60, 48, 37, 9, 3);
 }
 
 static void test_q6_k(void **state)

@@ -140,7 +140,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
         }
         for (int c = 0; c < nc; c++) {
             y[n16] = -7.0f;
-            gv->gemv16(n, n16, y, w16, aux + (size_t)c * ldaux);
+            gv->gemv16(n, n16, y, w16, x + (size_t)c * ldx, aux + (size_t)c * ldaux);
             assert_true(y[n16] == -7.0f);
             for (int r = 0; r < n16; r++)
                 if (memcmp(&y[r], &want[(size_t)c * nr + r], sizeof(float)))
@@ -149,7 +149,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
         }
         for (size_t i = 0; i < lds * (size_t)nc; i++)
             s[i] = -7.0f;
-        gv->gemm16(n, n16, nc, s, lds, w16, aux, ldaux);
+        gv->gemm16(n, n16, nc, s, lds, w16, x, ldx, aux, ldaux);
         for (int c = 0; c < nc; c++) {
             for (int r = 0; r < n16; r++)
                 if (memcmp(&s[(size_t)c * lds + r], &want[(size_t)c * nr + r], sizeof(float)))

@@ -499,12 +499,12 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
         uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
         gv->prep(w->cols, a->buf, aux);
         if (r16)
-            gv->gemv16(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, aux);
+            gv->gemv16(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, a->buf, aux);
         else
             gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
     } else if (r16) { /* its prep is the act_prep of the format, so a->aux is there */
-        gv->gemm16(w->cols, (int)(r1 - r0), n_rows, dst + r0, ldd, wb + (size_t)r0 * w->row_bytes, a->aux,
-                   a->aux_stride);
+        gv->gemm16(w->cols, (int)(r1 - r0), n_rows, dst + r0, ldd, wb + (size_t)r0 * w->row_bytes, a->buf,
+                   a->row_bytes, a->aux, a->aux_stride);
     } else {
         /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
         bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);

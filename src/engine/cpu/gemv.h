@@ -45,9 +45,11 @@ struct gemv_ops {
                  const void *aux, size_t ldaux);
     /* NULL, or gemv and gemm on weights in quant.h's R16 layout (model_relayout makes it for these kernels):
      * nr a multiple of 16, w at the first row's group (row r0 of the matrix at data + r0 * row_bytes, r0 a
-     * multiple of 16); x is not read (everything is in aux). Results bit-identical to gemv and gemm. */
-    void (*gemv16)(int64_t n, int64_t nr, float *y, const void *w, const void *aux);
-    void (*gemm16)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *aux, size_t ldaux);
+     * multiple of 16); x and aux as for gemv and gemm (Q4_0 / Q8_0 read only aux, the K-quants only x).
+     * Results bit-identical to gemv and gemm. */
+    void (*gemv16)(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux);
+    void (*gemm16)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
+                   const void *aux, size_t ldaux);
 };
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel

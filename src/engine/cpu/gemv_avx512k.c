@@ -831,12 +831,141 @@ AK_INLINE void ak_gv_q6_k(int64_t nb, const int NP, float *y, const uint8_t *w, 
 AK_GEMV(q4_k, ak_gv_q4_k)
 AK_GEMV(q6_k, ak_gv_q6_k)
 
+/* ---- Q4_K in the R16 layout (quant.h): 16 rows per register ----
+ *
+ * A zmm of the layout holds one dword of 16 rows: of the scales (three: the 12 packed bytes) or of qs (32).
+ * vec_dot's int32 lane l of a block is, for each 64-element step k, sub-block 2k's and 2k+1's bytes 4l..4l+3
+ * (dword 8k + l of qs, low and high nibbles) times the activation's bytes 64k + 4l.. and 64k + 32 + 4l..,
+ * weighted by the sub-block scales. So with that activation dword broadcast, maddubs + vpdpwssd (against the
+ * 16 rows' scale as an int16 pair per dword) give lane l of 16 rows at once, exactly (integers); the scales are
+ * unpacked for 16 rows by a few vector ops per block (as ak_q4_k_scm does per row pair), and each sub-block's
+ * is moved into place by one vpshufb. Lane l's mins term is the rows' min l (an int16 pair) times the
+ * activation's bsums pair l (one madd). Then each of the 8 lanes is a register of 16 rows' floats, updated by
+ * vec_dot's two FMAs per block (d_w * d_x and dmin_w * d_x, one multiply per 16 rows), and folded vertically at
+ * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. */
+
+#define AK16_C 2 /* gemm16 tile: columns */
+/* gemv16 prefetch distance along the stream of groups, into L2. 1B Q4_K_M decode, 2 threads (Zen 5): 2-8 KiB
+ * 55-67 tok/s, 16 KiB (AK_PF, which the interleaved gemv uses) 39-41, none 38-42, the interleaved gemv 44-52;
+ * one thread in a loop over 150 MB it was 1.1-1.3x the interleaved gemv at 4 and 16 KiB alike. */
+#ifndef AK16_PF
+#define AK16_PF (4 << 10)
+#endif
+
+/* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
+AK_INLINE __m512i ak16_pick(__m512i v, int j)
+{
+    const __m512i off = _mm512_set4_epi32(0x000c000c, 0x00080008, 0x00040004, 0);
+    return _mm512_shuffle_epi8(v, _mm512_add_epi32(_mm512_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off));
+}
+
+/* 16 rows (the group at g) x NC columns (Q8_K rows ldx bytes apart): s[c * lds + r] for r < 16. nxt: the next
+ * group, prefetched as far along as this one is read (or NULL). */
+AK_INLINE void ak16_tile_q4_k(int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g, const uint8_t *x,
+                              size_t ldx, const uint8_t *nxt)
+{
+    const size_t gb = 16 * sizeof(struct block_q4_k);
+    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[AK16_C][8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++)
+            acc[c][l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = g + (size_t)b * gb, *q = blk + 64 + 3 * 64;
+        if (nxt)
+            for (size_t i = 0; i < gb; i += 64)
+                _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
+        const struct block_q8_k *bx[AK16_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
+        /* the 12 scale bytes of 16 rows: sc0-3 = a0 & 63, m0-3 = a1 & 63, sc4-7 = a2 & 15 | a0's top bits << 4,
+         * m4-7 = a2 >> 4 & 15 | a1's top bits << 4 (bytes j of each dword: sub-block j, j + 4) */
+        __m512i a0 = _mm512_loadu_si512(blk + 64), a1 = _mm512_loadu_si512(blk + 128), a2 = _mm512_loadu_si512(blk + 192);
+        __m512i sc[2] = {_mm512_and_si512(a0, m6), _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
+        __m512i sumi[AK16_C][8];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++)
+                sumi[c][l] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+            __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
+                __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+#pragma GCC unroll 8
+                for (int c = 0; c < NC; c++) {
+                    int32_t y0, y1;
+                    memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
+                    memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
+                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
+                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
+                }
+            }
+        }
+        __m512i mn[2] = {_mm512_and_si512(a1, m6),
+                         _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8)};
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 dx = _mm512_set1_ps(bx[c]->d), d = _mm512_mul_ps(dw, dx), dmin = _mm512_mul_ps(dmw, dx);
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                int32_t bs;
+                memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+                __m512i mm = _mm512_madd_epi16(ak16_pick(mn[l >> 2], l & 3), _mm512_set1_epi32(bs));
+                acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[c][l]), acc[c][l]);
+                acc[c][l] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[c][l]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
+}
+
+static void ak16_gemv_q4_k(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux)
+{
+    int64_t nb = n / QK_K;
+    size_t gbytes = (size_t)nb * 16 * sizeof(struct block_q4_k);
+    for (int64_t i = 0; i < nr; i += 16)
+        ak16_tile_q4_k(nb, 1, y + i, 0, (const uint8_t *)w + (size_t)(i / 16) * gbytes, x, 0,
+                       (const uint8_t *)w + (size_t)(i / 16) * gbytes + AK16_PF);
+}
+
+static void ak16_gemm_q4_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
+                           const void *aux, size_t ldaux)
+{
+    int64_t nb = n / QK_K;
+    size_t gbytes = (size_t)nb * 16 * sizeof(struct block_q4_k);
+    int jb = ak_col_block(AK_XB, ldx, AK16_C, 1 << 20);
+    const uint8_t *W = w, *X = x;
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 16) {
+            const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
+            int j = j0;
+            for (; j + AK16_C <= j1; j += AK16_C)
+                ak16_tile_q4_k(nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
+                               j + 2 * AK16_C > j1 ? nxt : NULL);
+            for (; j < j1; j++) /* constant column counts keep the accumulators in registers */
+                ak16_tile_q4_k(nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, j == j0 ? nxt : NULL);
+        }
+    }
+}
+
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
 
 static const struct gemv_ops ak_ops[] = {
     {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16, NULL, NULL},
-    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, NULL, NULL},
+    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, ak16_gemv_q4_k, ak16_gemm_q4_k},
     {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, NULL, NULL},
 };
 

@@ -471,10 +471,7 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) /* Q4_0 lanes 4-7 hold 16 x the value (aq_fold) */
             a[l] = is_q4 && l >= 4 ? _mm512_mul_ps(acc[c][l], _mm512_set1_ps(0.0625f)) : acc[c][l];
-        /* simd_fold8's adds: lanes l + l+4, then 0+2 and 1+3, then the two */
-        __m512 h0 = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
-        __m512 h1 = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
-        _mm512_storeu_ps(s + (size_t)c * lds, _mm512_add_ps(h0, h1));
+        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(a));
     }
 }
 
@@ -515,12 +512,12 @@ AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
 }
 
 #define AQ16_FNS(name, IS_Q4)                                                                                \
-    static void aq16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *aux)           \
+    static void aq16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         aq16_gemv(IS_Q4, n, nr, y, w, aux);                                                                \
     }                                                                                                      \
-    static void aq16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *aux, \
-                                 size_t ldaux)                                                             \
+    static void aq16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
+                                 size_t ldx, const void *aux, size_t ldaux)                                \
     {                                                                                                      \
         aq16_gemm(IS_Q4, n, nr, nc, s, lds, w, aux, ldaux);                                                \
     }

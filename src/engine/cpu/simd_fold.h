@@ -41,4 +41,14 @@ static inline __attribute__((always_inline, target("avx512f"))) __m256 simd_fold
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), f));
 }
 
+/* simd_fold8 of 16 rows at once when each of the 8 lanes is a register of 16 rows (the R16 kernels:
+ * a[l] = lane l of rows 0..15): the same adds on the same operands in simd_fold8's order, done vertically.
+ * Returns row r's fold in lane r. */
+static inline __attribute__((always_inline, target("avx512f"))) __m512 simd_fold8_r16(const __m512 a[8])
+{
+    __m512 h0 = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+    __m512 h1 = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+    return _mm512_add_ps(h0, h1);
+}
+
 #endif

@@ -500,29 +500,47 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n)
     return 0;
 }
 
-bool quant_r16_supported(enum dtype t) { return t == DTYPE_Q4_0 || t == DTYPE_Q8_0; }
+bool quant_r16_supported(enum dtype t) { return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K; }
 
-/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 group at grp (row r % 16 of
- * the group). bb = 18 or 34 bytes, constant where inlined, so the copies become moves. */
-static inline __attribute__((always_inline)) void quant_r16_block(size_t bb, uint8_t *blk, uint8_t *grp, int64_t b,
-                                                                  size_t lr, bool to_r16)
+/* A block of type t as R16 sees it: nh leading 16-bit scales, then dwords; its bytes and its elements. */
+struct quant_r16_shape {
+    size_t bb, nh;
+    int64_t qk;
+};
+
+static struct quant_r16_shape quant_r16_shape_of(enum dtype t)
 {
-    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * bb;
-    if (to_r16)
-        memcpy(g + 2 * lr, blk, 2);
-    else
-        memcpy(blk, g + 2 * lr, 2);
-    for (size_t k = 0; k < (bb - 2) / 4; k++) {
-        uint8_t *q = g + 2 * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
-        if (to_r16)
-            memcpy(q, blk + 2 + 4 * k, 4);
-        else
-            memcpy(blk + 2 + 4 * k, q, 4);
+    switch (t) {
+    case DTYPE_Q4_0: return (struct quant_r16_shape){sizeof(struct block_q4_0), 1, QK4_0};
+    case DTYPE_Q8_0: return (struct quant_r16_shape){sizeof(struct block_q8_0), 1, QK8_0};
+    default: return (struct quant_r16_shape){sizeof(struct block_q4_k), 2, QK_K};
     }
 }
 
-static inline __attribute__((always_inline)) void quant_r16_rows(size_t bb, uint8_t *plain, uint8_t *r16, int64_t rows,
-                                                                 int64_t nb, bool to_r16)
+/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 group at grp (row r % 16 of
+ * the group). bb and nh are constant where inlined, so the copies become moves. */
+static inline __attribute__((always_inline)) void quant_r16_block(size_t bb, size_t nh, uint8_t *blk, uint8_t *grp,
+                                                                  int64_t b, size_t lr, bool to_r16)
+{
+    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * bb;
+    for (size_t h = 0; h < nh; h++) {
+        uint8_t *q = g + (h * QUANT_R16_ROWS + lr) * 2;
+        if (to_r16)
+            memcpy(q, blk + 2 * h, 2);
+        else
+            memcpy(blk + 2 * h, q, 2);
+    }
+    for (size_t k = 0; k < (bb - 2 * nh) / 4; k++) {
+        uint8_t *q = g + 2 * nh * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
+        if (to_r16)
+            memcpy(q, blk + 2 * nh + 4 * k, 4);
+        else
+            memcpy(blk + 2 * nh + 4 * k, q, 4);
+    }
+}
+
+static inline __attribute__((always_inline)) void quant_r16_rows(size_t bb, size_t nh, uint8_t *plain, uint8_t *r16,
+                                                                 int64_t rows, int64_t nb, bool to_r16)
 {
     size_t row_bytes = (size_t)nb * bb;
     for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++) {
@@ -530,27 +548,31 @@ static inline __attribute__((always_inline)) void quant_r16_rows(size_t bb, uint
         for (size_t lr = 0; lr < QUANT_R16_ROWS; lr++) {
             uint8_t *row = plain + ((size_t)g * QUANT_R16_ROWS + lr) * row_bytes;
             for (int64_t b = 0; b < nb; b++)
-                quant_r16_block(bb, row + (size_t)b * bb, grp, b, lr, to_r16);
+                quant_r16_block(bb, nh, row + (size_t)b * bb, grp, b, lr, to_r16);
         }
     }
 }
 
 int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, int64_t cols, bool to_r16)
 {
-    if (!quant_r16_supported(t) || rows < 0 || rows % QUANT_R16_ROWS || cols % QK8_0)
+    if (!quant_r16_supported(t) || rows < 0 || rows % QUANT_R16_ROWS || cols % quant_r16_shape_of(t).qk)
         return ERR_INVALID_ARG;
     uint8_t *plain = to_r16 ? (uint8_t *)src : dst, *r16 = to_r16 ? dst : (uint8_t *)src;
+    int64_t nb = cols / quant_r16_shape_of(t).qk;
     if (t == DTYPE_Q4_0)
-        quant_r16_rows(sizeof(struct block_q4_0), plain, r16, rows, cols / QK8_0, to_r16);
+        quant_r16_rows(sizeof(struct block_q4_0), 1, plain, r16, rows, nb, to_r16);
+    else if (t == DTYPE_Q8_0)
+        quant_r16_rows(sizeof(struct block_q8_0), 1, plain, r16, rows, nb, to_r16);
     else
-        quant_r16_rows(sizeof(struct block_q8_0), plain, r16, rows, cols / QK8_0, to_r16);
+        quant_r16_rows(sizeof(struct block_q4_k), 2, plain, r16, rows, nb, to_r16);
     return 0;
 }
 
 void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *dst)
 {
-    size_t bb = dtype_row_bytes(t, QK8_0), row_bytes = dtype_row_bytes(t, cols);
+    struct quant_r16_shape sh = quant_r16_shape_of(t);
+    size_t row_bytes = dtype_row_bytes(t, cols);
     uint8_t *grp = (uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
-    for (int64_t b = 0; b < cols / QK8_0; b++)
-        quant_r16_block(bb, (uint8_t *)dst + (size_t)b * bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
+    for (int64_t b = 0; b < cols / sh.qk; b++)
+        quant_r16_block(sh.bb, sh.nh, (uint8_t *)dst + (size_t)b * sh.bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
 }
