@@ -222,9 +222,15 @@ static void test_cmp_q6_k(void **s) { (void)s; backends_check(FTYPE_Q6_K, 3e-2);
 
 /* ---- weight layouts (model_relayout) ---- */
 
-/* The CPU backend lays Q4_0 / Q8_0 / Q4_K weights out in R16 where its kernels read it (AVX-512), and back in rows
+/* The CPU backend lays Q4_0 / Q8_0 / Q4_K / Q6_K weights out in R16 where its kernels read it (AVX-512), and back in rows
  * for kernels that do not; a mapped model stays in rows. Logits are the same bits either way, and the scalar
  * backend reads an R16 model's rows correctly. */
+/* The layout the CPU backend gives a matrix of type t on this CPU. */
+static enum weight_layout layout_for(enum dtype t)
+{
+    return gemv_ops_best(t) && gemv_ops_best(t)->gemv16 ? WEIGHT_R16 : WEIGHT_ROWS;
+}
+
 static void relayout_check(enum ftype ft, enum dtype t, bool tied)
 {
     char name[64];
@@ -244,7 +250,7 @@ static void relayout_check(enum ftype ft, enum dtype t, bool tied)
         toks[i] = (int32_t)((i * 7919 + 13) % mem->hp.n_vocab);
     const struct model_weight *w = &mem->layers[0].w_down; /* of type t also in Q4_K_M (layer 1's is Q6_K) */
     assert_int_equal(w->type, t);
-    enum weight_layout want = gemv_ops_best(t) && gemv_ops_best(t)->gemv16 ? WEIGHT_R16 : WEIGHT_ROWS;
+    enum weight_layout want = layout_for(t);
     assert_int_equal(w->layout, WEIGHT_ROWS); /* as loaded */
     logits_of(mapped, "cpu", false, DTYPE_F16, toks, a);
     assert_int_equal(mapped->layers[1].w_down.layout, WEIGHT_ROWS);
@@ -260,7 +266,8 @@ static void relayout_check(enum ftype ft, enum dtype t, bool tied)
     assert_int_equal(mem->layers[0].wk.layout, want);
     /* token_embd is read a row at a time: never re-laid, also when it is the output matrix too */
     assert_int_equal(mem->tok_embd.layout, WEIGHT_ROWS);
-    assert_int_equal(mem->output.layout, tied || mem->output.type != t ? WEIGHT_ROWS : want);
+    assert_int_equal(mem->output.layout, tied ? WEIGHT_ROWS : layout_for(mem->output.type));
+    assert_int_equal(mem->layers[1].w_down.layout, layout_for(mem->layers[1].w_down.type)); /* Q6_K in Q4_K_M */
     assert_memory_equal(a, b, n * 4);
     /* the scalar backend on the re-laid model and on the mapped one */
     logits_of(mem, "scalar", false, DTYPE_F16, toks, a);
@@ -293,6 +300,7 @@ static void relayout_check(enum ftype ft, enum dtype t, bool tied)
 static void test_relayout_q4_0(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0, false); }
 static void test_relayout_q8_0(void **s) { (void)s; relayout_check(FTYPE_Q8_0, DTYPE_Q8_0, false); }
 static void test_relayout_q4_k(void **s) { (void)s; relayout_check(FTYPE_Q4_K_M, DTYPE_Q4_K, false); }
+static void test_relayout_q6_k(void **s) { (void)s; relayout_check(FTYPE_Q6_K, DTYPE_Q6_K, false); }
 static void test_relayout_tied(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0, true); }
 
 /* ---- perplexity against llama.cpp ---- */
@@ -417,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_relayout_q4_0),
         cmocka_unit_test(test_relayout_q8_0),
         cmocka_unit_test(test_relayout_q4_k),
+        cmocka_unit_test(test_relayout_q6_k),
         cmocka_unit_test(test_relayout_tied),
         cmocka_unit_test(test_perplexity_llama19m),
     };

@@ -4,8 +4,8 @@
  * remainder (1..37, including lone rows paired with themselves), column counts 1..19 (lone columns, partial
  * tiles) and enough columns to cross column cache blocks, F16 lengths with 8-element steps and tails and
  * several conversion chunks, row strides larger than a row, and extreme values (all-max / all-min codes, F16
- * near its largest finite value); for Q4_K also the R16 kernels (gemv16 / gemm16) on the rows in quant.h's
- * R16 layout, with random bits in the packed scales and mins. Skipped, with a message, on CPUs without AVX-512.
+ * near its largest finite value); for Q4_K and Q6_K also the R16 kernels (gemv16 / gemm16) on the rows in
+ * quant.h's R16 layout, with random bits in the codes, scales and mins. Skipped, with a message, on CPUs without AVX-512.
  */
 #include "testutil.h"
 
@@ -14,6 +14,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,7 @@ static const struct gemv_ops *ops_or_skip(enum dtype t)
 }
 
 /* A weight value: extreme 0 random, 1 alternating +-max, 2 all -max (3: random, then check() overwrites the
- * Q4_K scales and codes with random bytes). */
+ * K-quants' codes and scales with random bytes). */
 static float wval(int extreme, enum dtype t, int64_t i, int r, uint64_t *seed)
 {
     float big = t == DTYPE_F16 ? 60000.0f : 1.0f;
@@ -66,13 +67,13 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
             f[i] = wval(extreme, t, i, r, &seed);
         assert_int_equal(quant_row_from_f32(t, f, w + (size_t)r * ldw, n), 0);
         memset(w + (size_t)r * ldw + rb, 0xff, ldw - rb); /* padding: NaN if ever read as F16 */
-        if (extreme == 3) /* Q4_K: every bit pattern of the packed scales, mins and codes */
+        if (extreme == 3) /* K-quants: every bit pattern of the codes and (packed) scales and mins */
             for (int64_t b = 0; b < n / QK_K; b++) {
-                struct block_q4_k *bk = (struct block_q4_k *)(w + (size_t)r * ldw) + b;
-                for (size_t i = 0; i < sizeof bk->scales; i++)
-                    bk->scales[i] = (uint8_t)test_rand_u64(&seed);
-                for (size_t i = 0; i < sizeof bk->qs; i++)
-                    bk->qs[i] = (uint8_t)test_rand_u64(&seed);
+                uint8_t *blk = w + (size_t)r * ldw + (size_t)b * dtype_row_bytes(t, QK_K);
+                size_t from = t == DTYPE_Q4_K ? offsetof(struct block_q4_k, scales) : 0;
+                size_t to = t == DTYPE_Q4_K ? sizeof(struct block_q4_k) : offsetof(struct block_q6_k, d);
+                for (size_t i = from; i < to; i++)
+                    blk[i] = (uint8_t)test_rand_u64(&seed);
             }
     }
     for (int c = 0; c < nc; c++) {
@@ -183,6 +184,17 @@ static void test_f16(void **state)
     }
 }
 
+/* The R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks. */
+static void check_r16(enum dtype t)
+{
+    for (int g = 1; g <= 4; g++)
+        for (int nc = 1; nc <= 5; nc++)
+            check(t, 256 * (1 + (g + nc) % 4), 16 * g + nc % 3, nc, 200 + (uint64_t)(g * 7 + nc), nc % 2 ? 3 : 0);
+    for (int e = 1; e <= 3; e++)
+        check(t, 2048, 32, 9, 8, e);
+    check(t, 256 * 60, 48, 37, 9, 3);
+}
+
 static void test_q4_k(void **state)
 {
     (void)state;
@@ -191,13 +203,7 @@ static void test_q4_k(void **state)
     check(DTYPE_Q4_K, 256 * 60, 5, 50, 4, 0); /* column cache blocks */
     for (int e = 1; e <= 2; e++)
         check(DTYPE_Q4_K, 512, 9, 7, 1, e);
-    /* the R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks */
-    for (int g = 1; g <= 4; g++)
-        for (int nc = 1; nc <= 5; nc++)
-            check(DTYPE_Q4_K, 256 * (1 + (g + nc) % 4), 16 * g + nc % 3, nc, 200 + (uint64_t)(g * 7 + nc), nc % 2 ? 3 : 0);
-    for (int e = 1; e <= 3; e++)
-        check(DTYPE_Q4_K, 2048, 32, 9, 8, e);
-    check(DTYPE_Q4_K, 256 * 60, 48, 37, 9, 3);
+    check_r16(DTYPE_Q4_K);
 }
 
 static void test_q6_k(void **state)
@@ -208,6 +214,7 @@ static void test_q6_k(void **state)
     check(DTYPE_Q6_K, 256 * 60, 5, 50, 4, 0);
     for (int e = 1; e <= 2; e++)
         check(DTYPE_Q6_K, 512, 9, 7, 1, e);
+    check_r16(DTYPE_Q6_K);
 }
 
 static void test_coverage(void **state)

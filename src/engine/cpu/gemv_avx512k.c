@@ -930,35 +930,125 @@ AK_INLINE void ak16_tile_q4_k(int64_t nb, const int NC, float *s, size_t lds, co
         _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
 }
 
-static void ak16_gemv_q4_k(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux)
+/* [s, s'] int16 per dword: bytes j and k (0-3) of each dword of v, sign-extended (the Q6_K scales are int8). */
+AK_INLINE __m512i ak16_pick_s8(__m512i v, int j, int k)
 {
-    int64_t nb = n / QK_K;
-    size_t gbytes = (size_t)nb * 16 * sizeof(struct block_q4_k);
-    for (int64_t i = 0; i < nr; i += 16)
-        ak16_tile_q4_k(nb, 1, y + i, 0, (const uint8_t *)w + (size_t)(i / 16) * gbytes, x, 0,
-                       (const uint8_t *)w + (size_t)(i / 16) * gbytes + AK16_PF);
+    const __m512i off = _mm512_set4_epi32(0x0c000c00, 0x08000800, 0x04000400, 0);
+    __m512i c = _mm512_add_epi32(_mm512_set1_epi32((int)(0x00800080u | (uint32_t)j << 8 | (uint32_t)k << 24)), off);
+    return _mm512_srai_epi16(_mm512_shuffle_epi8(v, c), 8);
 }
 
-static void ak16_gemm_q4_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
-                           const void *aux, size_t ldaux)
+/* As ak16_tile_q4_k for Q6_K: lane l of vec_dot's step (h, qt) (32 elements, the codes of ql's dword
+ * 16h + 8(qt & 1) + l, low nibbles for qt < 2, with 2 bits of qh's dword 8h + l) against the activation's
+ * bytes 128h + 32qt + 4l.., weighted by scale 8h + 2qt (lanes 0-3) or 8h + 2qt + 1 (lanes 4-7); the -32 offset
+ * of the codes comes off per block as 32 x lane l's pair of scales times the bsums pair l. */
+AK_INLINE void ak16_tile_q6_k(int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g, const uint8_t *x,
+                              size_t ldx, const uint8_t *nxt)
 {
-    int64_t nb = n / QK_K;
-    size_t gbytes = (size_t)nb * 16 * sizeof(struct block_q4_k);
-    int jb = ak_col_block(AK_XB, ldx, AK16_C, 1 << 20);
-    const uint8_t *W = w, *X = x;
-    for (int j0 = 0; j0 < nc; j0 += jb) {
-        int j1 = nc - j0 < jb ? nc : j0 + jb;
-        for (int i = 0; i < nr; i += 16) {
-            const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
-            int j = j0;
-            for (; j + AK16_C <= j1; j += AK16_C)
-                ak16_tile_q4_k(nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
-                               j + 2 * AK16_C > j1 ? nxt : NULL);
-            for (; j < j1; j++) /* constant column counts keep the accumulators in registers */
-                ak16_tile_q4_k(nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, j == j0 ? nxt : NULL);
+    const size_t gb = 16 * sizeof(struct block_q6_k);
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512 acc[AK16_C][8];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++)
+            acc[c][l] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = g + (size_t)b * gb, *q = blk + 32; /* q + 64 k: dword k of the 16 rows */
+        if (nxt)
+            for (size_t i = 0; i < gb; i += 64)
+                _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
+        const struct block_q8_k *bx[AK16_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
+        __m512i sumi[AK16_C][8];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++)
+                sumi[c][l] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                __m512i sd = _mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))); /* scales 8h + 4(qt >> 1).. */
+                __m512i sv0 = ak16_pick_s8(sd, (2 * qt) & 3, (2 * qt) & 3);
+                __m512i sv1 = ak16_pick_s8(sd, (2 * qt + 1) & 3, (2 * qt + 1) & 3);
+#pragma GCC unroll 8
+                for (int l = 0; l < 8; l++) {
+                    __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
+                    __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
+                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                                 : qt == 2 ? qh
+                                           : _mm512_srli_epi16(qh, 2);
+                    __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        int32_t yv;
+                        memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
+                        sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)),
+                                                         l < 4 ? sv0 : sv1);
+                    }
+                }
+            }
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                int32_t bs;
+                memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+                __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
+                __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
+                __m512i t = _mm512_sub_epi32(sumi[c][l], _mm512_slli_epi32(off, 5));
+                acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(t), acc[c][l]);
+            }
         }
     }
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
 }
+
+/* gemv16 / gemm16 of a K-quant from its 16-row tile TILE (block bytes BS). */
+#define AK16_FNS(name, TILE, BS)                                                                             \
+    static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
+    {                                                                                                      \
+        int64_t nb = n / QK_K;                                                                             \
+        size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
+        for (int64_t i = 0; i < nr; i += 16) {                                                             \
+            const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
+            TILE(nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                                   \
+        }                                                                                                  \
+    }                                                                                                      \
+    static void ak16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
+                                 size_t ldx, const void *aux, size_t ldaux)                                \
+    {                                                                                                      \
+        int64_t nb = n / QK_K;                                                                             \
+        size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
+        int jb = ak_col_block(AK_XB, ldx, AK16_C, 1 << 20);                                                \
+        const uint8_t *W = w, *X = x;                                                                      \
+        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
+            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
+            for (int i = 0; i < nr; i += 16) {                                                             \
+                const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;  \
+                int j = j0;                                                                                \
+                for (; j + AK16_C <= j1; j += AK16_C)                                                      \
+                    TILE(nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,            \
+                         j + 2 * AK16_C > j1 ? nxt : NULL);                                                \
+                for (; j < j1; j++) /* constant column counts keep the accumulators in registers */       \
+                    TILE(nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, j == j0 ? nxt : NULL); \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+AK16_FNS(q4_k, ak16_tile_q4_k, sizeof(struct block_q4_k))
+AK16_FNS(q6_k, ak16_tile_q6_k, sizeof(struct block_q6_k))
 
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
@@ -966,7 +1056,7 @@ static void ak_prep_none(int64_t n, const void *x, void *aux) {}
 static const struct gemv_ops ak_ops[] = {
     {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16, NULL, NULL},
     {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, ak16_gemv_q4_k, ak16_gemm_q4_k},
-    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, NULL, NULL},
+    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, ak16_gemv_q6_k, ak16_gemm_q6_k},
 };
 
 #if defined(__clang__)

@@ -14,6 +14,7 @@
 #include "core/err.h"
 
 #include <float.h>
+#include <stddef.h>
 #include <math.h>
 #include <string.h>
 
@@ -500,55 +501,60 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n)
     return 0;
 }
 
-bool quant_r16_supported(enum dtype t) { return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K; }
+bool quant_r16_supported(enum dtype t)
+{
+    return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K || t == DTYPE_Q6_K;
+}
 
-/* A block of type t as R16 sees it: nh leading 16-bit scales, then dwords; its bytes and its elements. */
+/* A block of type t as R16 sees it: its bytes and elements, nh 16-bit scales at byte hoff and nd dwords at
+ * byte doff of the GGUF block. */
 struct quant_r16_shape {
-    size_t bb, nh;
+    size_t bb, nh, hoff, doff, nd;
     int64_t qk;
 };
 
 static struct quant_r16_shape quant_r16_shape_of(enum dtype t)
 {
     switch (t) {
-    case DTYPE_Q4_0: return (struct quant_r16_shape){sizeof(struct block_q4_0), 1, QK4_0};
-    case DTYPE_Q8_0: return (struct quant_r16_shape){sizeof(struct block_q8_0), 1, QK8_0};
-    default: return (struct quant_r16_shape){sizeof(struct block_q4_k), 2, QK_K};
+    case DTYPE_Q4_0: return (struct quant_r16_shape){sizeof(struct block_q4_0), 1, 0, 2, 4, QK4_0};
+    case DTYPE_Q8_0: return (struct quant_r16_shape){sizeof(struct block_q8_0), 1, 0, 2, 8, QK8_0};
+    case DTYPE_Q4_K: return (struct quant_r16_shape){sizeof(struct block_q4_k), 2, 0, 4, 35, QK_K};
+    default: return (struct quant_r16_shape){sizeof(struct block_q6_k), 1, offsetof(struct block_q6_k, d), 0, 52, QK_K};
     }
 }
 
 /* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 group at grp (row r % 16 of
- * the group). bb and nh are constant where inlined, so the copies become moves. */
-static inline __attribute__((always_inline)) void quant_r16_block(size_t bb, size_t nh, uint8_t *blk, uint8_t *grp,
-                                                                  int64_t b, size_t lr, bool to_r16)
+ * the group). sh is a constant where inlined, so the copies become moves. */
+static inline __attribute__((always_inline)) void quant_r16_block(struct quant_r16_shape sh, uint8_t *blk,
+                                                                  uint8_t *grp, int64_t b, size_t lr, bool to_r16)
 {
-    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * bb;
-    for (size_t h = 0; h < nh; h++) {
+    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * sh.bb;
+    for (size_t h = 0; h < sh.nh; h++) {
         uint8_t *q = g + (h * QUANT_R16_ROWS + lr) * 2;
         if (to_r16)
-            memcpy(q, blk + 2 * h, 2);
+            memcpy(q, blk + sh.hoff + 2 * h, 2);
         else
-            memcpy(blk + 2 * h, q, 2);
+            memcpy(blk + sh.hoff + 2 * h, q, 2);
     }
-    for (size_t k = 0; k < (bb - 2 * nh) / 4; k++) {
-        uint8_t *q = g + 2 * nh * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
+    for (size_t k = 0; k < sh.nd; k++) {
+        uint8_t *q = g + 2 * sh.nh * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
         if (to_r16)
-            memcpy(q, blk + 2 * nh + 4 * k, 4);
+            memcpy(q, blk + sh.doff + 4 * k, 4);
         else
-            memcpy(blk + 2 * nh + 4 * k, q, 4);
+            memcpy(blk + sh.doff + 4 * k, q, 4);
     }
 }
 
-static inline __attribute__((always_inline)) void quant_r16_rows(size_t bb, size_t nh, uint8_t *plain, uint8_t *r16,
+static inline __attribute__((always_inline)) void quant_r16_rows(struct quant_r16_shape sh, uint8_t *plain, uint8_t *r16,
                                                                  int64_t rows, int64_t nb, bool to_r16)
 {
-    size_t row_bytes = (size_t)nb * bb;
+    size_t row_bytes = (size_t)nb * sh.bb;
     for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++) {
         uint8_t *grp = r16 + (size_t)g * QUANT_R16_ROWS * row_bytes;
         for (size_t lr = 0; lr < QUANT_R16_ROWS; lr++) {
             uint8_t *row = plain + ((size_t)g * QUANT_R16_ROWS + lr) * row_bytes;
             for (int64_t b = 0; b < nb; b++)
-                quant_r16_block(bb, nh, row + (size_t)b * bb, grp, b, lr, to_r16);
+                quant_r16_block(sh, row + (size_t)b * sh.bb, grp, b, lr, to_r16);
         }
     }
 }
@@ -559,12 +565,13 @@ int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, in
         return ERR_INVALID_ARG;
     uint8_t *plain = to_r16 ? (uint8_t *)src : dst, *r16 = to_r16 ? dst : (uint8_t *)src;
     int64_t nb = cols / quant_r16_shape_of(t).qk;
-    if (t == DTYPE_Q4_0)
-        quant_r16_rows(sizeof(struct block_q4_0), 1, plain, r16, rows, nb, to_r16);
-    else if (t == DTYPE_Q8_0)
-        quant_r16_rows(sizeof(struct block_q8_0), 1, plain, r16, rows, nb, to_r16);
-    else
-        quant_r16_rows(sizeof(struct block_q4_k), 2, plain, r16, rows, nb, to_r16);
+    /* one call per type, each with a constant shape */
+    switch (t) {
+    case DTYPE_Q4_0: quant_r16_rows(quant_r16_shape_of(DTYPE_Q4_0), plain, r16, rows, nb, to_r16); break;
+    case DTYPE_Q8_0: quant_r16_rows(quant_r16_shape_of(DTYPE_Q8_0), plain, r16, rows, nb, to_r16); break;
+    case DTYPE_Q4_K: quant_r16_rows(quant_r16_shape_of(DTYPE_Q4_K), plain, r16, rows, nb, to_r16); break;
+    default: quant_r16_rows(quant_r16_shape_of(DTYPE_Q6_K), plain, r16, rows, nb, to_r16); break;
+    }
     return 0;
 }
 
@@ -574,5 +581,5 @@ void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *d
     size_t row_bytes = dtype_row_bytes(t, cols);
     uint8_t *grp = (uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
     for (int64_t b = 0; b < cols / sh.qk; b++)
-        quant_r16_block(sh.bb, sh.nh, (uint8_t *)dst + (size_t)b * sh.bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
+        quant_r16_block(sh, (uint8_t *)dst + (size_t)b * sh.bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
 }

@@ -99,17 +99,19 @@ int quant_row_from_f32(enum dtype t, const float *src, void *dst, int64_t n);
 int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
 
 /*
- * The R16 layout of a Q4_0, Q8_0 or Q4_K matrix (rows a multiple of 16): the same bytes as the GGUF rows,
+ * The R16 layout of a Q4_0, Q8_0, Q4_K or Q6_K matrix (rows a multiple of 16): the same bytes as the GGUF rows,
  * reordered so a 512-bit register holds one 4-byte group of 16 rows and the AVX-512 kernels need no permutes
  * (see gemv_avx512q.c, gemv_avx512k.c). Group g (rows 16g .. 16g + 15) takes the 16 rows' bytes at
  * g * 16 * row_bytes, and there, block b (nb = cols / block elements) takes 16 * block bytes at
- * b * 16 * block_bytes: first the block's leading 16-bit scales, each as 16 rows in row order, then its dwords:
- *   Q4_0, Q8_0: uint16_t d[16]; uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): q[k][r] = dword k of row r's qs
- *   Q4_K:       uint16_t d[16], dmin[16]; uint32_t q[35][16]: dwords 0-2 of row r's scales, then of its qs
+ * b * 16 * block_bytes: first the block's F16 scales, each as 16 rows in row order, then its other bytes as
+ * dwords, q[k][r] = dword k of row r's:
+ *   Q4_0, Q8_0: uint16_t d[16]; uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): the dwords of qs
+ *   Q4_K:       uint16_t d[16], dmin[16]; uint32_t q[35][16]: the 3 dwords of scales, then the 32 of qs
+ *   Q6_K:       uint16_t d[16]; uint32_t q[52][16]: the 32 dwords of ql, the 16 of qh, the 4 of scales
  * So a matrix keeps its size, and a row range starting at a multiple of 16 starts at r * row_bytes as before.
  */
 #define QUANT_R16_ROWS 16
-/* Whether type t has an R16 layout (Q4_0, Q8_0, Q4_K). */
+/* Whether type t has an R16 layout (Q4_0, Q8_0, Q4_K, Q6_K). */
 bool quant_r16_supported(enum dtype t);
 /* Converts rows x cols of type t between GGUF rows and R16 (to_r16 true: src rows -> dst R16; false: back).
  * src and dst do not overlap; rows % 16 == 0 and quant_r16_supported(t), or nothing is written and
