@@ -47,7 +47,7 @@ struct model_hparams {
 /* How a matrix's rows lie in its memory. */
 enum weight_layout {
     WEIGHT_ROWS = 0, /* GGUF's: row r at data + r * row_bytes */
-    WEIGHT_R16 = 1,  /* quant.h's R16 (Q4_0, Q8_0): groups of 16 rows interleaved for the AVX-512 kernels */
+    WEIGHT_R16 = 1,  /* quant.h's R16 (Q4_0, Q8_0, Q4_K, Q6_K): groups of 16 rows interleaved for the AVX-512 kernels */
 };
 
 /* A weight matrix [rows][cols] of `type`, rows * row_bytes bytes at data, laid out as `layout` says (a backend

@@ -26,6 +26,8 @@
  *     adds the halves (vec_dot's chain 0 + chain 1) and folds. Between chunks the accumulators live in a
  *     stack buffer per column.
  *   F16 gemv: the AVX2 gemv (memory-bound already).
+ *   K-quants in the R16 layout (gemv16 / gemm16, see "Q4_K in the R16 layout" below): 16 rows per register,
+ *     vec_dot's 8 lanes as 8 registers; what the backend uses for decode, batched decode and prefill.
  * K-quants: a lone row or column is paired with itself and only its low half stored.
  *
  * aux: F16 keeps each activation column's whole 16-element groups as F16 (af_prep); the K-quants need none.
@@ -842,7 +844,13 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * is moved into place by one vpshufb. Lane l's mins term is the rows' min l (an int16 pair) times the
  * activation's bsums pair l (one madd). Then each of the 8 lanes is a register of 16 rows' floats, updated by
  * vec_dot's two FMAs per block (d_w * d_x and dmin_w * d_x, one multiply per 16 rows), and folded vertically at
- * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. */
+ * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. Q6_K likewise (its
+ * tile below).
+ * Measured (Zen 5, one thread, a program linking libwafer.a, against the interleaved kernels above, same
+ * round): Q4_K decode gemv from L2 2.0x (81 GB/s), from 150 MB of memory 1.1-1.3x; gemm of 8 columns
+ * 1.4-1.6x, of 256 1.3-1.5x. Q6_K: gemv from L2 1.2x, from memory 1.25x; gemm of 8 columns 1.0-1.1x, of 256
+ * 0.95-1.2x. Both gemms are bound by the per-column maddubs + vpdpwssd pair (the unpacking is shared by the
+ * columns): 1, 3 or 4 columns per tile measured no faster than 2 (Q6_K with 1: 0.75x). */
 
 #define AK16_C 2 /* gemm16 tile: columns */
 /* gemv16 prefetch distance along the stream of groups, into L2. 1B Q4_K_M decode, 2 threads (Zen 5): 2-8 KiB
