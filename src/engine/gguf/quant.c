@@ -18,6 +18,10 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* Round half away from zero with the result clamped to [-lim, lim]; NaN maps to -lim (fmaxf drops it). */
 static inline int quant_round_clamp(float v, float lim)
 {
@@ -523,25 +527,61 @@ static struct quant_r16_shape quant_r16_shape_of(enum dtype t)
     }
 }
 
-/* Moves block b of row r (its GGUF bytes at blk) to or from its place in the R16 group at grp (row r % 16 of
- * the group). sh is a constant where inlined, so the copies become moves. */
-static inline __attribute__((always_inline)) void quant_r16_block(struct quant_r16_shape sh, uint8_t *blk,
-                                                                  uint8_t *grp, int64_t b, size_t lr, bool to_r16)
+/* dst row j, dword i = src row i, dword j for a 4 x 4 tile of dwords (rows ss and ds bytes apart): the R16
+ * layout is such tiles transposed, 16 bytes at a time (1B Q4_K_M re-laid in 90 ms with 4-byte copies). */
+static inline __attribute__((always_inline)) void quant_r16_t4(const uint8_t *src, size_t ss, uint8_t *dst, size_t ds)
 {
-    uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * sh.bb;
-    for (size_t h = 0; h < sh.nh; h++) {
-        uint8_t *q = g + (h * QUANT_R16_ROWS + lr) * 2;
-        if (to_r16)
-            memcpy(q, blk + sh.hoff + 2 * h, 2);
-        else
-            memcpy(blk + sh.hoff + 2 * h, q, 2);
-    }
-    for (size_t k = 0; k < sh.nd; k++) {
-        uint8_t *q = g + 2 * sh.nh * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4;
-        if (to_r16)
-            memcpy(q, blk + sh.doff + 4 * k, 4);
-        else
-            memcpy(blk + sh.doff + 4 * k, q, 4);
+#if defined(__SSE2__)
+    __m128i r0 = _mm_loadu_si128((const __m128i *)src), r1 = _mm_loadu_si128((const __m128i *)(src + ss));
+    __m128i r2 = _mm_loadu_si128((const __m128i *)(src + 2 * ss)), r3 = _mm_loadu_si128((const __m128i *)(src + 3 * ss));
+    __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3); /* dwords 0, 1 of the rows */
+    __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3); /* dwords 2, 3 */
+    _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(t0, t1));
+    _mm_storeu_si128((__m128i *)(dst + ds), _mm_unpackhi_epi64(t0, t1));
+    _mm_storeu_si128((__m128i *)(dst + 2 * ds), _mm_unpacklo_epi64(t2, t3));
+    _mm_storeu_si128((__m128i *)(dst + 3 * ds), _mm_unpackhi_epi64(t2, t3));
+#else
+    for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++)
+            memcpy(dst + j * ds + 4 * i, src + i * ss + 4 * j, 4);
+#endif
+}
+
+/* Moves group g's 16 rows (GGUF rows at plain, row_bytes apart) to or from their R16 bytes at grp. sh is a
+ * constant where inlined, so the copies become moves. */
+static inline __attribute__((always_inline)) void quant_r16_group(struct quant_r16_shape sh, uint8_t *plain,
+                                                                  size_t row_bytes, uint8_t *grp, int64_t nb,
+                                                                  bool to_r16)
+{
+    const size_t R = QUANT_R16_ROWS;
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *g = grp + (size_t)b * R * sh.bb, *q = g + 2 * sh.nh * R, *blk = plain + (size_t)b * sh.bb;
+        for (size_t lr = 0; lr < R; lr++) {
+            uint8_t *row = blk + lr * row_bytes;
+            for (size_t h = 0; h < sh.nh; h++) {
+                if (to_r16)
+                    memcpy(g + (h * R + lr) * 2, row + sh.hoff + 2 * h, 2);
+                else
+                    memcpy(row + sh.hoff + 2 * h, g + (h * R + lr) * 2, 2);
+            }
+        }
+        size_t k = 0;
+        for (; k + 4 <= sh.nd; k += 4) /* q[k][lr] = dword k of row lr */
+            for (size_t lr = 0; lr < R; lr += 4) {
+                uint8_t *rows = blk + lr * row_bytes + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
+                if (to_r16)
+                    quant_r16_t4(rows, row_bytes, qs, 4 * R);
+                else
+                    quant_r16_t4(qs, 4 * R, rows, row_bytes);
+            }
+        for (; k < sh.nd; k++)
+            for (size_t lr = 0; lr < R; lr++) {
+                uint8_t *d = blk + lr * row_bytes + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
+                if (to_r16)
+                    memcpy(qs, d, 4);
+                else
+                    memcpy(d, qs, 4);
+            }
     }
 }
 
@@ -549,14 +589,9 @@ static inline __attribute__((always_inline)) void quant_r16_rows(struct quant_r1
                                                                  int64_t rows, int64_t nb, bool to_r16)
 {
     size_t row_bytes = (size_t)nb * sh.bb;
-    for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++) {
-        uint8_t *grp = r16 + (size_t)g * QUANT_R16_ROWS * row_bytes;
-        for (size_t lr = 0; lr < QUANT_R16_ROWS; lr++) {
-            uint8_t *row = plain + ((size_t)g * QUANT_R16_ROWS + lr) * row_bytes;
-            for (int64_t b = 0; b < nb; b++)
-                quant_r16_block(sh, row + (size_t)b * sh.bb, grp, b, lr, to_r16);
-        }
-    }
+    for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++)
+        quant_r16_group(sh, plain + (size_t)g * QUANT_R16_ROWS * row_bytes, row_bytes,
+                        r16 + (size_t)g * QUANT_R16_ROWS * row_bytes, nb, to_r16);
 }
 
 int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, int64_t cols, bool to_r16)
@@ -578,8 +613,14 @@ int quant_r16_convert(enum dtype t, const void *src, void *dst, int64_t rows, in
 void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *dst)
 {
     struct quant_r16_shape sh = quant_r16_shape_of(t);
-    size_t row_bytes = dtype_row_bytes(t, cols);
-    uint8_t *grp = (uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
-    for (int64_t b = 0; b < cols / sh.qk; b++)
-        quant_r16_block(sh, (uint8_t *)dst + (size_t)b * sh.bb, grp, b, (size_t)(r % QUANT_R16_ROWS), false);
+    size_t row_bytes = dtype_row_bytes(t, cols), lr = (size_t)(r % QUANT_R16_ROWS);
+    const uint8_t *grp = (const uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
+    for (int64_t b = 0; b < cols / sh.qk; b++) {
+        const uint8_t *g = grp + (size_t)b * QUANT_R16_ROWS * sh.bb;
+        uint8_t *blk = (uint8_t *)dst + (size_t)b * sh.bb;
+        for (size_t h = 0; h < sh.nh; h++)
+            memcpy(blk + sh.hoff + 2 * h, g + (h * QUANT_R16_ROWS + lr) * 2, 2);
+        for (size_t k = 0; k < sh.nd; k++)
+            memcpy(blk + sh.doff + 4 * k, g + 2 * sh.nh * QUANT_R16_ROWS + (k * QUANT_R16_ROWS + lr) * 4, 4);
+    }
 }
