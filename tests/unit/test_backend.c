@@ -222,9 +222,9 @@ static void test_cmp_q6_k(void **s) { (void)s; backends_check(FTYPE_Q6_K, 3e-2);
 
 /* ---- weight layouts (model_relayout) ---- */
 
-/* The CPU backend lays Q4_0 / Q8_0 / Q4_K / Q6_K weights out in R16 where its kernels read it (AVX-512), and back in rows
- * for kernels that do not; a mapped model stays in rows. Logits are the same bits either way, and the scalar
- * backend reads an R16 model's rows correctly. */
+/* The CPU backend lays Q4_0 / Q8_0 / Q4_K / Q6_K weights out in R16 where its kernels read it (AVX-512), and
+ * back in rows for kernels that do not; a mapped model stays in rows. Logits are the same bits either way, and
+ * the scalar backend reads an R16 model's rows correctly. */
 /* The layout the CPU backend gives a matrix of type t on this CPU. */
 static enum weight_layout layout_for(enum dtype t)
 {

@@ -5,7 +5,8 @@
  * tiles) and enough columns to cross column cache blocks, F16 lengths with 8-element steps and tails and
  * several conversion chunks, row strides larger than a row, and extreme values (all-max / all-min codes, F16
  * near its largest finite value); for Q4_K and Q6_K also the R16 kernels (gemv16 / gemm16) on the rows in
- * quant.h's R16 layout, with random bits in the codes, scales and mins. Skipped, with a message, on CPUs without AVX-512.
+ * quant.h's R16 layout, with random bits in the codes, scales and mins. Skipped, with a message, on CPUs
+ * without AVX-512.
  */
 #include "testutil.h"
 
@@ -119,18 +120,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
      * converts back to the rows, and quant_r16_row reads each row out */
     int n16 = nr / QUANT_R16_ROWS * QUANT_R16_ROWS;
     if (gv->gemv16 && n16) {
-        assert_true(quant_r16_supported(t));
-        uint8_t *rows = malloc(rb * (size_t)n16), *w16 = malloc(rb * (size_t)n16), *back = malloc(rb * (size_t)n16);
-        for (int r = 0; r < n16; r++)
-            memcpy(rows + (size_t)r * rb, w + (size_t)r * ldw, rb);
-        assert_int_equal(quant_r16_convert(t, rows, w16, n16, n, true), 0);
-        assert_int_equal(quant_r16_convert(t, w16, back, n16, n, false), 0);
-        assert_memory_equal(back, rows, rb * (size_t)n16);
-        for (int r = 0; r < n16; r++) {
-            memset(back, 0, rb);
-            quant_r16_row(t, w16, r, n, back);
-            assert_memory_equal(back, rows + (size_t)r * rb, rb);
-        }
+        uint8_t *w16 = test_r16_of(t, w, ldw, n16, n);
         for (int c = 0; c < nc; c++) {
             y[n16] = 12345.0f;
             gv->gemv16(n, n16, y, w16, x + (size_t)c * ldx, NULL);
@@ -151,7 +141,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
             for (size_t r = (size_t)n16; r < lds; r++)
                 assert_true(s[(size_t)c * lds + r] == -7.0f);
         }
-        free(rows), free(w16), free(back);
+        free(w16);
     }
     free(w), free(x), free(f), free(want), free(y), free(s), free(aux);
 }

@@ -128,16 +128,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
      * converts back to the rows, and quant_r16_row reads each row out */
     int n16 = nr / QUANT_R16_ROWS * QUANT_R16_ROWS;
     if (n16) {
-        uint8_t *rows = malloc(rb * (size_t)n16), *w16 = malloc(rb * (size_t)n16), *back = malloc(rb * (size_t)n16);
-        for (int r = 0; r < n16; r++)
-            memcpy(rows + (size_t)r * rb, w + (size_t)r * ldw, rb);
-        assert_int_equal(quant_r16_convert(t, rows, w16, n16, n, true), 0);
-        assert_int_equal(quant_r16_convert(t, w16, back, n16, n, false), 0);
-        assert_memory_equal(back, rows, rb * (size_t)n16);
-        for (int r = 0; r < n16; r += 5) {
-            quant_r16_row(t, w16, r, n, back);
-            assert_memory_equal(back, rows + (size_t)r * rb, rb);
-        }
+        uint8_t *w16 = test_r16_of(t, w, ldw, n16, n);
         for (int c = 0; c < nc; c++) {
             y[n16] = -7.0f;
             gv->gemv16(n, n16, y, w16, x + (size_t)c * ldx, aux + (size_t)c * ldaux);
@@ -158,7 +149,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
             for (size_t r = (size_t)n16; r < lds; r++)
                 assert_true(s[(size_t)c * lds + r] == -7.0f);
         }
-        free(rows), free(w16), free(back);
+        free(w16);
     }
     free(w), free(x), free(aux), free(want), free(y), free(s);
 }

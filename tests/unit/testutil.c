@@ -5,6 +5,7 @@
 
 #include "core/err.h"
 #include "engine/gguf/gguf.h"
+#include "engine/gguf/quant.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -192,4 +193,27 @@ struct gguf *test_gguf_open(struct test_gguf *b)
     if (!g)
         fail_msg("synthetic gguf: %s", err);
     return g;
+}
+
+uint8_t *test_r16_of(enum dtype t, const uint8_t *w, size_t ldw, int n16, int64_t n)
+{
+    size_t rb = dtype_row_bytes(t, n);
+    uint8_t *rows = malloc(rb * (size_t)n16), *w16 = malloc(rb * (size_t)n16), *back = malloc(rb * (size_t)n16);
+    assert_non_null(rows);
+    assert_non_null(w16);
+    assert_non_null(back);
+    assert_true(quant_r16_supported(t));
+    for (int r = 0; r < n16; r++)
+        memcpy(rows + (size_t)r * rb, w + (size_t)r * ldw, rb);
+    assert_int_equal(quant_r16_convert(t, rows, w16, n16, n, true), 0);
+    assert_int_equal(quant_r16_convert(t, w16, back, n16, n, false), 0);
+    assert_memory_equal(back, rows, rb * (size_t)n16);
+    for (int r = 0; r < n16; r++) {
+        memset(back, 0, rb);
+        quant_r16_row(t, w16, r, n, back);
+        assert_memory_equal(back, rows + (size_t)r * rb, rb);
+    }
+    free(rows);
+    free(back);
+    return w16;
 }

@@ -4,6 +4,7 @@
 #ifndef WAFER_TESTS_TESTUTIL_H
 #define WAFER_TESTS_TESTUTIL_H
 
+#include "engine/dtype.h"
 #include "engine/gguf/model_gen.h"
 
 #include <setjmp.h>
@@ -61,6 +62,11 @@ void test_gguf_strs(struct test_gguf *b, const char *key, const char *const *v, 
 void test_gguf_i32s(struct test_gguf *b, const char *key, const int32_t *v, size_t n);
 /* Opens what was built; fails the test when the file does not parse. */
 struct gguf *test_gguf_open(struct test_gguf *b);
+
+/* The first n16 rows (a multiple of 16) of w (rows of n elements of type t, ldw bytes apart) in quant.h's R16
+ * layout, in a buffer the caller frees; fails the test unless the layout converts back to the same rows and
+ * quant_r16_row reads every row out of it. */
+uint8_t *test_r16_of(enum dtype t, const uint8_t *w, size_t ldw, int n16, int64_t n);
 
 /* Deterministic xorshift random numbers for test data. */
 uint64_t test_rand_u64(uint64_t *state);

@@ -26,7 +26,7 @@
  *     adds the halves (vec_dot's chain 0 + chain 1) and folds. Between chunks the accumulators live in a
  *     stack buffer per column.
  *   F16 gemv: the AVX2 gemv (memory-bound already).
- *   K-quants in the R16 layout (gemv16 / gemm16, see "Q4_K in the R16 layout" below): 16 rows per register,
+ *   K-quants in the R16 layout (gemv16 / gemm16, see "Q4_K and Q6_K in the R16 layout" below): 16 rows per register,
  *     vec_dot's 8 lanes as 8 registers; what the backend uses for decode, batched decode and prefill.
  * K-quants: a lone row or column is paired with itself and only its low half stored.
  *
@@ -833,7 +833,7 @@ AK_INLINE void ak_gv_q6_k(int64_t nb, const int NP, float *y, const uint8_t *w, 
 AK_GEMV(q4_k, ak_gv_q4_k)
 AK_GEMV(q6_k, ak_gv_q6_k)
 
-/* ---- Q4_K in the R16 layout (quant.h): 16 rows per register ----
+/* ---- Q4_K and Q6_K in the R16 layout (quant.h): 16 rows per register ----
  *
  * A zmm of the layout holds one dword of 16 rows: of the scales (three: the 12 packed bytes) or of qs (32).
  * vec_dot's int32 lane l of a block is, for each 64-element step k, sub-block 2k's and 2k+1's bytes 4l..4l+3
@@ -844,8 +844,8 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * is moved into place by one vpshufb. Lane l's mins term is the rows' min l (an int16 pair) times the
  * activation's bsums pair l (one madd). Then each of the 8 lanes is a register of 16 rows' floats, updated by
  * vec_dot's two FMAs per block (d_w * d_x and dmin_w * d_x, one multiply per 16 rows), and folded vertically at
- * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. Q6_K likewise (its
- * tile below).
+ * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. Q6_K likewise
+ * (ak16_block_q6_k).
  * Measured (Zen 5, one thread, a program linking libwafer.a, against the interleaved kernels above, same
  * round): Q4_K decode gemv from L2 2.0x (81 GB/s), from 150 MB of memory 1.1-1.3x; gemm of 8 columns
  * 1.4-1.6x, of 256 1.3-1.5x. Q6_K: gemv from L2 1.2x, from memory 1.25x; gemm of 8 columns 1.0-1.1x, of 256
@@ -864,78 +864,56 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
 {
     const __m512i off = _mm512_set4_epi32(0x000c000c, 0x00080008, 0x00040004, 0);
-    return _mm512_shuffle_epi8(v, _mm512_add_epi32(_mm512_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off));
+    __m512i c = _mm512_add_epi32(_mm512_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off);
+    return _mm512_shuffle_epi8(v, c);
 }
 
-/* 16 rows (the group at g) x NC columns (Q8_K rows ldx bytes apart): s[c * lds + r] for r < 16. nxt: the next
- * group, prefetched as far along as this one is read (or NULL). */
-AK_INLINE void ak16_tile_q4_k(int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g, const uint8_t *x,
-                              size_t ldx, const uint8_t *nxt)
+/* One Q4_K block of 16 rows (blk) against NC columns' blocks bx[c]: acc[c][l] as vec_dot's lane l, through
+ * sumi (zero on entry: the block's integer lanes). */
+AK_INLINE void ak16_block_q4_k(const uint8_t *blk, const int NC, const struct block_q8_k *const *bx, __m512i sumi[][8],
+                               __m512 acc[][8])
 {
-    const size_t gb = 16 * sizeof(struct block_q4_k);
     const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
-    __m512 acc[AK16_C][8];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++)
-            acc[c][l] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = g + (size_t)b * gb, *q = blk + 64 + 3 * 64;
-        if (nxt)
-            for (size_t i = 0; i < gb; i += 64)
-                _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
-        const struct block_q8_k *bx[AK16_C];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
-        /* the 12 scale bytes of 16 rows: sc0-3 = a0 & 63, m0-3 = a1 & 63, sc4-7 = a2 & 15 | a0's top bits << 4,
-         * m4-7 = a2 >> 4 & 15 | a1's top bits << 4 (bytes j of each dword: sub-block j, j + 4) */
-        __m512i a0 = _mm512_loadu_si512(blk + 64), a1 = _mm512_loadu_si512(blk + 128), a2 = _mm512_loadu_si512(blk + 192);
-        __m512i sc[2] = {_mm512_and_si512(a0, m6), _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
-        __m512i sumi[AK16_C][8];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-#pragma GCC unroll 8
-            for (int l = 0; l < 8; l++)
-                sumi[c][l] = _mm512_setzero_si512();
+    const uint8_t *q = blk + 64 + 3 * 64; /* after d, dmin and the scales */
+    /* the 12 scale bytes of 16 rows: sc0-3 = a0 & 63, m0-3 = a1 & 63, sc4-7 = a2 & 15 | a0's top bits << 4,
+     * m4-7 = a2 >> 4 & 15 | a1's top bits << 4 (bytes j of each dword: sub-block j, j + 4) */
+    __m512i a0 = _mm512_loadu_si512(blk + 64), a1 = _mm512_loadu_si512(blk + 128);
+    __m512i a2 = _mm512_loadu_si512(blk + 192);
+    __m512i sc[2] = {_mm512_and_si512(a0, m6), /* ternary 0xf8: first | (second & third) */
+                     _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
-            __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
+    for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+        __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
 #pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) {
-                __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
-                __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+        for (int l = 0; l < 8; l++) {
+            __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
+            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 #pragma GCC unroll 8
-                for (int c = 0; c < NC; c++) {
-                    int32_t y0, y1;
-                    memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
-                    memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
-                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
-                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
-                }
-            }
-        }
-        __m512i mn[2] = {_mm512_and_si512(a1, m6),
-                         _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8)};
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-        __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            __m512 dx = _mm512_set1_ps(bx[c]->d), d = _mm512_mul_ps(dw, dx), dmin = _mm512_mul_ps(dmw, dx);
-#pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) {
-                int32_t bs;
-                memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-                __m512i mm = _mm512_madd_epi16(ak16_pick(mn[l >> 2], l & 3), _mm512_set1_epi32(bs));
-                acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[c][l]), acc[c][l]);
-                acc[c][l] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[c][l]);
+            for (int c = 0; c < NC; c++) {
+                int32_t y0, y1;
+                memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
+                memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
+                sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
+                sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
             }
         }
     }
+    __m512i m4hi = _mm512_and_si512(_mm512_srli_epi32(a2, 4), m4);
+    __m512i mn[2] = {_mm512_and_si512(a1, m6), _mm512_ternarylogic_epi32(m4hi, _mm512_srli_epi32(a1, 2), m30, 0xf8)};
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
 #pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
+    for (int c = 0; c < NC; c++) {
+        __m512 dx = _mm512_set1_ps(bx[c]->d), d = _mm512_mul_ps(dw, dx), dmin = _mm512_mul_ps(dmw, dx);
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m512i mm = _mm512_madd_epi16(ak16_pick(mn[l >> 2], l & 3), _mm512_set1_epi32(bs));
+            acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[c][l]), acc[c][l]);
+            acc[c][l] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[c][l]);
+        }
+    }
 }
 
 /* [s, s'] int16 per dword: bytes j and k (0-3) of each dword of v, sign-extended (the Q6_K scales are int8). */
@@ -946,15 +924,65 @@ AK_INLINE __m512i ak16_pick_s8(__m512i v, int j, int k)
     return _mm512_srai_epi16(_mm512_shuffle_epi8(v, c), 8);
 }
 
-/* As ak16_tile_q4_k for Q6_K: lane l of vec_dot's step (h, qt) (32 elements, the codes of ql's dword
+/* One Q6_K block, as ak16_block_q4_k: lane l of vec_dot's step (h, qt) (32 elements, the codes of ql's dword
  * 16h + 8(qt & 1) + l, low nibbles for qt < 2, with 2 bits of qh's dword 8h + l) against the activation's
  * bytes 128h + 32qt + 4l.., weighted by scale 8h + 2qt (lanes 0-3) or 8h + 2qt + 1 (lanes 4-7); the -32 offset
  * of the codes comes off per block as 32 x lane l's pair of scales times the bsums pair l. */
-AK_INLINE void ak16_tile_q6_k(int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g, const uint8_t *x,
-                              size_t ldx, const uint8_t *nxt)
+AK_INLINE void ak16_block_q6_k(const uint8_t *blk, const int NC, const struct block_q8_k *const *bx, __m512i sumi[][8],
+                               __m512 acc[][8])
 {
-    const size_t gb = 16 * sizeof(struct block_q6_k);
     const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    const uint8_t *q = blk + 32; /* after d; q + 64 k: dword k of the 16 rows */
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+        for (int qt = 0; qt < 4; qt++) {
+            __m512i sd = _mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))); /* scales 8h + 4(qt >> 1).. */
+            __m512i sv0 = ak16_pick_s8(sd, (2 * qt) & 3, (2 * qt) & 3);
+            __m512i sv1 = ak16_pick_s8(sd, (2 * qt + 1) & 3, (2 * qt + 1) & 3);
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
+                __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
+                __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                             : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                             : qt == 2 ? qh
+                                       : _mm512_srli_epi16(qh, 2);
+                __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
+#pragma GCC unroll 8
+                for (int c = 0; c < NC; c++) {
+                    int32_t yv;
+                    memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
+                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)),
+                                                     l < 4 ? sv0 : sv1);
+                }
+            }
+        }
+    }
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
+            __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
+            __m512i t = _mm512_sub_epi32(sumi[c][l], _mm512_slli_epi32(off, 5));
+            acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(t), acc[c][l]);
+        }
+    }
+}
+
+/* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
+ * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
+ * gemv: AK16_PF bytes ahead), or NULL. */
+AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
+                         const uint8_t *x, size_t ldx, const uint8_t *nxt)
+{
+    const size_t gb = 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     __m512 acc[AK16_C][8];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -962,76 +990,37 @@ AK_INLINE void ak16_tile_q6_k(int64_t nb, const int NC, float *s, size_t lds, co
         for (int l = 0; l < 8; l++)
             acc[c][l] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = g + (size_t)b * gb, *q = blk + 32; /* q + 64 k: dword k of the 16 rows */
         if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         const struct block_q8_k *bx[AK16_C];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
         __m512i sumi[AK16_C][8];
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
+        for (int c = 0; c < NC; c++) {
+            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
 #pragma GCC unroll 8
             for (int l = 0; l < 8; l++)
                 sumi[c][l] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-#pragma GCC unroll 4
-            for (int qt = 0; qt < 4; qt++) {
-                __m512i sd = _mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))); /* scales 8h + 4(qt >> 1).. */
-                __m512i sv0 = ak16_pick_s8(sd, (2 * qt) & 3, (2 * qt) & 3);
-                __m512i sv1 = ak16_pick_s8(sd, (2 * qt + 1) & 3, (2 * qt + 1) & 3);
-#pragma GCC unroll 8
-                for (int l = 0; l < 8; l++) {
-                    __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
-                    __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
-                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
-                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
-                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
-                                 : qt == 2 ? qh
-                                           : _mm512_srli_epi16(qh, 2);
-                    __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
-#pragma GCC unroll 8
-                    for (int c = 0; c < NC; c++) {
-                        int32_t yv;
-                        memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
-                        sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)),
-                                                         l < 4 ? sv0 : sv1);
-                    }
-                }
-            }
         }
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
-#pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) {
-                int32_t bs;
-                memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-                __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
-                __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
-                __m512i t = _mm512_sub_epi32(sumi[c][l], _mm512_slli_epi32(off, 5));
-                acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(t), acc[c][l]);
-            }
-        }
+        if (is_q6)
+            ak16_block_q6_k(g + (size_t)b * gb, NC, bx, sumi, acc);
+        else
+            ak16_block_q4_k(g + (size_t)b * gb, NC, bx, sumi, acc);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
         _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
 }
 
-/* gemv16 / gemm16 of a K-quant from its 16-row tile TILE (block bytes BS). */
-#define AK16_FNS(name, TILE, BS)                                                                             \
+/* gemv16 / gemm16 of a K-quant (IS_Q6: Q6_K, else Q4_K; block bytes BS). */
+#define AK16_FNS(name, IS_Q6, BS)                                                                             \
     static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            TILE(nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                                   \
+            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                                   \
         }                                                                                                  \
     }                                                                                                      \
     static void ak16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
@@ -1047,16 +1036,17 @@ AK_INLINE void ak16_tile_q6_k(int64_t nb, const int NC, float *s, size_t lds, co
                 const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;  \
                 int j = j0;                                                                                \
                 for (; j + AK16_C <= j1; j += AK16_C)                                                      \
-                    TILE(nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,            \
-                         j + 2 * AK16_C > j1 ? nxt : NULL);                                                \
+                    ak16_tile(IS_Q6, nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, \
+                              j + 2 * AK16_C > j1 ? nxt : NULL);                                           \
                 for (; j < j1; j++) /* constant column counts keep the accumulators in registers */       \
-                    TILE(nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, j == j0 ? nxt : NULL); \
+                    ak16_tile(IS_Q6, nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,     \
+                              j == j0 ? nxt : NULL);                                                       \
             }                                                                                              \
         }                                                                                                  \
     }
 
-AK16_FNS(q4_k, ak16_tile_q4_k, sizeof(struct block_q4_k))
-AK16_FNS(q6_k, ak16_tile_q6_k, sizeof(struct block_q6_k))
+AK16_FNS(q4_k, 0, sizeof(struct block_q4_k))
+AK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
 
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}

@@ -533,7 +533,8 @@ static inline __attribute__((always_inline)) void quant_r16_t4(const uint8_t *sr
 {
 #if defined(__SSE2__)
     __m128i r0 = _mm_loadu_si128((const __m128i *)src), r1 = _mm_loadu_si128((const __m128i *)(src + ss));
-    __m128i r2 = _mm_loadu_si128((const __m128i *)(src + 2 * ss)), r3 = _mm_loadu_si128((const __m128i *)(src + 3 * ss));
+    __m128i r2 = _mm_loadu_si128((const __m128i *)(src + 2 * ss));
+    __m128i r3 = _mm_loadu_si128((const __m128i *)(src + 3 * ss));
     __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3); /* dwords 0, 1 of the rows */
     __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3); /* dwords 2, 3 */
     _mm_storeu_si128((__m128i *)dst, _mm_unpacklo_epi64(t0, t1));
@@ -585,8 +586,8 @@ static inline __attribute__((always_inline)) void quant_r16_group(struct quant_r
     }
 }
 
-static inline __attribute__((always_inline)) void quant_r16_rows(struct quant_r16_shape sh, uint8_t *plain, uint8_t *r16,
-                                                                 int64_t rows, int64_t nb, bool to_r16)
+static inline __attribute__((always_inline)) void quant_r16_rows(struct quant_r16_shape sh, uint8_t *plain,
+                                                                 uint8_t *r16, int64_t rows, int64_t nb, bool to_r16)
 {
     size_t row_bytes = (size_t)nb * sh.bb;
     for (int64_t g = 0; g < rows / QUANT_R16_ROWS; g++)
