@@ -289,7 +289,7 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
             }
     /* the weights in the layout the chosen kernels read: R16 where they have kernels for it (no permutes: 1B
      * Q4_0 decode gemv 1.4x from memory, batched decode of 8 1.3x, see gemv_avx512q.c; 1B Q4_K_M decode
-     * 1.3-1.4x, see gemv_avx512k.c), GGUF rows elsewhere,
+     * 1.0-1.4x, see gemv_avx512k.c), GGUF rows elsewhere,
      * which puts back rows a previous engine on this model may have re-laid. A mapped model stays in rows. */
     bool r16[DTYPE_COUNT] = {false};
     for (int t = 0; t < DTYPE_COUNT; t++)
