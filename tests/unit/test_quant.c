@@ -197,6 +197,70 @@ static void test_q6_k_layout(void **state)
     }
 }
 
+/* quant.h's R16 layout, byte by byte, from a description written here: per type the F16 scales' and the
+ * dwords' places in a GGUF block (hoff, doff) and in a group. Every byte of 16 distinct rows must land where
+ * quant.h says, the group's bytes are each written once, and the dwords of Q4_0 / Q8_0 / Q6_K (32-byte scales,
+ * blocks in pairs) start on 64-byte lines but for a last unpaired block; Q4_K's blocks come one after another.
+ * The first pair of a Q4_0 group is spelled out. */
+static void test_r16_layout(void **state)
+{
+    (void)state;
+    static const struct {
+        enum dtype t;
+        size_t bb, nh, hoff, nd, doff;
+    } ty[] = {
+        {DTYPE_Q4_0, 18, 1, 0, 4, 2},
+        {DTYPE_Q8_0, 34, 1, 0, 8, 2},
+        {DTYPE_Q4_K, 144, 2, 0, 35, 4},
+        {DTYPE_Q6_K, 210, 1, 208, 52, 0},
+    };
+    /* Q4_0, 2 blocks: scales of block 0 at 0, of block 1 at 32, dwords of block 0 at 64, of block 1 at 320 */
+    assert_int_equal(quant_r16_scales(1, 4, 2, 0), 0);
+    assert_int_equal(quant_r16_scales(1, 4, 2, 1), 32);
+    assert_int_equal(quant_r16_dwords(1, 4, 2, 0), 64);
+    assert_int_equal(quant_r16_dwords(1, 4, 2, 1), 320);
+    assert_int_equal(quant_r16_dwords(1, 4, 3, 2), 576 + 32); /* the last, alone: scales, then its dwords */
+    for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++)
+        for (int64_t nb = 1; nb <= 6; nb++) {
+            const size_t R = QUANT_R16_ROWS, rb = ty[i].bb * (size_t)nb, gbytes = R * rb;
+            int64_t cols = nb * (ty[i].t == DTYPE_Q4_K || ty[i].t == DTYPE_Q6_K ? 256 : 32);
+            assert_int_equal(dtype_row_bytes(ty[i].t, cols), rb);
+            uint8_t *rows = malloc(gbytes), *g = malloc(gbytes), *seen = calloc(gbytes, 1);
+            assert_non_null(rows);
+            assert_non_null(g);
+            assert_non_null(seen);
+            uint64_t st = 77 + i * 10 + (uint64_t)nb;
+            for (size_t k = 0; k < gbytes; k++)
+                rows[k] = (uint8_t)test_rand_u64(&st);
+            assert_int_equal(quant_r16_convert(ty[i].t, rows, g, (int64_t)R, cols, true), 0);
+            for (int64_t b = 0; b < nb; b++) {
+                size_t hs = quant_r16_scales(ty[i].nh, ty[i].nd, nb, b), qd = quant_r16_dwords(ty[i].nh, ty[i].nd, nb, b);
+                bool paired = ty[i].nh == 1 && !(nb % 2 == 1 && b == nb - 1);
+                if (ty[i].nh == 2 || paired)
+                    assert_int_equal(qd % 64, 0);
+                for (size_t r = 0; r < R; r++) {
+                    const uint8_t *blk = rows + r * rb + (size_t)b * ty[i].bb;
+                    for (size_t h = 0; h < ty[i].nh; h++) {
+                        size_t at = hs + (h * R + r) * 2;
+                        assert_memory_equal(g + at, blk + ty[i].hoff + 2 * h, 2);
+                        seen[at]++, seen[at + 1]++;
+                    }
+                    for (size_t k = 0; k < ty[i].nd; k++) {
+                        size_t at = qd + (k * R + r) * 4;
+                        assert_memory_equal(g + at, blk + ty[i].doff + 4 * k, 4);
+                        for (int j = 0; j < 4; j++)
+                            seen[at + (size_t)j]++;
+                    }
+                }
+            }
+            for (size_t k = 0; k < gbytes; k++)
+                assert_int_equal(seen[k], 1);
+            free(rows);
+            free(g);
+            free(seen);
+        }
+}
+
 static void test_q8_k_format(void **state)
 {
     (void)state;
@@ -280,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_q4_0_layout_and_rounding),
         cmocka_unit_test(test_q4_k_layout),
         cmocka_unit_test(test_q6_k_layout),
+        cmocka_unit_test(test_r16_layout),
         cmocka_unit_test(test_q8_k_format),
         cmocka_unit_test(test_requantize_fixed_point),
         cmocka_unit_test(test_degenerate_blocks),

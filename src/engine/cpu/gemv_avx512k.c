@@ -868,17 +868,17 @@ AK_INLINE __m512i ak16_pick(__m512i v, int j)
     return _mm512_shuffle_epi8(v, c);
 }
 
-/* One Q4_K block of 16 rows (blk) against NC columns' blocks bx[c]: acc[c][l] as vec_dot's lane l, through
- * sumi (zero on entry: the block's integer lanes). */
-AK_INLINE void ak16_block_q4_k(const uint8_t *blk, const int NC, const struct block_q8_k *const *bx, __m512i sumi[][8],
-                               __m512 acc[][8])
+/* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]: acc[c][l] as
+ * vec_dot's lane l, through sumi (zero on entry: the block's integer lanes). */
+AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
+                               __m512i sumi[][8], __m512 acc[][8])
 {
     const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
-    const uint8_t *q = blk + 64 + 3 * 64; /* after d, dmin and the scales */
+    const uint8_t *q = qd + 3 * 64; /* after the scales' 3 dwords */
     /* the 12 scale bytes of 16 rows: sc0-3 = a0 & 63, m0-3 = a1 & 63, sc4-7 = a2 & 15 | a0's top bits << 4,
      * m4-7 = a2 >> 4 & 15 | a1's top bits << 4 (bytes j of each dword: sub-block j, j + 4) */
-    __m512i a0 = _mm512_loadu_si512(blk + 64), a1 = _mm512_loadu_si512(blk + 128);
-    __m512i a2 = _mm512_loadu_si512(blk + 192);
+    __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
+    __m512i a2 = _mm512_loadu_si512(qd + 128);
     __m512i sc[2] = {_mm512_and_si512(a0, m6), /* ternary 0xf8: first | (second & third) */
                      _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
 #pragma GCC unroll 4
@@ -900,8 +900,8 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *blk, const int NC, const struct bl
     }
     __m512i m4hi = _mm512_and_si512(_mm512_srli_epi32(a2, 4), m4);
     __m512i mn[2] = {_mm512_and_si512(a1, m6), _mm512_ternarylogic_epi32(m4hi, _mm512_srli_epi32(a1, 2), m30, 0xf8)};
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
-    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         __m512 dx = _mm512_set1_ps(bx[c]->d), d = _mm512_mul_ps(dw, dx), dmin = _mm512_mul_ps(dmw, dx);
@@ -927,12 +927,12 @@ AK_INLINE __m512i ak16_pick_s8(__m512i v, int j, int k)
 /* One Q6_K block, as ak16_block_q4_k: lane l of vec_dot's step (h, qt) (32 elements, the codes of ql's dword
  * 16h + 8(qt & 1) + l, low nibbles for qt < 2, with 2 bits of qh's dword 8h + l) against the activation's
  * bytes 128h + 32qt + 4l.., weighted by scale 8h + 2qt (lanes 0-3) or 8h + 2qt + 1 (lanes 4-7); the -32 offset
- * of the codes comes off per block as 32 x lane l's pair of scales times the bsums pair l. */
-AK_INLINE void ak16_block_q6_k(const uint8_t *blk, const int NC, const struct block_q8_k *const *bx, __m512i sumi[][8],
-                               __m512 acc[][8])
+ * of the codes comes off per block as 32 x lane l's pair of scales times the bsums pair l. Its R16 scales at hs,
+ * dwords at q (q + 64k: dword k of the 16 rows). */
+AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q, const int NC, const struct block_q8_k *const *bx,
+                               __m512i sumi[][8], __m512 acc[][8])
 {
     const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
-    const uint8_t *q = blk + 32; /* after d; q + 64 k: dword k of the 16 rows */
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 4
@@ -960,7 +960,7 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *blk, const int NC, const struct bl
             }
         }
     }
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
@@ -1002,10 +1002,12 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
             for (int l = 0; l < 8; l++)
                 sumi[c][l] = _mm512_setzero_si512();
         }
+        const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
+        const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
         if (is_q6)
-            ak16_block_q6_k(g + (size_t)b * gb, NC, bx, sumi, acc);
+            ak16_block_q6_k(hs, qd, NC, bx, sumi, acc);
         else
-            ak16_block_q4_k(g + (size_t)b * gb, NC, bx, sumi, acc);
+            ak16_block_q4_k(hs, qd, NC, bx, sumi, acc);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)

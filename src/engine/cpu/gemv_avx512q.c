@@ -416,14 +416,14 @@ AQ_GEMM(q8_0, 0, QK8_0)
  * operand, one more vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the
  * same as this. */
 
-/* Weights of lane l for the 16 rows of block blk (the group's block: 32 bytes of scales, then the dwords). */
-AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
+/* Weights of lane l for the 16 rows of a block (its R16 dwords at q). */
+AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *q, int l)
 {
     if (is_q4) {
-        __m512i v = _mm512_loadu_si512(blk + 32 + 64 * (l & 3));
+        __m512i v = _mm512_loadu_si512(q + 64 * (l & 3));
         return _mm512_and_si512(v, _mm512_set1_epi8(l < 4 ? 0x0f : (char)0xf0));
     }
-    return _mm512_xor_si512(_mm512_loadu_si512(blk + 32 + 64 * l), _mm512_set1_epi8((char)0x80));
+    return _mm512_xor_si512(_mm512_loadu_si512(q + 64 * l), _mm512_set1_epi8((char)0x80));
 }
 
 /* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: the next group, prefetched as far
@@ -433,7 +433,8 @@ AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *blk, int l)
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
-    const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)); /* a group's block */
+    /* a block's bytes in the group (the prefetch's step; quant.h says where its scales and dwords are) */
+    const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)), nd = is_q4 ? 4 : 8;
     const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
     __m512 acc[AQ_CMAX][8];
 #pragma GCC unroll 8
@@ -442,17 +443,17 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
         for (int l = 0; l < 8; l++)
             acc[c][l] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = g + (size_t)b * gb;
+        const uint8_t *q = g + quant_r16_dwords(1, nd, nb, b), *hs = g + quant_r16_scales(1, nd, nb, b);
         if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)), d[AQ_CMAX];
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs)), d[AQ_CMAX];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)(aux + (size_t)c * ldaux))[2 * b]));
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) {
-            __m512i u = aq16_lane(is_q4, blk, l);
+            __m512i u = aq16_lane(is_q4, q, l);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 const uint8_t *x = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;

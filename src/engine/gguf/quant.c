@@ -548,20 +548,22 @@ static inline __attribute__((always_inline)) void quant_r16_t4(const uint8_t *sr
 #endif
 }
 
-/* Moves one block of row lr of a group (its GGUF bytes at blk) to or from the group's R16 block at g: the F16
- * scales and the dwords from k0 on (quant_r16_group moves the ones before in 4 x 4 tiles). */
+/* Moves one block of row lr of a group (its GGUF bytes at blk) to or from the group's R16 bytes of that block
+ * (scales at hs, dwords at q): the F16 scales and the dwords from k0 on (quant_r16_group moves the ones before
+ * in 4 x 4 tiles). */
 static inline __attribute__((always_inline)) void quant_r16_row_block(struct quant_r16_shape sh, uint8_t *blk,
-                                                                      uint8_t *g, size_t lr, size_t k0, bool to_r16)
+                                                                      uint8_t *hs, uint8_t *q, size_t lr, size_t k0,
+                                                                      bool to_r16)
 {
     const size_t R = QUANT_R16_ROWS;
     for (size_t h = 0; h < sh.nh; h++) {
         if (to_r16)
-            memcpy(g + (h * R + lr) * 2, blk + sh.hoff + 2 * h, 2);
+            memcpy(hs + (h * R + lr) * 2, blk + sh.hoff + 2 * h, 2);
         else
-            memcpy(blk + sh.hoff + 2 * h, g + (h * R + lr) * 2, 2);
+            memcpy(blk + sh.hoff + 2 * h, hs + (h * R + lr) * 2, 2);
     }
     for (size_t k = k0; k < sh.nd; k++) {
-        uint8_t *d = blk + sh.doff + 4 * k, *qs = g + 2 * sh.nh * R + (k * R + lr) * 4;
+        uint8_t *d = blk + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
         if (to_r16)
             memcpy(qs, d, 4);
         else
@@ -577,7 +579,8 @@ static inline __attribute__((always_inline)) void quant_r16_group(struct quant_r
 {
     const size_t R = QUANT_R16_ROWS, nd4 = sh.nd / 4 * 4;
     for (int64_t b = 0; b < nb; b++) {
-        uint8_t *g = grp + (size_t)b * R * sh.bb, *q = g + 2 * sh.nh * R, *blk = plain + (size_t)b * sh.bb;
+        uint8_t *hs = grp + quant_r16_scales(sh.nh, sh.nd, nb, b), *q = grp + quant_r16_dwords(sh.nh, sh.nd, nb, b);
+        uint8_t *blk = plain + (size_t)b * sh.bb;
         for (size_t k = 0; k < nd4; k += 4) /* q[k][lr] = dword k of row lr */
             for (size_t lr = 0; lr < R; lr += 4) {
                 uint8_t *rows = blk + lr * row_bytes + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
@@ -587,7 +590,7 @@ static inline __attribute__((always_inline)) void quant_r16_group(struct quant_r
                     quant_r16_t4(qs, 4 * R, rows, row_bytes);
             }
         for (size_t lr = 0; lr < R; lr++)
-            quant_r16_row_block(sh, blk + lr * row_bytes, g, lr, nd4, to_r16);
+            quant_r16_row_block(sh, blk + lr * row_bytes, hs, q, lr, nd4, to_r16);
     }
 }
 
@@ -621,7 +624,8 @@ void quant_r16_row(enum dtype t, const void *w, int64_t r, int64_t cols, void *d
     struct quant_r16_shape sh = quant_r16_shape_of(t);
     size_t row_bytes = dtype_row_bytes(t, cols);
     uint8_t *grp = (uint8_t *)w + (size_t)(r / QUANT_R16_ROWS) * QUANT_R16_ROWS * row_bytes;
-    for (int64_t b = 0; b < cols / sh.qk; b++)
-        quant_r16_row_block(sh, (uint8_t *)dst + (size_t)b * sh.bb, grp + (size_t)b * QUANT_R16_ROWS * sh.bb,
-                            (size_t)(r % QUANT_R16_ROWS), 0, false);
+    int64_t nb = cols / sh.qk;
+    for (int64_t b = 0; b < nb; b++)
+        quant_r16_row_block(sh, (uint8_t *)dst + (size_t)b * sh.bb, grp + quant_r16_scales(sh.nh, sh.nd, nb, b),
+                            grp + quant_r16_dwords(sh.nh, sh.nd, nb, b), (size_t)(r % QUANT_R16_ROWS), 0, false);
 }

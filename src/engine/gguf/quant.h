@@ -102,15 +102,38 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
  * The R16 layout of a Q4_0, Q8_0, Q4_K or Q6_K matrix (rows a multiple of 16): the same bytes as the GGUF rows,
  * reordered so a 512-bit register holds one 4-byte group of 16 rows and the AVX-512 kernels need no permutes
  * (see gemv_avx512q.c, gemv_avx512k.c). Group g (rows 16g .. 16g + 15) takes the 16 rows' bytes at
- * g * 16 * row_bytes, and there, block b (nb = cols / block elements) takes 16 * block bytes at
- * b * 16 * block_bytes: first the block's F16 scales, each as 16 rows in row order, then its other bytes as
- * dwords, q[k][r] = dword k of row r's:
- *   Q4_0, Q8_0: uint16_t d[16]; uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): the dwords of qs
- *   Q4_K:       uint16_t d[16], dmin[16]; uint32_t q[35][16]: the 3 dwords of scales, then the 32 of qs
- *   Q6_K:       uint16_t d[16]; uint32_t q[52][16]: the 32 dwords of ql, the 16 of qh, the 4 of scales
- * So a matrix keeps its size, and a row range starting at a multiple of 16 starts at r * row_bytes as before.
+ * g * 16 * row_bytes. There each block (nb = cols / block elements) takes 16 x its bytes: the block's F16 scales,
+ * each as 16 rows in row order, and its other bytes as dwords, q[k][r] = dword k of row r's:
+ *   Q4_0, Q8_0: scales uint16_t d[16]; dwords uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): the dwords of qs
+ *   Q4_K:       scales uint16_t d[16], dmin[16]; dwords uint32_t q[35][16]: the 3 of scales, then the 32 of qs
+ *   Q6_K:       scales uint16_t d[16]; dwords uint32_t q[52][16]: the 32 of ql, the 16 of qh, the 4 of scales
+ * Q4_K's blocks come one after another, each its scales then its dwords. The others' scales are 32 bytes, so
+ * their blocks come in pairs, 0 and 1, 2 and 3, .. (the last alone when nb is odd): the scales of the pair's
+ * first block, of its second, then the dwords of its first and of its second, so the dwords start on 64-byte
+ * lines (32 bytes of scales before each block's dwords put every other block's 512-bit loads across two
+ * lines: Q4_0's decode kernel 1.2x slower from L2 on a Zen 5, its 8-column gemm 1.13x; all of a group's
+ * scales first, then all its dwords, read as two streams, cost Q4_0 and Q8_0 decode 1.3-1.5x from memory).
+ * So a matrix keeps its size, a row range starting at a multiple of 16 starts at r * row_bytes as before, and
+ * the kernels read one stream. quant_r16_scales / quant_r16_dwords say where block b's bytes are.
  */
 #define QUANT_R16_ROWS 16
+/* Block b's scales and dwords in an R16 group of nb blocks with nh F16 scales and nd dwords per row and block:
+ * byte offsets from the group's start. */
+static inline size_t quant_r16_scales(size_t nh, size_t nd, int64_t nb, int64_t b)
+{
+    (void)nb;
+    if (nh % 2 == 0) /* Q4_K: blocks one after another */
+        return (size_t)b * (2 * nh + 4 * nd) * QUANT_R16_ROWS;
+    return ((size_t)(b & ~(int64_t)1) * (2 * nh + 4 * nd) + (size_t)(b & 1) * 2 * nh) * QUANT_R16_ROWS;
+}
+static inline size_t quant_r16_dwords(size_t nh, size_t nd, int64_t nb, int64_t b)
+{
+    if (nh % 2 == 0)
+        return ((size_t)b * (2 * nh + 4 * nd) + 2 * nh) * QUANT_R16_ROWS;
+    int64_t p0 = b & ~(int64_t)1;
+    size_t m = nb - p0 < 2 ? 1 : 2; /* blocks in b's pair */
+    return ((size_t)p0 * (2 * nh + 4 * nd) + m * 2 * nh + (size_t)(b & 1) * 4 * nd) * QUANT_R16_ROWS;
+}
 /* Whether type t has an R16 layout (Q4_0, Q8_0, Q4_K, Q6_K). */
 bool quant_r16_supported(enum dtype t);
 /* Converts rows x cols of type t between GGUF rows and R16 (to_r16 true: src rows -> dst R16; false: back).
