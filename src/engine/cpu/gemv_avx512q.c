@@ -68,6 +68,11 @@
 #define AQ_BLK 64 /* aux bytes per block in each part (Q4_0, Q8_0): xq, then the start values */
 /* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
 #define AQ_PF (24 << 10)
+/* Q4_0 gemv16 prefetch distance along the stream of groups, into L2 (Q8_0 has none). Measured on a Zen 5 with
+ * the blocks paired (quant.h): 1B Q4_0 decode, 2 threads, 1.01-1.29x without (eleven alternations), one thread
+ * over the model's gate / up matrices in a loop 37-38 against 30-32 GB/s in four runs of five; Q8_0 decode
+ * 0.97-0.98x with it. Before the pairing it measured no better (stop 12, stop 13). */
+#define AQ16_PF_Q4 (4 << 10)
 #define AQ_RP 4 /* gemm tile: row pairs */
 #define AQ_C 4  /* gemm tile: columns */
 /* bytes of a row tile's unpacked weights kept for all its column tiles (see aq_cols): L1 holds them beside
@@ -426,10 +431,10 @@ AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *q, int l)
     return _mm512_xor_si512(_mm512_loadu_si512(q + 64 * l), _mm512_set1_epi8((char)0x80));
 }
 
-/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: the next group, prefetched as far
- * along as this one is read (or NULL). No prefetch along the rows in decode: the groups are one stream, which
- * the hardware prefetcher follows (one thread from memory: 34-36 GB/s without, 29-34 with prefetches 8-96 KiB
- * ahead). */
+/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: memory prefetched as far along as
+ * this group is read (gemm: the next group; Q4_0 gemv: AQ16_PF_Q4 bytes ahead), or NULL. Q8_0's decode stream
+ * has no prefetch: the hardware prefetcher follows it (one thread from memory: 34-36 GB/s without, 29-34 with
+ * prefetches 8-96 KiB ahead, stop 12). */
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
@@ -480,8 +485,10 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    for (int64_t i = 0; i < nr; i += 16)
-        aq16_tile(is_q4, nb, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, aux, 0, NULL);
+    for (int64_t i = 0; i < nr; i += 16) {
+        const uint8_t *g = w + (size_t)(i / 16) * gbytes;
+        aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, is_q4 ? g + AQ16_PF_Q4 : NULL);
+    }
 }
 
 #define AQ16_C 3 /* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column) */
