@@ -220,6 +220,10 @@ static void test_r16_layout(void **state)
     assert_int_equal(quant_r16_dwords(1, 4, 2, 0), 64);
     assert_int_equal(quant_r16_dwords(1, 4, 2, 1), 320);
     assert_int_equal(quant_r16_dwords(1, 4, 3, 2), 576 + 32); /* the last, alone: scales, then its dwords */
+    /* Q4_K, 2 blocks: block 0's scales at 0, its dwords at 64, block 1 (scales) at 16 x 144 = 2304 */
+    assert_int_equal(quant_r16_dwords(2, 35, 2, 0), 64);
+    assert_int_equal(quant_r16_scales(2, 35, 2, 1), 2304);
+    assert_int_equal(quant_r16_dwords(2, 35, 2, 1), 2304 + 64);
     for (size_t i = 0; i < sizeof ty / sizeof ty[0]; i++)
         for (int64_t nb = 1; nb <= 6; nb++) {
             const size_t R = QUANT_R16_ROWS, rb = ty[i].bb * (size_t)nb, gbytes = R * rb;
@@ -234,7 +238,8 @@ static void test_r16_layout(void **state)
                 rows[k] = (uint8_t)test_rand_u64(&st);
             assert_int_equal(quant_r16_convert(ty[i].t, rows, g, (int64_t)R, cols, true), 0);
             for (int64_t b = 0; b < nb; b++) {
-                size_t hs = quant_r16_scales(ty[i].nh, ty[i].nd, nb, b), qd = quant_r16_dwords(ty[i].nh, ty[i].nd, nb, b);
+                size_t hs = quant_r16_scales(ty[i].nh, ty[i].nd, nb, b);
+                size_t qd = quant_r16_dwords(ty[i].nh, ty[i].nd, nb, b);
                 bool paired = ty[i].nh == 1 && !(nb % 2 == 1 && b == nb - 1);
                 if (ty[i].nh == 2 || paired)
                     assert_int_equal(qd % 64, 0);
