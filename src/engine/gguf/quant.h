@@ -110,9 +110,10 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
  * Q4_K's blocks come one after another, each its scales then its dwords. The others' scales are 32 bytes, so
  * their blocks come in pairs, 0 and 1, 2 and 3, .. (the last alone when nb is odd): the scales of the pair's
  * first block, of its second, then the dwords of its first and of its second, so the dwords start on 64-byte
- * lines (in every group when nb is even, the group then being a multiple of 64 bytes; 32 bytes of scales before each block's dwords put every other block's 512-bit loads across two
- * lines: Q4_0's decode kernel 1.2x slower from L2 on a Zen 5, its 8-column gemm 1.13x; all of a group's
- * scales first, then all its dwords, read as two streams, cost Q4_0 and Q8_0 decode 1.3-1.5x from memory).
+ * lines in every group when nb is even (a group is then a multiple of 64 bytes). 32 bytes of scales before
+ * each block's dwords put every other block's 512-bit loads across two lines: Q4_0's decode kernel 1.2x slower
+ * from L2 on a Zen 5, its 8-column gemm 1.13x; all of a group's scales first, then all its dwords, read as two
+ * streams, cost Q4_0 and Q8_0 decode 1.3-1.5x from memory.
  * So a matrix keeps its size, a row range starting at a multiple of 16 starts at r * row_bytes as before, and
  * the kernels read one stream. quant_r16_scales / quant_r16_dwords say where block b's bytes are.
  */
