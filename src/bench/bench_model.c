@@ -435,7 +435,7 @@ int bench_model_main(int argc, char **argv)
     }
 
     double t_load = clock_now_s();
-    c.m = model_load_ex(o.model_path, o.use_mmap, c.err);
+    c.m = engine_model_load(o.model_path, o.use_mmap, &o.eo, c.err);
     if (!c.m) {
         fprintf(stderr, "wafer bench: %s\n", c.err);
         return 1;

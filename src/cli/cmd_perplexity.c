@@ -134,7 +134,7 @@ int cmd_perplexity_main(int argc, char **argv)
     int32_t *toks = NULL;
     float *logits = NULL;
     struct batch b = {0};
-    struct model *m = model_load_ex(model_path, use_mmap, err);
+    struct model *m = engine_model_load(model_path, use_mmap, &eo, err);
     if (!m) {
         fprintf(stderr, "wafer perplexity: %s\n", err);
         free(text);

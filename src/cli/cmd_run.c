@@ -343,7 +343,7 @@ int cmd_run_main(int argc, char **argv)
     pthread_condattr_destroy(&ca);
 
     double t_load = clock_now_s();
-    struct model *m = model_load_ex(model_file, use_mmap, err);
+    struct model *m = engine_model_load(model_file, use_mmap, &eo, err);
     if (!m) {
         fprintf(stderr, "wafer run: %s\n", err);
         goto out;

@@ -84,6 +84,9 @@ struct backend_ops {
     /* Evaluates one pass (see struct backend_pass). 0, or a negative ERR_* with a message. */
     int (*forward)(struct backend *be, const struct backend_pass *pass, char *err);
     void (*describe)(const struct backend *be, struct backend_desc *d);
+    /* NULL, or the weight types create(m, p) will lay out in the R16 layout (model_relayout), for any model:
+     * r16[t] set for those. Lets the loader put them so while reading the file (engine_model_load). */
+    void (*weight_layouts)(const struct engine_params *p, bool r16[DTYPE_COUNT]);
 };
 
 /* The backend registered under name (NULL: "cpu"), or NULL when there is none. */

@@ -6,6 +6,7 @@
 #include "engine/engine_setup.h"
 
 #include "core/err.h"
+#include "engine/backend.h"
 #include "engine/kvcache.h"
 
 
@@ -33,6 +34,20 @@ int engine_opts_set_backend(struct engine_opts *o, const char *name, char *err)
         return rc;
     o->backend = name;
     return 0;
+}
+
+struct model *engine_model_load(const char *path, bool use_mmap, const struct engine_opts *o, char *err)
+{
+    const struct backend_ops *ops = backend_find(o->backend);
+    bool r16[DTYPE_COUNT] = {false};
+    if (ops && ops->weight_layouts) {
+        struct engine_params p;
+        engine_params_default(&p);
+        p.backend = o->backend;
+        p.force_scalar = o->no_simd;
+        ops->weight_layouts(&p, r16);
+    }
+    return model_load_ex(path, use_mmap, r16, err);
 }
 
 int engine_params_for_model(const struct model *m, const struct engine_opts *o, struct engine_params *p,
@@ -68,7 +83,7 @@ struct engine *engine_create_draft(const char *path, bool use_mmap, const struct
 {
     char why[ERR_MSG_MAX] = "";
     struct engine *e = NULL;
-    *dm = model_load_ex(path, use_mmap, why);
+    *dm = engine_model_load(path, use_mmap, o, why);
     if (!*dm)
         goto fail;
     const struct engine_params *tp = engine_params_get(t);

@@ -1,7 +1,7 @@
 /*
  * engine_setup: the one place where a command's options become an engine. `wafer run`, `wafer perplexity`,
  * `wafer bench` and `wafer serve` each fill a struct engine_opts from their flags (or config file), with
- * their own documented defaults, then load the model (model_load_ex) and create the engine from
+ * their own documented defaults, then load the model (engine_model_load) and create the engine from
  * engine_params_for_model, so the default context, the backend choice and the KV cache type are decided,
  * validated and worded the same way everywhere.
  */
@@ -41,6 +41,11 @@ int engine_opts_set_kv_type(struct engine_opts *o, const char *name, char *err);
 /* Sets o->backend to name (kept, not copied) after engine_backend_check. 0, or ERR_INVALID_ARG with the
  * list of known backends in err (may be NULL). */
 int engine_opts_set_backend(struct engine_opts *o, const char *name, char *err);
+
+/* model_load_ex(path, use_mmap) with the weights laid out, as the file is read, the way the backend o names
+ * (with its options) will compute from them (backend_ops.weight_layouts), so its create has nothing to re-lay.
+ * NULL and a message on failure; caller frees with model_destroy. */
+struct model *engine_model_load(const char *path, bool use_mmap, const struct engine_opts *o, char *err);
 
 /* Fills p for model m from o: engine_params_default, then every option, the default context resolved
  * against the model. 0, or ERR_INVALID_ARG (unknown backend or KV type) with a message in err. */

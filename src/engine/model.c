@@ -212,9 +212,50 @@ static uint64_t model_mem_available(void)
     return (uint64_t)kb * 1024;
 }
 
-struct model *model_load(const char *path, char *err) { return model_load_ex(path, false, err); }
+struct model *model_load(const char *path, char *err) { return model_load_ex(path, false, NULL, err); }
 
-struct model *model_load_ex(const char *path, bool use_mmap, char *err)
+/* Whether model_load_ex with r16 puts tensor t in the R16 layout as it reads it: one of a layer's seven
+ * matrices or output (never token_embd, which is read by row), of a type r16 asks for, in whole groups of 16 rows
+ * (model_relayout's rule for the matrices the model binds; a tensor this says yes to and the model then refuses
+ * only fails the load). */
+static bool model_r16_at_load(const bool *r16, const struct gguf_tensor *t)
+{
+    static const char *const mats[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+    if (!r16 || !t || !r16[t->type] || !quant_r16_supported(t->type) || t->n_dims > 2 || t->ne[1] <= 0 ||
+        t->ne[1] % QUANT_R16_ROWS || t->ne[2] != 1 || t->ne[3] != 1)
+        return false;
+    if (!strcmp(t->name, "output.weight"))
+        return true;
+    const char *p = t->name;
+    if (strncmp(p, "blk.", 4))
+        return false;
+    for (p += 4; *p >= '0' && *p <= '9'; p++)
+        ;
+    if (p == t->name + 4 || *p++ != '.')
+        return false;
+    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+        size_t n = strlen(mats[i]);
+        if (!strncmp(p, mats[i], n) && !strcmp(p + n, ".weight"))
+            return true;
+    }
+    return false;
+}
+
+/* gguf_placer for model_load_ex: ctx is the r16 array. */
+static size_t model_place_unit(void *ctx, const struct gguf_tensor *t)
+{
+    return model_r16_at_load(ctx, t) ? QUANT_R16_ROWS * dtype_row_bytes(t->type, t->ne[0]) : 0;
+}
+
+static void model_place(void *ctx, const struct gguf_tensor *t, const void *src, void *dst, size_t n)
+{
+    (void)ctx;
+    size_t rb = dtype_row_bytes(t->type, t->ne[0]);
+    /* whole groups of a type with R16 (model_place_unit), so the conversion cannot refuse */
+    (void)quant_r16_convert(t->type, src, dst, (int64_t)(n / rb), t->ne[0], true);
+}
+
+struct model *model_load_ex(const char *path, bool use_mmap, const bool *r16, char *err)
 {
     struct model_priv *mp = calloc(1, sizeof *mp);
     if (!mp) {
@@ -234,7 +275,8 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
             use_mmap = true;
         }
     }
-    m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem(path, err);
+    struct gguf_placer placer = {(void *)r16, model_place_unit, model_place};
+    m->gguf = use_mmap ? gguf_open(path, err) : gguf_open_mem_placed(path, r16 ? &placer : NULL, err);
     m->mapped = use_mmap;
     if (!m->gguf)
         goto fail;
@@ -255,6 +297,8 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
         model_bind_vec(mp, "output_norm.weight", hp->dim, &m->output_norm, false, sub))
         goto fail_sub;
     int rc = model_bind_weight(g, "output.weight", hp->dim, hp->n_vocab, &m->output, true, sub);
+    if (!rc && !use_mmap && model_r16_at_load(r16, gguf_tensor_find(g, "output.weight")))
+        m->output.layout = WEIGHT_R16;
     if (rc == ERR_NOT_FOUND) {
         m->output = m->tok_embd;
         hp->tied_output = true;
@@ -281,6 +325,8 @@ struct model *model_load_ex(const char *path, bool use_mmap, char *err)
     snprintf(name, sizeof name, "blk.%d." suffix ".weight", l);                                            \
     if (model_bind_weight(g, name, ncols, nrows, &L->field, false, sub))                                  \
         goto fail_sub;                                                                                     \
+    if (!use_mmap && model_r16_at_load(r16, gguf_tensor_find(g, name)))                                    \
+        L->field.layout = WEIGHT_R16;                                                                      \
     counts[L->field.type]++;                                                                               \
     m->weight_bytes += L->field.row_bytes * (size_t)L->field.rows;
 #define BIND_V(field, suffix, kind, n, optional)                                                           \

@@ -3,8 +3,9 @@
  * tensor's presence, shape and type. By default the file is read into memory (decode streams it faster than
  * from a mapping); it is mapped instead when asked (model_load_ex, --mmap) or when it would not fit in the
  * available memory. Either way the weights are views into that one copy of the file, read-only to every
- * reader; the one change allowed is a backend re-laying matrices in place at its create (model_relayout), which
- * each matrix's `layout` records.
+ * reader; the one change allowed is the layout of the matrices, for a backend's kernels: put so as the file is
+ * read (model_load_ex's r16) or re-laid in place at a backend's create (model_relayout), which each matrix's
+ * `layout` records.
  * Supported architectures: llama (Llama 2/3, Mistral, TinyLlama, SmolLM) and qwen2 (bias on q, k, v).
  */
 #ifndef WAFER_ENGINE_MODEL_H
@@ -95,8 +96,13 @@ struct model {
  * what is supported. NULL and a message on failure; caller frees with model_destroy. */
 struct model *model_load(const char *path, char *err);
 /* Same; use_mmap maps the file (fast to open, page cache shared between processes) instead of reading it
- * into anonymous memory as model_load does (streams about 15% faster in decode; see gguf_open_mem). */
-struct model *model_load_ex(const char *path, bool use_mmap, char *err);
+ * into anonymous memory as model_load does (streams about 15% faster in decode; see gguf_open_mem). r16
+ * (NULL: none) names the weight types a backend will want in the R16 layout (engine_model_load asks the
+ * backend): when the file is read into memory, the matrices model_relayout would re-lay for it are put in
+ * that layout as they are read (their `layout` says so), which costs nothing, where re-laying them at the
+ * backend's create costs a pass over them (1B Q4_0: 40 ms). A backend wanting another layout still gets it
+ * from model_relayout. */
+struct model *model_load_ex(const char *path, bool use_mmap, const bool *r16, char *err);
 /* Whether model_load_ex reads a file of file_bytes into memory when mem_available bytes are available
  * (/proc/meminfo MemAvailable): it keeps 512 MiB + 1/16 of that free, and maps the file (with a warning)
  * otherwise. Exposed for tests. */

@@ -386,15 +386,15 @@ static int server_load(struct server *srv)
     char err[ERR_MSG_MAX];
     const char *origin = cfg->model_path_origin ? cfg->model_path_origin : "--model";
     int64_t t0 = clock_now_ns();
-    srv->model = model_load_ex(cfg->model_path, cfg->use_mmap, err);
+    struct engine_opts eo;
+    engine_opts_default(&eo);
+    eo.backend = cfg->backend;
+    srv->model = engine_model_load(cfg->model_path, cfg->use_mmap, &eo, err);
     if (!srv->model) {
         log_error("%s: cannot load model '%s': %s", origin, cfg->model_path, err);
         return 1;
     }
     const struct model_hparams *hp = &srv->model->hp;
-    struct engine_opts eo;
-    engine_opts_default(&eo);
-    eo.backend = cfg->backend;
     eo.n_threads = cfg->threads;
     eo.n_ctx = cfg->ctx_size;
     eo.n_ctx_cap = 4096;

@@ -13,6 +13,7 @@
 #include "engine/cpu/gemv.h"
 #include "engine/cpu/kernels.h"
 #include "engine/engine.h"
+#include "engine/engine_setup.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <jansson.h>
@@ -239,7 +240,7 @@ static void relayout_check(enum ftype ft, enum dtype t, bool tied)
     if (!path)
         skip();
     char err[ERR_MSG_MAX];
-    struct model *mem = model_load_ex(path, false, err), *mapped = model_load_ex(path, true, err);
+    struct model *mem = model_load_ex(path, false, NULL, err), *mapped = model_load_ex(path, true, NULL, err);
     assert_non_null(mem);
     assert_non_null(mapped);
     assert_int_equal(mem->layers[0].wq.type, t);
@@ -302,6 +303,70 @@ static void test_relayout_q8_0(void **s) { (void)s; relayout_check(FTYPE_Q8_0, D
 static void test_relayout_q4_k(void **s) { (void)s; relayout_check(FTYPE_Q4_K_M, DTYPE_Q4_K, false); }
 static void test_relayout_q6_k(void **s) { (void)s; relayout_check(FTYPE_Q6_K, DTYPE_Q6_K, false); }
 static void test_relayout_tied(void **s) { (void)s; relayout_check(FTYPE_Q4_0, DTYPE_Q4_0, true); }
+
+/* Matrix i of m in model_relayout's list: layer i / 7's seven, then output (i == 7 * n_layers). */
+static const struct model_weight *matrix_at(const struct model *m, int i)
+{
+    if (i == 7 * m->hp.n_layers)
+        return &m->output;
+    const struct model_layer *L = &m->layers[i / 7];
+    const struct model_weight *lw[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return lw[i % 7];
+}
+
+/* engine_model_load lays the matrices out for the CPU backend's kernels while it reads the file: the same
+ * bytes in the same layouts as model_relayout gives the model read in rows, before any engine exists, and the
+ * same logits; with --no-simd (kernels that read rows) it leaves them in rows. */
+static void placed_check(enum ftype ft, bool tied)
+{
+    char name[64], err[ERR_MSG_MAX];
+    snprintf(name, sizeof name, "placed-%s%s.gguf", ftype_name(ft), tied ? "-tied" : "");
+    const char *path = test_gen_model(name, "llama", ft, tied);
+    if (!path)
+        skip();
+    struct engine_opts o;
+    engine_opts_default(&o);
+    struct model *placed = engine_model_load(path, false, &o, err), *rows = model_load_ex(path, false, NULL, err);
+    struct model *mapped = model_load_ex(path, true, NULL, err);
+    o.no_simd = true;
+    struct model *plain = engine_model_load(path, false, &o, err);
+    assert_non_null(placed), assert_non_null(rows), assert_non_null(mapped), assert_non_null(plain);
+    bool r16[DTYPE_COUNT];
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        r16[t] = layout_for((enum dtype)t) == WEIGHT_R16;
+    assert_int_equal(model_relayout(rows, r16), 0);
+    int n_r16 = 0, n = 7 * placed->hp.n_layers + (tied ? 0 : 1);
+    for (int i = 0; i < n; i++) {
+        const struct model_weight *a = matrix_at(placed, i), *b = matrix_at(rows, i), *c = matrix_at(plain, i);
+        assert_int_equal(a->layout, layout_for(a->type));
+        assert_int_equal(a->layout, b->layout);
+        assert_int_equal(c->layout, WEIGHT_ROWS);
+        n_r16 += a->layout == WEIGHT_R16;
+        if (memcmp(a->data, b->data, a->row_bytes * (size_t)a->rows))
+            fail_msg("%s: matrix %d placed at load differs from the same matrix re-laid after", ftype_name(ft), i);
+        assert_memory_equal(c->data, matrix_at(mapped, i)->data, c->row_bytes * (size_t)c->rows);
+    }
+    assert_int_equal(placed->tok_embd.layout, WEIGHT_ROWS);
+    assert_memory_equal(placed->tok_embd.data, mapped->tok_embd.data, placed->tok_embd.row_bytes * (size_t)placed->tok_embd.rows);
+    print_message("    %s%s: %d of %d matrices placed in R16 while reading\n", ftype_name(ft), tied ? " (tied)" : "", n_r16, n);
+    size_t nl = (size_t)CMP_N * placed->hp.n_vocab;
+    float *a = malloc(nl * 4), *b = malloc(nl * 4);
+    int32_t toks[CMP_N];
+    for (int i = 0; i < CMP_N; i++)
+        toks[i] = (int32_t)((i * 7919 + 13) % placed->hp.n_vocab);
+    logits_of(mapped, "cpu", false, DTYPE_F16, toks, a);
+    logits_of(placed, "cpu", false, DTYPE_F16, toks, b);
+    assert_memory_equal(a, b, nl * 4);
+    logits_of(plain, "cpu", true, DTYPE_F16, toks, a);
+    logits_of(placed, "scalar", false, DTYPE_F16, toks, b);
+    assert_memory_equal(a, b, nl * 4);
+    free(a), free(b);
+    model_destroy(placed), model_destroy(rows), model_destroy(mapped), model_destroy(plain);
+}
+
+static void test_placed_q4_0(void **s) { (void)s; placed_check(FTYPE_Q4_0, false); }
+static void test_placed_q4_k_m(void **s) { (void)s; placed_check(FTYPE_Q4_K_M, false); }
+static void test_placed_q8_0_tied(void **s) { (void)s; placed_check(FTYPE_Q8_0, true); }
 
 /* ---- perplexity against llama.cpp ---- */
 
@@ -427,6 +492,9 @@ int main(void)
         cmocka_unit_test(test_relayout_q4_k),
         cmocka_unit_test(test_relayout_q6_k),
         cmocka_unit_test(test_relayout_tied),
+        cmocka_unit_test(test_placed_q4_0),
+        cmocka_unit_test(test_placed_q4_k_m),
+        cmocka_unit_test(test_placed_q8_0_tied),
         cmocka_unit_test(test_perplexity_llama19m),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,6 +7,7 @@
 #include "engine/gguf/gguf.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
@@ -202,6 +203,126 @@ static void test_open_mem_equals_mmap(void **state)
     }
     gguf_close(a);
     gguf_close(b);
+}
+
+/* A placer for test_open_mem_placed: tensors named "p.*" are placed a group of 16 rows at a time with the rows
+ * of each group in reverse order; "bad.*" asks for a unit that does not divide the tensor. */
+struct placed_log {
+    atomic_size_t bytes, calls, misplaced; /* misplaced: calls off the units (checked after: place runs on a helper
+                                              thread too, where a cmocka assertion must not jump) */
+};
+
+static size_t placed_unit(void *ctx, const struct gguf_tensor *t)
+{
+    (void)ctx;
+    size_t row = t->nbytes / (size_t)t->ne[1];
+    return !strncmp(t->name, "p.", 2) ? 16 * row : !strncmp(t->name, "bad.", 4) ? 3 * row : 0;
+}
+
+static void placed_place(void *ctx, const struct gguf_tensor *t, const void *src, void *dst, size_t n)
+{
+    struct placed_log *log = ctx;
+    size_t row = t->nbytes / (size_t)t->ne[1];
+    if (n % (16 * row) || ((const uint8_t *)dst - (const uint8_t *)t->data) % (16 * row)) {
+        atomic_fetch_add(&log->misplaced, 1);
+        return;
+    }
+    for (size_t g = 0; g < n; g += 16 * row)
+        for (size_t r = 0; r < 16; r++)
+            memcpy((uint8_t *)dst + g + r * row, (const uint8_t *)src + g + (15 - r) * row, row);
+    atomic_fetch_add(&log->bytes, n);
+    atomic_fetch_add(&log->calls, 1);
+}
+
+/* gguf_open_mem_placed: a header larger than the first read (parsed again with more), tensors placed while
+ * read wherever they lie (inside the first read, across its end, past it; in several pieces), every other byte
+ * as in the file; a placer unit that does not divide a tensor is refused. */
+static void test_open_mem_placed(void **state)
+{
+    (void)state;
+    char err[ERR_MSG_MAX] = "";
+    const char *path = test_tmp_path("placed.gguf");
+    struct gguf_writer *w = gguf_writer_create();
+    assert_non_null(w);
+    size_t big_len = (size_t)6 << 20; /* past the first 4 MiB read */
+    char *big = malloc(big_len);
+    for (size_t i = 0; i < big_len; i++)
+        big[i] = (char)('a' + i % 26);
+    assert_int_equal(gguf_writer_set_strn(w, "big.str", (struct gguf_str){big_len, big}), 0);
+    static const struct {
+        const char *name;
+        int64_t cols, rows;
+    } ts[] = {{"p.small", 256, 32}, {"plain.a", 100, 3}, {"p.across", 4096, 1024}, {"plain.b", 4096, 512},
+              {"p.far", 2048, 2048}, {"bad.x", 256, 16}};
+    enum { NT = sizeof ts / sizeof ts[0] };
+    float *data[NT];
+    size_t total_placed = 0;
+    for (int i = 0; i < NT; i++) {
+        int64_t ne[2] = {ts[i].cols, ts[i].rows};
+        assert_int_equal(gguf_writer_add_tensor(w, ts[i].name, DTYPE_F32, 2, ne), i);
+        size_t n = (size_t)(ts[i].cols * ts[i].rows);
+        data[i] = malloc(n * 4);
+        for (size_t k = 0; k < n; k++)
+            data[i][k] = (float)(k * 7 + (size_t)i);
+        if (!strncmp(ts[i].name, "p.", 2))
+            total_placed += n * 4;
+    }
+    assert_int_equal(gguf_writer_begin(w, path, err), 0);
+    for (int i = 0; i < NT; i++)
+        assert_int_equal(gguf_writer_write_tensor(w, i, data[i], (size_t)(ts[i].cols * ts[i].rows) * 4, err), 0);
+    assert_int_equal(gguf_writer_finish(w, err), 0);
+    gguf_writer_destroy(w);
+
+    /* "bad.x" in the file: its unit (3 rows of 16) does not divide it */
+    struct placed_log log = {0, 0, 0};
+    struct gguf_placer pl = {&log, placed_unit, placed_place};
+    assert_null(gguf_open_mem_placed(path, &pl, err));
+    print_message("    refused: %s\n", err);
+    assert_non_null(strstr(err, "bad.x"));
+
+    /* the same file without "bad.x" */
+    w = gguf_writer_create();
+    assert_int_equal(gguf_writer_set_strn(w, "big.str", (struct gguf_str){big_len, big}), 0);
+    for (int i = 0; i < NT - 1; i++) {
+        int64_t ne[2] = {ts[i].cols, ts[i].rows};
+        assert_int_equal(gguf_writer_add_tensor(w, ts[i].name, DTYPE_F32, 2, ne), i);
+    }
+    assert_int_equal(gguf_writer_begin(w, path, err), 0);
+    for (int i = 0; i < NT - 1; i++)
+        assert_int_equal(gguf_writer_write_tensor(w, i, data[i], (size_t)(ts[i].cols * ts[i].rows) * 4, err), 0);
+    assert_int_equal(gguf_writer_finish(w, err), 0);
+    gguf_writer_destroy(w);
+    atomic_store(&log.bytes, 0);
+    atomic_store(&log.calls, 0);
+    struct gguf *g = gguf_open_mem_placed(path, &pl, err);
+    if (!g)
+        fail_msg("%s", err);
+    assert_true(gguf_data_offset(g) > ((size_t)4 << 20)); /* the header needed a second read */
+    assert_true(gguf_file_size(g) > ((size_t)24 << 20));  /* two readers */
+    struct gguf_str s;
+    assert_int_equal(gguf_get_str(g, "big.str", &s), 0);
+    assert_int_equal(s.len, big_len);
+    assert_memory_equal(s.ptr, big, big_len);
+    for (int i = 0; i < NT - 1; i++) {
+        const struct gguf_tensor *t = gguf_tensor_find(g, ts[i].name);
+        assert_non_null(t);
+        size_t row = (size_t)ts[i].cols * 4;
+        bool placed = !strncmp(ts[i].name, "p.", 2);
+        for (int64_t r = 0; r < ts[i].rows; r++) {
+            int64_t from = placed ? r / 16 * 16 + 15 - r % 16 : r;
+            if (memcmp((const uint8_t *)t->data + (size_t)r * row, (const uint8_t *)data[i] + (size_t)from * row, row))
+                fail_msg("tensor %s row %lld is not file row %lld", ts[i].name, (long long)r, (long long)from);
+        }
+    }
+    assert_int_equal(atomic_load(&log.misplaced), 0);
+    assert_int_equal(atomic_load(&log.bytes), total_placed);
+    assert_true(atomic_load(&log.calls) > 3); /* p.across and p.far in several pieces */
+    print_message("    header %zu bytes, %zu placed in %zu pieces\n", gguf_data_offset(g), (size_t)atomic_load(&log.bytes),
+                  (size_t)atomic_load(&log.calls));
+    gguf_close(g);
+    for (int i = 0; i < NT; i++)
+        free(data[i]);
+    free(big);
 }
 
 /* ---- writer -> reader round trip ---- */
@@ -693,6 +814,7 @@ int main(void)
         cmocka_unit_test(test_writer_matches_python),
         cmocka_unit_test(test_corpus_table),
         cmocka_unit_test(test_open_mem_equals_mmap),
+        cmocka_unit_test(test_open_mem_placed),
         cmocka_unit_test(test_prefixes_and_flips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,6 +153,19 @@ static const struct kernel_ops *cpu_kernels(const struct cpu_backend *cb, enum d
     return cb->p.force_scalar ? kernel_ops_scalar(t) : kernel_ops_get(t);
 }
 
+/* The weight types whose matrices the kernels create chooses read in the R16 layout: those whose decode kernels
+ * (gemv_ops_best, taken where the kernel_ops are the AVX2 ones) have R16 versions (no permutes: 1B Q4_0 decode
+ * gemv 1.4x from memory, batched decode of 8 1.3x, see gemv_avx512q.c; 1B Q4_K_M decode 1.0-1.4x, see
+ * gemv_avx512k.c); GGUF rows for the others. The backend's weight_layouts, and create's rule. */
+static void cpu_weight_layouts(const struct engine_params *p, bool r16[DTYPE_COUNT])
+{
+    for (int t = 0; t < DTYPE_COUNT; t++) {
+        const struct kernel_ops *ops = p->force_scalar ? NULL : kernel_ops_get((enum dtype)t);
+        const struct gemv_ops *g = ops && ops == kernel_ops_avx2((enum dtype)t) ? gemv_ops_best((enum dtype)t) : NULL;
+        r16[t] = g && g->gemv16 && g->gemm16;
+    }
+}
+
 /* The instruction set of the kernels chosen for weight type t, for describe. */
 static const char *cpu_isa_name(const struct cpu_backend *cb, enum dtype t)
 {
@@ -287,13 +300,11 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
                         cb->act_aux_cap = need;
                 }
             }
-    /* the weights in the layout the chosen kernels read: R16 where they have kernels for it (no permutes: 1B
-     * Q4_0 decode gemv 1.4x from memory, batched decode of 8 1.3x, see gemv_avx512q.c; 1B Q4_K_M decode
-     * 1.0-1.4x, see gemv_avx512k.c), GGUF rows elsewhere,
-     * which puts back rows a previous engine on this model may have re-laid. A mapped model stays in rows. */
-    bool r16[DTYPE_COUNT] = {false};
-    for (int t = 0; t < DTYPE_COUNT; t++)
-        r16[t] = cb->gemv[t] && cb->gemv[t]->gemv16 && cb->gemv[t]->gemm16;
+    /* the weights in the layout the chosen kernels read (cpu_weight_layouts), which puts back rows a previous
+     * engine on this model may have re-laid; nothing to do when the loader placed them so (engine_model_load).
+     * A mapped model stays in rows. */
+    bool r16[DTYPE_COUNT];
+    cpu_weight_layouts(p, r16);
     int rl = model_relayout(m, r16);
     if (rl == ERR_UNAVAILABLE) {
         err_set(err, rl, "the model's weights are laid out for the kernels of another engine still running on it "
@@ -924,4 +935,5 @@ const struct backend_ops cpu_backend_ops = {
     .kv_copy = cpu_kv_copy,
     .forward = cpu_forward,
     .describe = cpu_describe,
+    .weight_layouts = cpu_weight_layouts,
 };

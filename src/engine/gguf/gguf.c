@@ -24,6 +24,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ struct gguf_index {
 struct gguf {
     const uint8_t *base;
     size_t size;
+    size_t avail; /* bytes of the file at base the parse may read (gguf_open_mem parses before reading the rest) */
     bool mapped;
     bool in_memory; /* from gguf_open_mem: private anonymous memory, which gguf_set_writable may unprotect */
     uint32_t version;
@@ -496,7 +498,7 @@ static int gguf_check_extents(struct gguf *g, const char *label, char *err)
 
 static int gguf_parse(struct gguf *g, const char *label, char *err)
 {
-    struct gguf_cursor c = {g->base, g->size, 0, label, err};
+    struct gguf_cursor c = {g->base, g->avail, 0, label, err};
     int rc;
     if (g->size == 0)
         return err_set(err, ERR_FORMAT, "%s: file is empty (0 bytes), not a GGUF file", label);
@@ -586,7 +588,10 @@ done:
     return rc;
 }
 
-static struct gguf *gguf_open_impl(const uint8_t *base, size_t size, bool mapped, const char *label, char *err)
+/* Parses the header in base[0, avail) of a file of size bytes (the tensors' extents are checked against size).
+ * mapped: the handle owns base (munmap at close, and here on failure). */
+static struct gguf *gguf_open_impl(const uint8_t *base, size_t size, size_t avail, bool mapped, const char *label,
+                                   char *err)
 {
     struct gguf *g = calloc(1, sizeof *g);
     if (!g) {
@@ -597,6 +602,7 @@ static struct gguf *gguf_open_impl(const uint8_t *base, size_t size, bool mapped
     }
     g->base = base;
     g->size = size;
+    g->avail = avail;
     g->mapped = mapped;
     if (gguf_parse(g, label, err) != 0) {
         gguf_close(g);
@@ -643,41 +649,177 @@ struct gguf *gguf_open(const char *path, char *err)
         err_set(err, ERR_IO, "%s: cannot mmap %zu bytes: %s", path, size, strerror(mmap_errno));
         return NULL;
     }
-    return gguf_open_impl(base, size, true, path, err);
+    return gguf_open_impl(base, size, size, true, path, err);
 }
 
-/* One reader of gguf_open_mem: fills base[begin, end) from the file. On failure sets failed, failed_at (where
- * the data stopped) and err (errno, or 0 when the file ended early). */
-struct gguf_reader {
+/* ---- gguf_open_mem: the file read into memory, tensors placed as the caller's placer says ----
+ *
+ * The header is read and parsed first (GGUF_MEM_HEAD bytes, four times more while the parse needs more), so the
+ * tensors are known before their data is read; the rest of the file is then cut into pieces that two threads
+ * (this one and a helper) take in turn: a plain piece is read straight into place, a piece of a tensor the
+ * placer transforms is read into the thread's staging buffer (whole units of the placer, about
+ * GGUF_MEM_STAGE bytes, so it stays in L2) and written into place by it from there. Transforming while reading
+ * instead of after saves a pass over memory: 1B models re-laid for the AVX-512 kernels of a Zen 5 loaded (with
+ * the engine's create) in 0.86-0.92x the time of reading then re-laying; the rest of the cost is the
+ * transposes themselves (docs/performance.md, stop 15). Staging buffers of 64 KiB to 1 MiB, or reading into
+ * place and transposing from a copy of each unit, measured the same. */
+#define GGUF_MEM_HEAD ((size_t)4 << 20)
+#define GGUF_MEM_PLAIN ((size_t)8 << 20) /* bytes of a plain piece */
+#define GGUF_MEM_STAGE ((size_t)256 << 10) /* bytes of a transformed piece, at least one unit */
+
+struct gguf_piece {
+    size_t off, len;               /* file offset (= offset at base) and bytes */
+    const struct gguf_tensor *t;   /* the tensor the placer transforms, or NULL: plain */
+};
+
+struct gguf_loader {
     int fd;
     uint8_t *base;
-    size_t begin, end;
-    bool failed;
+    const struct gguf_placer *pl;
+    const struct gguf_piece *pieces;
+    size_t n_pieces, stage_bytes;
+    atomic_size_t next;
+    atomic_bool stop;
+};
+
+/* What one thread of the load found wrong: nothing (failed false), a read error (err) or the file ending early
+ * (err 0), at offset failed_at; or no memory for its staging buffer (nomem). */
+struct gguf_load_status {
+    struct gguf_loader *ld;
+    bool failed, nomem;
     size_t failed_at;
     int err;
 };
 
-static void *gguf_reader_run(void *arg)
+/* Reads file bytes [off, off + len) into dst. 0, or -1 with st filled in. */
+static int gguf_pread_all(int fd, uint8_t *dst, size_t off, size_t len, struct gguf_load_status *st)
 {
-    struct gguf_reader *r = arg;
-    size_t done = r->begin;
-    while (done < r->end) {
-        size_t want = r->end - done < ((size_t)1 << 30) ? r->end - done : (size_t)1 << 30;
-        ssize_t got = pread(r->fd, r->base + done, want, (off_t)done);
+    size_t done = 0;
+    while (done < len) {
+        size_t want = len - done < ((size_t)1 << 30) ? len - done : (size_t)1 << 30;
+        ssize_t got = pread(fd, dst + done, want, (off_t)(off + done));
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0) {
-            r->err = got < 0 ? errno : 0;
-            r->failed = true;
-            r->failed_at = done;
-            return NULL;
+            st->err = got < 0 ? errno : 0;
+            st->failed = true;
+            st->failed_at = off + done;
+            return -1;
         }
         done += (size_t)got;
     }
+    return 0;
+}
+
+static void *gguf_load_run(void *arg)
+{
+    struct gguf_load_status *st = arg;
+    struct gguf_loader *ld = st->ld;
+    uint8_t *stage = ld->stage_bytes ? malloc(ld->stage_bytes) : NULL;
+    if (ld->stage_bytes && !stage) {
+        st->nomem = st->failed = true;
+        atomic_store(&ld->stop, true);
+        return NULL;
+    }
+    for (;;) {
+        size_t i = atomic_fetch_add(&ld->next, 1);
+        if (i >= ld->n_pieces || atomic_load(&ld->stop))
+            break;
+        const struct gguf_piece *p = &ld->pieces[i];
+        if (gguf_pread_all(ld->fd, p->t ? stage : ld->base + p->off, p->off, p->len, st)) {
+            atomic_store(&ld->stop, true);
+            break;
+        }
+        if (p->t)
+            ld->pl->place(ld->pl->ctx, p->t, stage, ld->base + p->off, p->len);
+    }
+    free(stage);
     return NULL;
 }
 
-struct gguf *gguf_open_mem(const char *path, char *err)
+static int gguf_cmp_tensor_offset(const void *a, const void *b)
+{
+    const struct gguf_tensor *x = *(const struct gguf_tensor *const *)a, *y = *(const struct gguf_tensor *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Appends piece p to v (n used, cap allocated). 0 or -1 (no memory). */
+static int gguf_pieces_push(struct gguf_piece **v, size_t *n, size_t *cap, struct gguf_piece p)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        struct gguf_piece *nv = realloc(*v, c * sizeof *nv);
+        if (!nv)
+            return -1;
+        *v = nv, *cap = c;
+    }
+    (*v)[(*n)++] = p;
+    return 0;
+}
+
+/* Appends plain pieces covering [from, to). 0 or -1 (no memory). */
+static int gguf_pieces_plain(struct gguf_piece **v, size_t *n, size_t *cap, size_t from, size_t to)
+{
+    for (size_t off = from; off < to; off += GGUF_MEM_PLAIN)
+        if (gguf_pieces_push(v, n, cap, (struct gguf_piece){off, to - off < GGUF_MEM_PLAIN ? to - off : GGUF_MEM_PLAIN, NULL}))
+            return -1;
+    return 0;
+}
+
+/* The pieces of the file past its first `head` bytes (already read), plus every transformed tensor whole
+ * (re-read when it starts within those bytes), in file order; *stage: the largest transformed piece.
+ * NULL when out of memory, or with *bad set to the tensor whose size is not a whole number of its units. */
+static struct gguf_piece *gguf_pieces(const struct gguf *g, const struct gguf_placer *pl, size_t head, size_t *n_out,
+                                      size_t *stage, const struct gguf_tensor **bad)
+{
+    struct gguf_piece *v = NULL;
+    size_t n = 0, cap = 0, pos = head;
+    const struct gguf_tensor **order = malloc((g->n_tensors ? (size_t)g->n_tensors : 1) * sizeof *order);
+    *stage = 0;
+    *bad = NULL;
+    if (!order)
+        return NULL;
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        order[i] = &g->tensors[i];
+    qsort(order, (size_t)g->n_tensors, sizeof *order, gguf_cmp_tensor_offset);
+    for (int64_t i = 0; pl && i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = order[i];
+        size_t unit = t->nbytes ? pl->unit(pl->ctx, t) : 0;
+        if (!unit)
+            continue;
+        if (t->nbytes % unit) {
+            *bad = t;
+            goto fail;
+        }
+        size_t start = g->data_offset + (size_t)t->offset, step = GGUF_MEM_STAGE / unit * unit;
+        if (!step)
+            step = unit;
+        if (start > pos && gguf_pieces_plain(&v, &n, &cap, pos, start))
+            goto fail;
+        for (size_t off = 0; off < t->nbytes; off += step) {
+            size_t len = t->nbytes - off < step ? t->nbytes - off : step;
+            if (gguf_pieces_push(&v, &n, &cap, (struct gguf_piece){start + off, len, t}))
+                goto fail;
+            if (len > *stage)
+                *stage = len;
+        }
+        if (start + t->nbytes > pos)
+            pos = start + t->nbytes;
+    }
+    if (gguf_pieces_plain(&v, &n, &cap, pos, g->size))
+        goto fail;
+    free(order);
+    *n_out = n;
+    return v ? v : calloc(1, sizeof *v);
+fail:
+    free(order);
+    free(v);
+    return NULL;
+}
+
+struct gguf *gguf_open_mem(const char *path, char *err) { return gguf_open_mem_placed(path, NULL, err); }
+
+struct gguf *gguf_open_mem_placed(const char *path, const struct gguf_placer *pl, char *err)
 {
     size_t size = 0;
     int fd = gguf_file_open(path, &size, err);
@@ -686,44 +828,79 @@ struct gguf *gguf_open_mem(const char *path, char *err)
     /* huge pages: decode streams every weight once per token, and 4 KiB pages cost it a TLB miss per 4 KiB
      * (core/bigmem.h gives the measurement) */
     uint8_t *base = bigmem_alloc(size);
+    struct gguf *g = NULL;
+    struct gguf_piece *pieces = NULL;
+    struct gguf_load_status st[2] = {{0}, {0}};
     if (!base) {
         err_set(err, ERR_NOMEM, "%s: cannot allocate %zu bytes to load the file into memory: %s (try --mmap)", path,
                 size, strerror(errno));
         close(fd);
         return NULL;
     }
-    /* Two readers (this thread and one helper) each fill half: the cost is mostly page faults and copying
-     * out of the page cache, which a second core halves (1B Q4_0: 0.35 -> 0.2 s). */
-    struct gguf_reader halves[2] = {
-        {fd, base, 0, size / 2, false, 0, 0},
-        {fd, base, size / 2, size, false, 0, 0},
-    };
+    /* the header: parsed from what has been read, more read while it needs more */
+    size_t head = 0;
+    for (size_t want = size < GGUF_MEM_HEAD ? size : GGUF_MEM_HEAD;; want = size / 4 < want ? size : 4 * want) {
+        if (gguf_pread_all(fd, base + head, head, want - head, &st[0]))
+            goto read_failed;
+        head = want;
+        if ((g = gguf_open_impl(base, size, head, false, path, err)) || head == size)
+            break;
+    }
+    if (!g)
+        goto fail;
+    g->mapped = true; /* owns base from here on: gguf_close unmaps it */
+    g->in_memory = true;
+    size_t n_pieces = 0, stage = 0;
+    const struct gguf_tensor *bad = NULL;
+    pieces = gguf_pieces(g, pl, head, &n_pieces, &stage, &bad);
+    if (!pieces) {
+        if (bad)
+            err_set(err, ERR_INTERNAL, "%s: tensor '%s' (%zu bytes) is not a whole number of the loader's units", path,
+                    bad->name, bad->nbytes);
+        else
+            err_set(err, ERR_NOMEM, "%s: out of memory planning the load", path);
+        goto fail;
+    }
+    /* Two readers (this thread and one helper): the cost is mostly page faults and copying out of the page
+     * cache, which a second core halves (1B Q4_0: 0.35 -> 0.2 s). */
+    struct gguf_loader ld = {fd, base, pl, pieces, n_pieces, stage, 0, false};
+    st[0].ld = st[1].ld = &ld;
     pthread_t th;
-    bool two = size >= ((size_t)8 << 20) && pthread_create(&th, NULL, gguf_reader_run, &halves[1]) == 0;
-    if (!two)
-        halves[0].end = size;
-    gguf_reader_run(&halves[0]);
+    bool two = size - head >= ((size_t)8 << 20) && pthread_create(&th, NULL, gguf_load_run, &st[1]) == 0;
+    gguf_load_run(&st[0]);
     if (two)
         pthread_join(th, NULL);
-    for (int i = 0; i < (two ? 2 : 1); i++) {
-        const struct gguf_reader *r = &halves[i];
-        if (r->failed) {
-            if (r->err)
-                err_set(err, ERR_IO, "%s: read failed at offset %zu: %s", path, r->failed_at, strerror(r->err));
-            else
-                err_set(err, ERR_IO, "%s: file shrank while loading: ended at %zu of %zu bytes", path, r->failed_at,
-                        size);
-            close(fd);
-            munmap(base, size);
-            return NULL;
+    for (int i = 0; i < 2; i++) {
+        if (st[i].nomem) {
+            err_set(err, ERR_NOMEM, "%s: out of memory for a %zu-byte load buffer", path, stage);
+            goto fail;
         }
+        if (st[i].failed)
+            goto read_failed;
     }
+    free(pieces);
     close(fd);
     (void)mprotect(base, size, PROT_READ); /* weights are read-only from here on (but see gguf_set_writable) */
-    struct gguf *g = gguf_open_impl(base, size, true, path, err);
-    if (g)
-        g->in_memory = true;
     return g;
+
+read_failed:
+    for (int i = 0; i < 2; i++)
+        if (st[i].failed) {
+            if (st[i].err)
+                err_set(err, ERR_IO, "%s: read failed at offset %zu: %s", path, st[i].failed_at, strerror(st[i].err));
+            else
+                err_set(err, ERR_IO, "%s: file shrank while loading: ended at %zu of %zu bytes", path,
+                        st[i].failed_at, size);
+            break;
+        }
+fail:
+    free(pieces);
+    close(fd);
+    if (g)
+        gguf_close(g); /* unmaps base */
+    else
+        munmap(base, size);
+    return NULL;
 }
 
 int gguf_set_writable(struct gguf *g, bool writable)
@@ -737,7 +914,7 @@ int gguf_set_writable(struct gguf *g, bool writable)
 struct gguf *gguf_open_buffer(const void *buf, size_t len, char *err)
 {
     static const uint8_t empty[1];
-    return gguf_open_impl(buf ? buf : empty, buf ? len : 0, false, "<buffer>", err);
+    return gguf_open_impl(buf ? buf : empty, buf ? len : 0, buf ? len : 0, false, "<buffer>", err);
 }
 
 void gguf_close(struct gguf *g)

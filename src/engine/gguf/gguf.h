@@ -91,6 +91,22 @@ struct gguf *gguf_open(const char *path, char *err);
  * (core/bigmem.h has the measurement). Caller frees with gguf_close. */
 struct gguf *gguf_open_mem(const char *path, char *err);
 
+/* How gguf_open_mem_placed puts tensors into memory: a tensor t for which unit(ctx, t) returns a nonzero number
+ * of bytes (which must divide t->nbytes) is read through a buffer, whole units at a time, and place(ctx, t, src,
+ * dst, n) writes those n bytes of it (src, the file's) to dst, their place in memory, in whatever order it keeps
+ * its tensors in (dst - t->data is a multiple of the unit). unit is called once per tensor after the header is
+ * parsed; place runs on two threads at once, on disjoint pieces. Every other byte is copied as it is. */
+struct gguf_placer {
+    void *ctx;
+    size_t (*unit)(void *ctx, const struct gguf_tensor *t);
+    void (*place)(void *ctx, const struct gguf_tensor *t, const void *src, void *dst, size_t n);
+};
+
+/* gguf_open_mem with the tensors placed by pl (NULL: copied as they are, which is gguf_open_mem). The header is
+ * parsed before the tensors are read, so the placer sees them all; transforming while reading costs no pass
+ * over memory of its own. */
+struct gguf *gguf_open_mem_placed(const char *path, const struct gguf_placer *pl, char *err);
+
 /* For a handle from gguf_open_mem: makes its memory writable (true) or read-only again (false), so tensors can
  * be rearranged in place (model_relayout). 0; ERR_UNSUPPORTED for another handle (a mapped file, a caller's
  * buffer); ERR_IO when mprotect fails. */
