@@ -850,9 +850,19 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * round): Q4_K decode gemv from L2 2.0x (81 GB/s), from 150 MB of memory 1.1-1.3x; gemm of 8 columns
  * 1.4-1.6x, of 256 1.3-1.5x. Q6_K: gemv from L2 1.2x, from memory 1.25x; gemm of 8 columns 1.0-1.1x, of 256
  * 0.95-1.2x. Both gemms are bound by the per-column maddubs + vpdpwssd pair (the unpacking is shared by the
- * columns): 1, 3 or 4 columns per tile measured no faster than 2 (Q6_K with 1: 0.75x). */
+ * columns): 1, 3 or 4 columns per tile measured no faster than 2 (Q6_K with 1: 0.75x) in this order, where
+ * every lane's integer sum stays live through the block; Q6_K's gemm now runs lane by lane with 4 columns
+ * (AK16_C_Q6_K below: 1.3-1.4x that). */
 
-#define AK16_C 2 /* gemm16 tile: columns */
+/* gemm16 tile: columns, at most. Q6_K's tile runs its blocks lane by lane (ak16_block_q6_k_lanes), so 4
+ * columns hold 32 float accumulators and 4 integer ones; with every lane's integer sum live at once (the gemv's
+ * order) 2 columns already filled the 32 registers. Zen 5, one thread, the matrix in L2, n 2048, 5-256 columns:
+ * 1.3-1.4x (8 columns 138-147 -> 197-209 GMAC/s). Q4_K gained 1.03-1.05x from the same there, but in the model
+ * (1B Q4_K_M, batched decode of 8: its weights from memory) its products took 1.09-1.12x as long: it keeps 2
+ * columns in the gemv's order (ak16_block_q4_k). */
+#define AK16_C 4
+#define AK16_C_Q4_K 2
+#define AK16_C_Q6_K 4
 /* gemv16 prefetch distance along the stream of groups, into L2. 1B Q4_K_M decode, 2 threads (Zen 5): 2-8 KiB
  * 55-67 tok/s, 16 KiB (AK_PF, which the interleaved gemv uses) 39-41, none 38-42, the interleaved gemv 44-52;
  * one thread in a loop over 150 MB it was 1.1-1.3x the interleaved gemv at 4 and 16 KiB alike. */
@@ -976,6 +986,56 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q, const int NC
     }
 }
 
+/* ak16_block_q6_k with the lanes outermost: each lane's integer sum is finished (and folded into acc) before the
+ * next lane starts, so one sumi register per column is live instead of eight. */
+AK_INLINE void ak16_block_q6_k_lanes(const uint8_t *hs, const uint8_t *q, const int NC,
+                                     const struct block_q8_k *const *bx, __m512 acc[][8])
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs)), d[AK16_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) {
+        __m512i sumi[AK16_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            sumi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                int j = (2 * qt + (l >= 4)) & 3;
+                __m512i sv = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))), j, j);
+                __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
+                __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                             : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                             : qt == 2 ? qh
+                                       : _mm512_srli_epi16(qh, 2);
+                __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8);
+#pragma GCC unroll 8
+                for (int c = 0; c < NC; c++) {
+                    int32_t yv;
+                    memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
+                    sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)), sv);
+                }
+            }
+        }
+        __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
+            __m512i t = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(off, 5));
+            acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(t), acc[c][l]);
+        }
+    }
+}
+
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
  * gemv: AK16_PF bytes ahead), or NULL. */
@@ -994,18 +1054,24 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         const struct block_q8_k *bx[AK16_C];
-        __m512i sumi[AK16_C][8];
+        __m512i sumi[AK16_C_Q4_K][8]; /* the gemv order's */
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
+        for (int c = 0; c < NC; c++)
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
+        const int ns = is_q6 ? 1 : NC; /* the columns with sums in sumi */
+#pragma GCC unroll 8
+        for (int c = 0; c < ns; c++)
 #pragma GCC unroll 8
             for (int l = 0; l < 8; l++)
                 sumi[c][l] = _mm512_setzero_si512();
-        }
         const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
         const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
-        if (is_q6)
-            ak16_block_q6_k(hs, qd, NC, bx, sumi, acc);
+        /* Q6_K: one column (gemv) with every lane's sum live (from L2 88-90 GMAC/s against 80-81 lane by lane),
+         * several lane by lane (AK16_C_Q6_K) */
+        if (is_q6 && NC > 1)
+            ak16_block_q6_k_lanes(hs, qd, NC, bx, acc);
+        else if (is_q6)
+            ak16_block_q6_k(hs, qd, 1, bx, sumi, acc);
         else
             ak16_block_q4_k(hs, qd, NC, bx, sumi, acc);
     }
@@ -1015,7 +1081,7 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
 }
 
 /* gemv16 / gemm16 of a K-quant (IS_Q6: Q6_K, else Q4_K; block bytes BS). */
-#define AK16_FNS(name, IS_Q6, BS)                                                                             \
+#define AK16_FNS(name, IS_Q6, BS, C)                                                                             \
     static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
@@ -1030,25 +1096,33 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        int jb = ak_col_block(AK_XB, ldx, AK16_C, 1 << 20);                                                \
+        int jb = ak_col_block(AK_XB, ldx, C, 1 << 20);                                                     \
         const uint8_t *W = w, *X = x;                                                                      \
         for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
             int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
             for (int i = 0; i < nr; i += 16) {                                                             \
                 const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;  \
                 int j = j0;                                                                                \
-                for (; j + AK16_C <= j1; j += AK16_C)                                                      \
-                    ak16_tile(IS_Q6, nb, AK16_C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx, \
-                              j + 2 * AK16_C > j1 ? nxt : NULL);                                           \
-                for (; j < j1; j++) /* constant column counts keep the accumulators in registers */       \
-                    ak16_tile(IS_Q6, nb, 1, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,     \
-                              j == j0 ? nxt : NULL);                                                       \
+                for (; j + (C) <= j1; j += (C))                                                            \
+                    ak16_tile(IS_Q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,     \
+                              j + 2 * (C) > j1 ? nxt : NULL);                                              \
+                /* the last 1-3 columns in one tile: constant column counts keep the accumulators in      \
+                 * registers */                                                                            \
+                _Static_assert((C) <= 4, "remainder cases: 1, 2 or 3 columns");                           \
+                float *sj = s + (size_t)j * lds + i;                                                       \
+                const uint8_t *xj = X + (size_t)j * ldx, *rn = j == j0 ? nxt : NULL;                       \
+                if ((C) > 3 && j1 - j == 3)                                                                \
+                    ak16_tile(IS_Q6, nb, 3, sj, lds, g, xj, ldx, rn);                                      \
+                else if ((C) > 2 && j1 - j == 2)                                                           \
+                    ak16_tile(IS_Q6, nb, 2, sj, lds, g, xj, ldx, rn);                                      \
+                else if (j1 - j == 1)                                                                      \
+                    ak16_tile(IS_Q6, nb, 1, sj, lds, g, xj, ldx, rn);                                      \
             }                                                                                              \
         }                                                                                                  \
     }
 
-AK16_FNS(q4_k, 0, sizeof(struct block_q4_k))
-AK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
+AK16_FNS(q4_k, 0, sizeof(struct block_q4_k), AK16_C_Q4_K)
+AK16_FNS(q6_k, 1, sizeof(struct block_q6_k), AK16_C_Q6_K)
 
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
