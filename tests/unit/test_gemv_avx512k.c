@@ -183,6 +183,9 @@ static void check_r16(enum dtype t)
     for (int e = 1; e <= 3; e++)
         check(t, 2048, 32, 9, 8, e);
     check(t, 256 * 60, 48, 37, 9, 3);
+    /* rows of 4096 or more: Q4_K's gemm16 runs those lane by lane (AK16_Q4_K_LANES_N), every column remainder */
+    for (int nc = 1; nc <= 7; nc++)
+        check(t, 4096 + 256 * (nc % 2), 32, nc, 300 + (uint64_t)nc, nc % 2 ? 3 : 0);
 }
 
 static void test_q4_k(void **state)

@@ -863,6 +863,12 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #define AK16_C 4
 #define AK16_C_Q4_K 2
 #define AK16_C_Q6_K 4
+/* Q4_K rows at least this long (FFN down) run lane by lane with 4 columns too: 1B Q4_K_M, batched decode of 8,
+ * five alternations, FFN down (n 8192, half of it Q4_K) 8.4-9.4 -> 7.8-8.4 ms per pass, while gate and up (n
+ * 2048) took 1.03x as long that way. */
+#ifndef AK16_Q4_K_LANES_N
+#define AK16_Q4_K_LANES_N 4096
+#endif
 /* gemv16 prefetch distance along the stream of groups, into L2. 1B Q4_K_M decode, 2 threads (Zen 5): 2-8 KiB
  * 55-67 tok/s, 16 KiB (AK_PF, which the interleaved gemv uses) 39-41, none 38-42, the interleaved gemv 44-52;
  * one thread in a loop over 150 MB it was 1.1-1.3x the interleaved gemv at 4 and 16 KiB alike. */
@@ -922,6 +928,58 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int N
             __m512i mm = _mm512_madd_epi16(ak16_pick(mn[l >> 2], l & 3), _mm512_set1_epi32(bs));
             acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[c][l]), acc[c][l]);
             acc[c][l] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[c][l]);
+        }
+    }
+}
+
+/* ak16_block_q4_k with the lanes outermost (see ak16_block_q6_k_lanes). */
+AK_INLINE void ak16_block_q4_k_lanes(const uint8_t *hs, const uint8_t *qd, const int NC,
+                                     const struct block_q8_k *const *bx, __m512 acc[][8])
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *q = qd + 3 * 64;
+    __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
+    __m512i a2 = _mm512_loadu_si512(qd + 128);
+    __m512i sc[2] = {_mm512_and_si512(a0, m6),
+                     _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
+    __m512i m4hi = _mm512_and_si512(_mm512_srli_epi32(a2, 4), m4);
+    __m512i mn[2] = {_mm512_and_si512(a1, m6), _mm512_ternarylogic_epi32(m4hi, _mm512_srli_epi32(a1, 2), m30, 0xf8)};
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
+    __m512 d[AK16_C], dmin[AK16_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m512 dx = _mm512_set1_ps(bx[c]->d);
+        d[c] = _mm512_mul_ps(dw, dx), dmin[c] = _mm512_mul_ps(dmw, dx);
+    }
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) {
+        __m512i sumi[AK16_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            sumi[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
+            __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
+            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                int32_t y0, y1;
+                memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
+                memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
+                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
+                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
+            }
+        }
+        __m512i mp = ak16_pick(mn[l >> 2], l & 3);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m512i mm = _mm512_madd_epi16(mp, _mm512_set1_epi32(bs));
+            acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(sumi[c]), acc[c][l]);
+            acc[c][l] = _mm512_fnmadd_ps(dmin[c], _mm512_cvtepi32_ps(mm), acc[c][l]);
         }
     }
 }
@@ -1039,8 +1097,8 @@ AK_INLINE void ak16_block_q6_k_lanes(const uint8_t *hs, const uint8_t *q, const 
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
  * gemv: AK16_PF bytes ahead), or NULL. */
-AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *x, size_t ldx, const uint8_t *nxt)
+AK_INLINE void ak16_tile(const int is_q6, const int lanes, int64_t nb, const int NC, float *s, size_t lds,
+                         const uint8_t *g, const uint8_t *x, size_t ldx, const uint8_t *nxt)
 {
     const size_t gb = 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     __m512 acc[AK16_C][8];
@@ -1058,7 +1116,7 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
-        const int ns = is_q6 ? 1 : NC; /* the columns with sums in sumi */
+        const int by_lane = lanes && NC > 1, ns = by_lane ? 0 : NC; /* the columns with sums in sumi */
 #pragma GCC unroll 8
         for (int c = 0; c < ns; c++)
 #pragma GCC unroll 8
@@ -1066,12 +1124,12 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
                 sumi[c][l] = _mm512_setzero_si512();
         const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
         const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
-        /* Q6_K: one column (gemv) with every lane's sum live (from L2 88-90 GMAC/s against 80-81 lane by lane),
-         * several lane by lane (AK16_C_Q6_K) */
-        if (is_q6 && NC > 1)
+        if (by_lane && is_q6)
             ak16_block_q6_k_lanes(hs, qd, NC, bx, acc);
+        else if (by_lane)
+            ak16_block_q4_k_lanes(hs, qd, NC, bx, acc);
         else if (is_q6)
-            ak16_block_q6_k(hs, qd, 1, bx, sumi, acc);
+            ak16_block_q6_k(hs, qd, NC, bx, sumi, acc);
         else
             ak16_block_q4_k(hs, qd, NC, bx, sumi, acc);
     }
@@ -1080,49 +1138,65 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
         _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
 }
 
-/* gemv16 / gemm16 of a K-quant (IS_Q6: Q6_K, else Q4_K; block bytes BS). */
-#define AK16_FNS(name, IS_Q6, BS, C)                                                                             \
+/* gemm16 of a K-quant (is_q6: Q6_K, else Q4_K): tiles of C columns (C <= 4), the blocks lane by lane (lanes,
+ * several columns) or in the gemv order (C <= 2). */
+AK_INLINE void ak16_gemm(const int is_q6, const int C, const int lanes, int64_t n, int nr, int nc, float *s,
+                         size_t lds, const uint8_t *W, const uint8_t *X, size_t ldx)
+{
+    int64_t nb = n / QK_K;
+    size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
+    int jb = ak_col_block(AK_XB, ldx, C, 1 << 20);
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 16) {
+            const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
+            int j = j0;
+            for (; j + C <= j1; j += C)
+                ak16_tile(is_q6, lanes, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
+                          j + 2 * C > j1 ? nxt : NULL);
+            /* the last 1-3 columns in one tile: constant column counts keep the accumulators in registers */
+            float *sj = s + (size_t)j * lds + i;
+            const uint8_t *xj = X + (size_t)j * ldx, *rn = j == j0 ? nxt : NULL;
+            if (C > 3 && j1 - j == 3)
+                ak16_tile(is_q6, lanes, nb, 3, sj, lds, g, xj, ldx, rn);
+            else if (C > 2 && j1 - j == 2)
+                ak16_tile(is_q6, lanes, nb, 2, sj, lds, g, xj, ldx, rn);
+            else if (j1 - j == 1)
+                ak16_tile(is_q6, lanes, nb, 1, sj, lds, g, xj, ldx, rn);
+        }
+    }
+}
+
+/* gemv16 of a K-quant: one column, the gemv order (Q4_K from L2 139-145 GMAC/s against 128-131 lane by lane,
+ * Q6_K 88-93 against 80-81). */
+#define AK16_GEMV(name, IS_Q6, BS)                                                                         \
     static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                                   \
-        }                                                                                                  \
-    }                                                                                                      \
-    static void ak16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
-                                 size_t ldx, const void *aux, size_t ldaux)                                \
-    {                                                                                                      \
-        int64_t nb = n / QK_K;                                                                             \
-        size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        int jb = ak_col_block(AK_XB, ldx, C, 1 << 20);                                                     \
-        const uint8_t *W = w, *X = x;                                                                      \
-        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
-            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
-            for (int i = 0; i < nr; i += 16) {                                                             \
-                const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;  \
-                int j = j0;                                                                                \
-                for (; j + (C) <= j1; j += (C))                                                            \
-                    ak16_tile(IS_Q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,     \
-                              j + 2 * (C) > j1 ? nxt : NULL);                                              \
-                /* the last 1-3 columns in one tile: constant column counts keep the accumulators in      \
-                 * registers */                                                                            \
-                _Static_assert((C) <= 4, "remainder cases: 1, 2 or 3 columns");                           \
-                float *sj = s + (size_t)j * lds + i;                                                       \
-                const uint8_t *xj = X + (size_t)j * ldx, *rn = j == j0 ? nxt : NULL;                       \
-                if ((C) > 3 && j1 - j == 3)                                                                \
-                    ak16_tile(IS_Q6, nb, 3, sj, lds, g, xj, ldx, rn);                                      \
-                else if ((C) > 2 && j1 - j == 2)                                                           \
-                    ak16_tile(IS_Q6, nb, 2, sj, lds, g, xj, ldx, rn);                                      \
-                else if (j1 - j == 1)                                                                      \
-                    ak16_tile(IS_Q6, nb, 1, sj, lds, g, xj, ldx, rn);                                      \
-            }                                                                                              \
+            ak16_tile(IS_Q6, 0, nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                    \
         }                                                                                                  \
     }
 
-AK16_FNS(q4_k, 0, sizeof(struct block_q4_k), AK16_C_Q4_K)
-AK16_FNS(q6_k, 1, sizeof(struct block_q6_k), AK16_C_Q6_K)
+AK16_GEMV(q4_k, 0, sizeof(struct block_q4_k))
+AK16_GEMV(q6_k, 1, sizeof(struct block_q6_k))
+
+static void ak16_gemm_q4_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
+                           const void *aux, size_t ldaux)
+{
+    if (n >= AK16_Q4_K_LANES_N)
+        ak16_gemm(0, 4, 1, n, nr, nc, s, lds, w, x, ldx);
+    else
+        ak16_gemm(0, AK16_C_Q4_K, 0, n, nr, nc, s, lds, w, x, ldx);
+}
+
+static void ak16_gemm_q6_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
+                           const void *aux, size_t ldaux)
+{
+    ak16_gemm(1, AK16_C_Q6_K, 1, n, nr, nc, s, lds, w, x, ldx);
+}
 
 static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
