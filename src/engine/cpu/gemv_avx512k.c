@@ -858,14 +858,14 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * columns hold 32 float accumulators and 4 integer ones; with every lane's integer sum live at once (the gemv's
  * order) 2 columns already filled the 32 registers. Zen 5, one thread, the matrix in L2, n 2048, 5-256 columns:
  * 1.3-1.4x (8 columns 138-147 -> 197-209 GMAC/s). Q4_K gained 1.03-1.05x from the same there, but in the model
- * (1B Q4_K_M, batched decode of 8: its weights from memory) its products took 1.09-1.12x as long: it keeps 2
- * columns in the gemv's order (ak16_block_q4_k). */
+ * (1B Q4_K_M, batched decode of 8: its weights from memory) its products of rows of 2048 took 1.03-1.12x as
+ * long: those keep 2 columns in the gemv's order (ak16_block_q4_k), longer rows go lane by lane (below). */
 #define AK16_C 4
 #define AK16_C_Q4_K 2
 #define AK16_C_Q6_K 4
 /* Q4_K rows at least this long (FFN down) run lane by lane with 4 columns too: 1B Q4_K_M, batched decode of 8,
- * five alternations, FFN down (n 8192, half of it Q4_K) 8.4-9.4 -> 7.8-8.4 ms per pass, while gate and up (n
- * 2048) took 1.03x as long that way. */
+ * five alternations, FFN down (n 8192, half of it Q4_K) 8.55-8.95 -> 8.01-8.24 ms per pass in four of them,
+ * while gate and up (n 2048) took 1.03x as long that way. */
 #ifndef AK16_Q4_K_LANES_N
 #define AK16_Q4_K_LANES_N 4096
 #endif
