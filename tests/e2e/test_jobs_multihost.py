@@ -25,7 +25,10 @@ from conftest import STORIES, WAFER_BIN, need
 
 LEASE_S = 2.0
 N_HOSTS = 3
-N_LINES = 1500  # stories260K runs about 75 lines/s on three 2-core workers: long enough for every event
+# Long enough for every event on a fast machine: one worker alone has run 250 lines/s (100 tokens each, stories260K,
+# one thread), and after the cut-off it works alone through 3 leases and a Redis restart (1500 lines ended early
+# there once); about 75 lines/s on three workers of a busy machine.
+N_LINES = 4000
 
 
 def sh(*cmd, check=True):
@@ -216,7 +219,7 @@ def test_three_hosts_kill_cut_off_redis_restart():
         redis.kill()  # mid-batch; restarted on the same AOF
         time.sleep(1.0)
         redis.start()
-        deadline = time.time() + 180
+        deadline = time.time() + 300  # 4000 lines on a busy machine
         while time.time() < deadline:
             try:
                 b = batch()
