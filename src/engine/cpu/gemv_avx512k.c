@@ -884,19 +884,36 @@ AK_INLINE __m512i ak16_pick(__m512i v, int j)
     return _mm512_shuffle_epi8(v, c);
 }
 
+/* The sub-block scales (sc) and mins (mn) of 16 rows of a Q4_K block from its 12 packed bytes (a0, a1, a2: the
+ * R16 dwords): sc0-3 = a0 & 63, sc4-7 = a2 & 15 | a0's top bits << 4, mn0-3 = a1 & 63, mn4-7 = a2 >> 4 & 15 |
+ * a1's top bits << 4 (byte j of each dword: sub-block j in [0], j + 4 in [1]). Two helpers, so each kernel
+ * unpacks the mins where it needs them. Ternary 0xf8: first | (second & third). */
+AK_INLINE void ak16_q4_k_sc(__m512i a0, __m512i a2, __m512i sc[2])
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    sc[0] = _mm512_and_si512(a0, m6);
+    sc[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8);
+}
+
+AK_INLINE void ak16_q4_k_mn(__m512i a1, __m512i a2, __m512i mn[2])
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    mn[0] = _mm512_and_si512(a1, m6);
+    mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8);
+}
+
 /* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]: acc[c][l] as
  * vec_dot's lane l, through sumi (zero on entry: the block's integer lanes). */
 AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
                                __m512i sumi[][8], __m512 acc[][8])
 {
-    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *q = qd + 3 * 64; /* after the scales' 3 dwords */
-    /* the 12 scale bytes of 16 rows: sc0-3 = a0 & 63, m0-3 = a1 & 63, sc4-7 = a2 & 15 | a0's top bits << 4,
-     * m4-7 = a2 >> 4 & 15 | a1's top bits << 4 (bytes j of each dword: sub-block j, j + 4) */
+    /* the 12 scale bytes of 16 rows (ak16_q4_k_sc, ak16_q4_k_mn) */
     __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
     __m512i a2 = _mm512_loadu_si512(qd + 128);
-    __m512i sc[2] = {_mm512_and_si512(a0, m6), /* ternary 0xf8: first | (second & third) */
-                     _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
+    __m512i sc[2], mn[2];
+    ak16_q4_k_sc(a0, a2, sc);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
         __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
@@ -914,8 +931,7 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int N
             }
         }
     }
-    __m512i m4hi = _mm512_and_si512(_mm512_srli_epi32(a2, 4), m4);
-    __m512i mn[2] = {_mm512_and_si512(a1, m6), _mm512_ternarylogic_epi32(m4hi, _mm512_srli_epi32(a1, 2), m30, 0xf8)};
+    ak16_q4_k_mn(a1, a2, mn);
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
     __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
 #pragma GCC unroll 8
@@ -936,14 +952,13 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int N
 AK_INLINE void ak16_block_q4_k_lanes(const uint8_t *hs, const uint8_t *qd, const int NC,
                                      const struct block_q8_k *const *bx, __m512 acc[][8])
 {
-    const __m512i m4 = _mm512_set1_epi8(15), m6 = _mm512_set1_epi8(63), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *q = qd + 3 * 64;
     __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
     __m512i a2 = _mm512_loadu_si512(qd + 128);
-    __m512i sc[2] = {_mm512_and_si512(a0, m6),
-                     _mm512_ternarylogic_epi32(_mm512_and_si512(a2, m4), _mm512_srli_epi32(a0, 2), m30, 0xf8)};
-    __m512i m4hi = _mm512_and_si512(_mm512_srli_epi32(a2, 4), m4);
-    __m512i mn[2] = {_mm512_and_si512(a1, m6), _mm512_ternarylogic_epi32(m4hi, _mm512_srli_epi32(a1, 2), m30, 0xf8)};
+    __m512i sc[2], mn[2];
+    ak16_q4_k_sc(a0, a2, sc);
+    ak16_q4_k_mn(a1, a2, mn);
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
     __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
     __m512 d[AK16_C], dmin[AK16_C];
