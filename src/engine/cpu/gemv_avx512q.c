@@ -421,12 +421,26 @@ AQ_GEMM(q8_0, 0, QK8_0)
  * operand, one more vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the
  * same as this. */
 
+/* aq_dot(u, the dword at x broadcast), the broadcast taken by vpdpbusd's memory operand: GCC emits a separate
+ * vpbroadcastd for _mm512_set1_epi32, whose register the 3-column tile cannot spare (it spilled accumulators). */
+AQ_INLINE __m512i aq_dot_bcast(__m512i u, const uint8_t *x)
+{
+    __m512i q = _mm512_set1_epi32(AQ_MAGIC_BITS);
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(q) : "v"(u), "m"(*(const int32_t *)x));
+    return q;
+}
+
 /* Weights of lane l for the 16 rows of a block (its R16 dwords at q). */
 AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *q, int l)
 {
     if (is_q4) {
-        __m512i v = _mm512_loadu_si512(q + 64 * (l & 3));
-        return _mm512_and_si512(v, _mm512_set1_epi8(l < 4 ? 0x0f : (char)0xf0));
+        /* the high nibbles as v ^ low: one mask register fewer in the tile than v & 0xf0 (the empty asm keeps
+         * GCC from turning it back into that) */
+        __m512i v = _mm512_loadu_si512(q + 64 * (l & 3)), lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+        if (l < 4)
+            return lo;
+        __asm__("" : "+v"(lo));
+        return _mm512_xor_si512(v, lo);
     }
     return _mm512_xor_si512(_mm512_loadu_si512(q + 64 * l), _mm512_set1_epi8((char)0x80));
 }
@@ -457,16 +471,17 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
         for (int c = 0; c < NC; c++)
             d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)(aux + (size_t)c * ldaux))[2 * b]));
 #pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
+        for (int k = 0; k < 8; k++) {
+            /* Q4_0: lanes l and l + 4 come from one dword, so they go one after the other (lanes are
+             * independent sums: the order between them changes no bit) */
+            const int l = is_q4 ? (k >> 1) + 4 * (k & 1) : k;
             __m512i u = aq16_lane(is_q4, q, l);
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 const uint8_t *x = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
-                int32_t xl;
                 float mc;
-                memcpy(&xl, x + 4 * l, 4);
                 memcpy(&mc, x + 32 + 4 * l, 4);
-                __m512i q = aq_dot(u, _mm512_set1_epi32(xl));
+                __m512i q = aq_dot_bcast(u, x + 4 * l);
                 acc[c][l] = _mm512_fmadd_ps(d[c], aq_lanes_f32(q, _mm512_set1_ps(mc)), acc[c][l]);
             }
         }
@@ -491,7 +506,11 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     }
 }
 
-#define AQ16_C 3 /* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column) */
+/* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column). The 3-column tile uses all 32
+ * registers (24 accumulators, 3 scales, M, the nibble mask, a lane's weights, a temporary), which is why
+ * aq16_tile goes through a Q4_0 block's lanes in pairs and broadcasts inside vpdpbusd: with lanes in order 0-7
+ * and a separate broadcast GCC spilled a column's accumulators to the stack, 0.90-0.93x (Zen 5, stop 16). */
+#define AQ16_C 3
 
 AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
                          const uint8_t *aux, size_t ldaux)
