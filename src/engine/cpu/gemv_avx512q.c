@@ -68,11 +68,19 @@
 #define AQ_BLK 64 /* aux bytes per block in each part (Q4_0, Q8_0): xq, then the start values */
 /* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
 #define AQ_PF (24 << 10)
-/* Q4_0 gemv16 prefetch distance along the stream of groups, into L2 (Q8_0 has none). Measured on a Zen 5 with
- * the blocks paired (quant.h): 1B Q4_0 decode, 2 threads, 1.01-1.29x without (eleven alternations), one thread
- * over the model's gate / up matrices in a loop 37-38 against 30-32 GB/s in four runs of five; Q8_0 decode
- * 0.97-0.98x with it. Before the pairing it measured no better (stop 12, stop 13). */
-#define AQ16_PF_Q4 (4 << 10)
+/* gemv16 prefetch distances along the stream of groups, into L2. A decode gemv computes between its loads, so
+ * without prefetches one core keeps too few lines in flight; how far ahead matters most when the machine's
+ * bandwidth is high. Zen 5 VM, stop 16: 1B decode, 2 threads, 16 tokens at a time between two passes of the
+ * bandwidth probe, distances alternated for 60-100 rounds (a program linking libwafer.a), decode GB/s over the
+ * probes' mean, medians: Q4_0 none 0.83, 4 KiB 0.87-0.94, 8 KiB 0.92-0.94; in the rounds whose probe read
+ * over 50 GB/s 4 KiB 0.83, 8 KiB 0.91-0.96, 12 KiB 0.91. Q8_0 none 0.86-0.87, 4 KiB 0.93-0.94, 8 KiB 0.92,
+ * 16 KiB 0.91 (earlier single comparisons, stops 12-14, had measured Q8_0 no better with one). */
+#ifndef AQ16_PF_Q4
+#define AQ16_PF_Q4 (8 << 10)
+#endif
+#ifndef AQ16_PF_Q8
+#define AQ16_PF_Q8 (4 << 10)
+#endif
 #define AQ_RP 4 /* gemm tile: row pairs */
 #define AQ_C 4  /* gemm tile: columns */
 /* bytes of a row tile's unpacked weights kept for all its column tiles (see aq_cols): L1 holds them beside
@@ -446,9 +454,7 @@ AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *q, int l)
 }
 
 /* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: memory prefetched as far along as
- * this group is read (gemm: the next group; Q4_0 gemv: AQ16_PF_Q4 bytes ahead), or NULL. Q8_0's decode stream
- * has no prefetch: the hardware prefetcher follows it (one thread from memory: 34-36 GB/s without, 29-34 with
- * prefetches 8-96 KiB ahead, stop 12). */
+ * this group is read (gemm: the next group; gemv: AQ16_PF_Q4 / AQ16_PF_Q8 bytes ahead), or NULL. */
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
@@ -502,7 +508,7 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
-        aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, is_q4 ? g + AQ16_PF_Q4 : NULL);
+        aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, g + (is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8));
     }
 }
 
