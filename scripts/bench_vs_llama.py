@@ -55,6 +55,10 @@ def fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+def pct_of(x):
+    return "-" if x is None else f"{x:.0f}%"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("models", nargs="+")
@@ -79,7 +83,9 @@ def main():
             commands.add(c.replace(m, "MODEL"))
             raw.setdefault(name, {}).setdefault("wafer", []).append(w)
             print(f"round {rnd + 1} {name} wafer: pp {fmt(w['pp_tps'])} tg {fmt(w['tg_tps'], 2)} "
-                  f"({fmt(w['tg_roofline_pct'], 0)}% of {fmt(w['membw_gbs'])} GB/s) batch {fmt(w['batch_tps'])}",
+                  f"({fmt(w['tg_roofline_pct'], 0)}% of {fmt(w['membw_gbs'])} GB/s before loading, "
+                  f"{fmt(w.get('tg_beside_pct'), 0)}% of {fmt(w.get('membw_beside_gbs'))} GB/s beside) "
+                  f"batch {fmt(w['batch_tps'])}",
                   file=sys.stderr)
             for ln, lp in llamas:
                 r, c = run_llama(lp, args, m)
@@ -87,7 +93,8 @@ def main():
                 r["membw_gbs"] = w["membw_gbs"]
                 raw[name].setdefault(ln, []).append(r)
                 print(f"round {rnd + 1} {name} {ln}: pp {fmt(r['pp_tps'])} tg {fmt(r['tg_tps'], 2)}", file=sys.stderr)
-    hdr = ["model", "weights MB/token", "read GB/s (median)", "wafer pp", "wafer tg", "wafer tg % bw", f"wafer x{args.batch} tok/s",
+    hdr = ["model", "weights MB/token", "read GB/s (median)", "wafer pp", "wafer tg", "wafer tg % bw",
+           "wafer tg % bw beside", f"wafer x{args.batch} tok/s",
            "batch gain", "peak RSS MiB (limit)", "load ms"]
     for ln, _ in llamas:
         hdr += [f"{ln} pp", f"{ln} tg", f"{ln} tg % bw", f"pp wafer/{ln}", f"tg wafer/{ln}"]
@@ -103,11 +110,13 @@ def main():
         bw = statistics.median([w["membw_gbs"] for w in ws])
         pp, tg, bt = best([w["pp_tps"] for w in ws]), best([w["tg_tps"] for w in ws]), best([w["batch_tps"] for w in ws])
         pct = best([w["tg_roofline_pct"] for w in ws])
+        # the share of the probes taken just before and after each tg repetition (wafer bench >= stop 16)
+        bpct = best([w.get("tg_beside_pct") for w in ws])
         # the RSS target: model file + KV cache + 100 MiB
         rss = max(w["peak_rss_bytes"] for w in ws) / 2**20
         limit = (ws[0]["model_bytes"] + ws[0]["kv_bytes"]) / 2**20 + 100
         load = statistics.median([w["load_ms"] for w in ws])
-        row = [name, f"{wgb * 1e3:.1f}", fmt(bw), fmt(pp), fmt(tg, 2), fmt(pct, 0) + "%", fmt(bt),
+        row = [name, f"{wgb * 1e3:.1f}", fmt(bw), fmt(pp), fmt(tg, 2), pct_of(pct), pct_of(bpct), fmt(bt),
                "-" if not bt or not tg else f"{bt / tg:.2f}x", f"{rss:.0f} ({limit:.0f})", f"{load:.0f}"]
         for ln, _ in llamas:
             ls = raw[name][ln]
@@ -115,7 +124,7 @@ def main():
             lpct = best([100 * r["tg_tps"] * wgb / r["membw_gbs"] for r in ls if r["tg_tps"] and r["membw_gbs"]])
             rpp = [w["pp_tps"] / r["pp_tps"] for w, r in zip(ws, ls) if w["pp_tps"] and r["pp_tps"]]
             rtg = [w["tg_tps"] / r["tg_tps"] for w, r in zip(ws, ls) if w["tg_tps"] and r["tg_tps"]]
-            row += [fmt(lpp), fmt(ltg, 2), fmt(lpct, 0) + "%",
+            row += [fmt(lpp), fmt(ltg, 2), pct_of(lpct),
                     f"{statistics.median(rpp):.2f}x" if rpp else "-", f"{statistics.median(rtg):.2f}x" if rtg else "-"]
         print("| " + " | ".join(row) + " |")
     print("\ncommands (MODEL = each file above):")

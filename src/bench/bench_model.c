@@ -22,8 +22,11 @@
  *
  * Decode reads every weight matrix once per forward pass, so generation speed is also given as GB/s of
  * weights read (model weight_bytes x tokens/s) and as a share of the machine's read bandwidth, which is
- * measured in the same run by the membw probe. The probe runs in a child process before the model is
- * loaded, so its 1 GiB buffer never shows in this process's peak RSS.
+ * measured in the same run by the membw probe: once before the model is loaded, and beside generation (a
+ * probe before the first repetition and after each, each repetition set against the mean of the two around
+ * it; the median of those shares is tg_beside_pct), because on a shared machine the bandwidth moves by 2x
+ * within a minute. The probe lives in a child process (bench_probe), so its 1 GiB buffer never shows in this
+ * process's peak RSS.
  *
  * `wafer bench --membw` runs only the probe.
  */
@@ -34,6 +37,7 @@
 #include "core/flags.h"
 #include "core/clock.h"
 #include "core/err.h"
+#include "core/stats.h"
 #include "core/sysinfo.h"
 #include "engine/backend.h"
 #include "engine/engine.h"
@@ -59,7 +63,9 @@ static void bench_model_usage(FILE *f)
             "Measures the engine on a GGUF model as llama-bench does: prompt processing (ppN: N tokens in\n"
             "one sequence) and generation (tgN: N tokens decoded one at a time), in tokens/s, mean +- stddev\n"
             "over repetitions after one warm-up run. Generation is also given as GB/s of weights read and as a\n"
-            "share of this machine's read bandwidth, measured in the same run (--membw alone measures only that).\n\n"
+            "share of this machine's read bandwidth, measured in the same run: before the model is loaded, and\n"
+            "beside generation (each repetition against probes taken just before and after it, which counts on a\n"
+            "machine whose bandwidth moves from minute to minute). --membw alone measures only the bandwidth.\n\n"
             "  -m, --model PATH      GGUF model file\n"
             "  -p, --n-prompt N      prompt tokens for ppN (default 512; 0 skips it)\n"
             "  -n, --n-gen N         generated tokens for tgN (default 128; 0 skips it)\n"
@@ -118,56 +124,113 @@ static struct bench_stat bench_stat_of(const double *v, int n)
     return s;
 }
 
-/* Runs the membw probe in a child process and returns its result through a pipe, so the probe's buffer
- * never counts in this process's peak RSS. */
-static int bench_membw_child(const struct bench_opts *o, struct membw_result *r, char *err)
+/* The bandwidth probe runs in a child process, forked before the model is loaded, so its buffer never counts in
+ * this process's peak RSS. The child keeps its buffer and measures again on each request: once before the
+ * model is loaded (the figure `--membw` alone gives) and, during generation, before the first and after every
+ * repetition, so each repetition's GB/s is set against the probes taken seconds either side of it (on a
+ * shared machine the bandwidth moves by 2x from minute to minute). Requests and replies go over two pipes; the
+ * child exits when the request pipe closes (this process exiting, for any reason, closes it). */
+#define BENCH_PROBE_PASSES 3 /* passes of each probe beside generation (about 0.1-0.3 s for 1 GiB) */
+
+struct bench_probe {
+    pid_t pid;
+    int req, rep; /* request (write end), reply (read end); -1 when closed */
+};
+
+struct bench_probe_reply {
+    int rc;
+    struct membw_result r;
+    char msg[ERR_MSG_MAX];
+};
+
+static int bench_fd_io(int fd, void *buf, size_t n, bool wr)
 {
-    int fd[2];
-    if (pipe(fd) != 0)
+    size_t done = 0;
+    while (done < n) {
+        ssize_t k = wr ? write(fd, (char *)buf + done, n - done) : read(fd, (char *)buf + done, n - done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+static void bench_probe_child(const struct bench_opts *o, int req, int rep)
+{
+    struct bench_probe_reply res = {0};
+    struct membw_probe *p = membw_probe_create((size_t)o->membw_mib << 20, (int)o->threads, res.msg);
+    int passes;
+    while (bench_fd_io(req, &passes, sizeof passes, false) == 0) {
+        memset(&res.r, 0, sizeof res.r);
+        res.rc = p ? membw_probe_run(p, passes, &res.r, res.msg) : ERR_NOMEM;
+        if (bench_fd_io(rep, &res, sizeof res, true))
+            break;
+    }
+    membw_probe_destroy(p);
+    _exit(0);
+}
+
+/* Starts the probe process (it allocates and writes its buffer, then waits). 0 or ERR_IO. */
+static int bench_probe_start(const struct bench_opts *o, struct bench_probe *pr, char *err)
+{
+    int rq[2], rp[2];
+    pr->pid = -1;
+    pr->req = pr->rep = -1;
+    if (pipe(rq) != 0)
         return err_set(err, ERR_IO, "membw: pipe: %s", strerror(errno));
+    if (pipe(rp) != 0) {
+        close(rq[0]);
+        close(rq[1]);
+        return err_set(err, ERR_IO, "membw: pipe: %s", strerror(errno));
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        close(fd[0]);
-        close(fd[1]);
+        close(rq[0]), close(rq[1]), close(rp[0]), close(rp[1]);
         return err_set(err, ERR_IO, "membw: fork: %s", strerror(errno));
     }
     if (pid == 0) {
-        close(fd[0]);
-        struct {
-            int rc;
-            struct membw_result r;
-            char msg[ERR_MSG_MAX];
-        } res = {0};
-        res.rc = membw_measure((size_t)o->membw_mib << 20, 0, (int)o->threads, &res.r, res.msg);
-        ssize_t w = write(fd[1], &res, sizeof res);
-        _exit(w == (ssize_t)sizeof res ? 0 : 1);
+        close(rq[1]);
+        close(rp[0]);
+        bench_probe_child(o, rq[0], rp[1]);
     }
-    close(fd[1]);
-    struct {
-        int rc;
-        struct membw_result r;
-        char msg[ERR_MSG_MAX];
-    } res;
-    size_t got = 0;
-    while (got < sizeof res) {
-        ssize_t n = read(fd[0], (char *)&res + got, sizeof res - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    if (got != sizeof res)
+    close(rq[0]);
+    close(rp[1]);
+    pr->pid = pid;
+    pr->req = rq[1];
+    pr->rep = rp[0];
+    return 0;
+}
+
+/* One measurement of `passes` passes (0: membw_measure's default). 0, the probe's error, or ERR_INTERNAL when
+ * the probe process is gone. */
+static int bench_probe_run(struct bench_probe *pr, int passes, struct membw_result *r, char *err)
+{
+    struct bench_probe_reply res;
+    if (pr->req < 0 || bench_fd_io(pr->req, &passes, sizeof passes, true) ||
+        bench_fd_io(pr->rep, &res, sizeof res, false))
         return err_set(err, ERR_INTERNAL, "membw: the probe process died before reporting");
     if (res.rc)
         return err_set(err, res.rc, "%s", res.msg);
     *r = res.r;
     return 0;
+}
+
+static void bench_probe_stop(struct bench_probe *pr)
+{
+    if (pr->req >= 0)
+        close(pr->req);
+    if (pr->rep >= 0)
+        close(pr->rep);
+    pr->req = pr->rep = -1;
+    if (pr->pid > 0) {
+        int status;
+        while (waitpid(pr->pid, &status, 0) < 0 && errno == EINTR)
+            ;
+    }
+    pr->pid = -1;
 }
 
 static uint64_t bench_rng_next(uint64_t *s)
@@ -399,7 +462,7 @@ static int bench_membw_only(const struct bench_opts *o)
 {
     char err[ERR_MSG_MAX];
     struct membw_result r;
-    if (bench_membw_child(o, &r, err)) {
+    if (membw_measure((size_t)o->membw_mib << 20, 0, (int)o->threads, &r, err)) {
         fprintf(stderr, "wafer bench: %s\n", err);
         return 1;
     }
@@ -425,13 +488,16 @@ int bench_model_main(int argc, char **argv)
     int rc = 1;
     struct bench_ctx c = {.rng = 0x2545F4914F6CDD1Dull, .bos = -1};
     struct membw_result bw = {0};
+    struct bench_probe probe = {.pid = -1, .req = -1, .rep = -1};
     bool have_bw = false;
-    double *tps = NULL;
+    double *tps = NULL, *pct = NULL;
     if (!o.no_membw) {
-        if (bench_membw_child(&o, &bw, c.err))
+        if (bench_probe_start(&o, &probe, c.err) || bench_probe_run(&probe, 0, &bw, c.err)) {
             fprintf(stderr, "wafer bench: bandwidth probe failed (%s); reporting without it\n", c.err);
-        else
+            bench_probe_stop(&probe);
+        } else {
             have_bw = true;
+        }
     }
 
     double t_load = clock_now_s();
@@ -491,7 +557,8 @@ int bench_model_main(int argc, char **argv)
         c.bos = tokenizer_bos(c.m->tok);
     c.logits = malloc((size_t)(o.batch > o.verify + 1 ? o.batch : o.verify + 1) * hp->n_vocab * sizeof(float));
     tps = malloc((size_t)o.repeat * sizeof *tps);
-    if (!c.logits || !tps || batch_init(&c.b, p->max_batch_tokens)) {
+    pct = malloc((size_t)o.repeat * sizeof *pct);
+    if (!c.logits || !tps || !pct || batch_init(&c.b, p->max_batch_tokens)) {
         fprintf(stderr, "wafer bench: out of memory\n");
         goto out;
     }
@@ -511,6 +578,7 @@ int bench_model_main(int argc, char **argv)
                 bw.passes, bw.best_gbs, bw.threads);
 
     struct bench_stat pp = {0}, tg = {0}, bt = {0};
+    double beside_gbs = 0, beside_pct = 0; /* the probes around the tg repetitions (0: none) */
     char at[32] = ""; /* " @ d4096": the depth label llama-bench prints */
     if (o.depth)
         snprintf(at, sizeof at, " @ d%ld", o.depth);
@@ -531,17 +599,39 @@ int bench_model_main(int argc, char **argv)
     if (o.n_gen > 0 && !o.spec) {
         if (bench_tg(&c, 1, 1, (int)o.depth) < 0)
             goto fail_run;
+        /* each repetition against the mean of the probes just before and just after it */
+        struct membw_result pb;
+        bool probing = have_bw && bench_probe_run(&probe, BENCH_PROBE_PASSES, &pb, c.err) == 0;
+        double before = probing ? pb.median_gbs : 0, probed = before;
         for (int r = 0; r < o.repeat; r++) {
             double s = bench_tg(&c, (int)o.n_gen, 1, (int)o.depth);
             if (s < 0)
                 goto fail_run;
             tps[r] = o.n_gen / s;
+            if (probing && bench_probe_run(&probe, BENCH_PROBE_PASSES, &pb, c.err) == 0) {
+                pct[r] = 100 * tps[r] * wgb / (0.5 * (before + pb.median_gbs));
+                probed += pb.median_gbs;
+                before = pb.median_gbs;
+            } else {
+                probing = false;
+            }
+        }
+        if (have_bw && !probing)
+            fprintf(stderr, "wafer bench: bandwidth probe beside generation failed (%s)\n", c.err);
+        if (probing) {
+            beside_gbs = probed / (double)(o.repeat + 1);
+            stats_sort(pct, (size_t)o.repeat);
+            beside_pct = stats_percentile_sorted(pct, (size_t)o.repeat, 50);
         }
         tg = bench_stat_of(tps, (int)o.repeat);
         fprintf(stderr, "tg%ld%s %9.2f +- %6.2f tok/s   %6.2f GB/s of weights", o.n_gen, at, tg.mean, tg.sd,
                 tg.mean * wgb);
         if (have_bw)
-            fprintf(stderr, " = %.0f%% of %.1f GB/s", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
+            fprintf(stderr, " = %.0f%% of %.1f GB/s (probe before loading)", 100 * tg.mean * wgb / bw.median_gbs,
+                    bw.median_gbs);
+        if (beside_gbs > 0)
+            fprintf(stderr, ", %.0f%% of the probes beside each repetition (%.1f GB/s on average)", beside_pct,
+                    beside_gbs);
         fputc('\n', stderr);
         if (o.batch > 1) {
             if (bench_tg(&c, 1, (int)o.batch, 0) < 0)
@@ -594,7 +684,10 @@ int bench_model_main(int argc, char **argv)
     if (tg.valid) {
         printf("| %s | %s | %d | tg%ld%s | %.2f ± %.2f | %.2f | ", base, dtype_name(c.m->main_type), p->n_threads,
                o.n_gen, at, tg.mean, tg.sd, tg.mean * wgb);
-        if (have_bw)
+        if (beside_gbs > 0)
+            printf("%.0f%% of %.1f beside, %.0f%% of %.1f before |\n", beside_pct, beside_gbs,
+                   100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
+        else if (have_bw)
             printf("%.0f%% of %.1f |\n", 100 * tg.mean * wgb / bw.median_gbs, bw.median_gbs);
         else
             printf("|\n");
@@ -629,6 +722,8 @@ int bench_model_main(int argc, char **argv)
         json_object_set_new(j, "membw_best_gbs", have_bw ? json_real(bw.best_gbs) : json_null());
         json_object_set_new(j, "tg_roofline_pct",
                             have_bw && tg.valid ? json_real(100 * tg.mean * wgb / bw.median_gbs) : json_null());
+        json_object_set_new(j, "membw_beside_gbs", beside_gbs > 0 ? json_real(beside_gbs) : json_null());
+        json_object_set_new(j, "tg_beside_pct", beside_gbs > 0 ? json_real(beside_pct) : json_null());
         json_object_set_new(j, "batch", json_integer(o.batch));
         bench_json_stat(j, "batch_tps", "batch_tps_sd", bt);
         json_object_set_new(j, "batch_speedup", bt.valid && tg.mean > 0 ? json_real(bt.mean / tg.mean) : json_null());
@@ -664,7 +759,9 @@ int bench_model_main(int argc, char **argv)
 fail_run:
     fprintf(stderr, "wafer bench: %s\n", c.err);
 out:
+    bench_probe_stop(&probe);
     free(tps);
+    free(pct);
     free(c.logits);
     batch_deinit(&c.b);
     engine_destroy(c.e);

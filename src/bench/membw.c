@@ -87,28 +87,59 @@ static int membw_cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *out, char *err)
+struct membw_probe {
+    struct membw_job j;
+    struct threadpool *tp;
+};
+
+struct membw_probe *membw_probe_create(size_t bytes, int n_threads, char *err)
 {
     if (bytes == 0)
         bytes = (size_t)1 << 30;
+    bytes = (bytes + 4095) & ~(size_t)4095;
+    struct membw_probe *p = calloc(1, sizeof *p);
+    if (!p)
+        goto fail;
+    p->j.bytes = bytes;
+    p->j.buf = bigmem_alloc(bytes); /* huge pages, as the weights have (gguf_open_mem) */
+    p->tp = threadpool_create(n_threads);
+    if (!p->j.buf || !p->tp)
+        goto fail;
+    p->j.fill = true;
+    p->j.streams = 1;
+    threadpool_run(p->tp, membw_job_fn, &p->j);
+    p->j.fill = false;
+    threadpool_run(p->tp, membw_job_fn, &p->j); /* warm-up pass: threads awake, TLB and prefetchers settled */
+    return p;
+fail:
+    err_set(err, ERR_NOMEM, "membw: cannot allocate a %zu MiB buffer", bytes >> 20);
+    membw_probe_destroy(p);
+    return NULL;
+}
+
+void membw_probe_destroy(struct membw_probe *p)
+{
+    if (!p)
+        return;
+    /* the checksum must be used or the reads could be dropped; a fill of nonzero words never XORs to a
+     * value worth reporting, so it only goes through a volatile sink */
+    volatile uint64_t sink = atomic_load(&p->j.checksum);
+    (void)sink;
+    threadpool_destroy(p->tp);
+    if (p->j.buf)
+        bigmem_free(p->j.buf, p->j.bytes);
+    free(p);
+}
+
+int membw_probe_run(struct membw_probe *p, int passes, struct membw_result *out, char *err)
+{
     if (passes <= 0)
         passes = 5;
     if (passes > 1000)
         return err_set(err, ERR_INVALID_ARG, "membw: %d passes is more than the 1000 allowed", passes);
-    bytes = (bytes + 4095) & ~(size_t)4095;
-    struct membw_job j = {.bytes = bytes, .fill = true, .streams = 1};
-    j.buf = bigmem_alloc(bytes); /* huge pages, as the weights have (gguf_open_mem) */
-    struct threadpool *tp = threadpool_create(n_threads);
     double *gbs = malloc((size_t)passes * sizeof *gbs);
-    if (!j.buf || !tp || !gbs) {
-        bigmem_free(j.buf, bytes);
-        threadpool_destroy(tp);
-        free(gbs);
-        return err_set(err, ERR_NOMEM, "membw: cannot allocate a %zu MiB buffer", bytes >> 20);
-    }
-    threadpool_run(tp, membw_job_fn, &j);
-    j.fill = false;
-    threadpool_run(tp, membw_job_fn, &j); /* warm-up pass: threads awake, TLB and prefetchers settled */
+    if (!gbs)
+        return err_set(err, ERR_NOMEM, "membw: out of memory");
     /* Each pass reads the buffer in both layouts and counts the faster: front to back, and as MEMBW_STREAMS
      * runs side by side per thread, which is how the F16 decode gemv reads (gemv_avx2.c) and which some CPUs
      * serve faster (Zen 5 VM: ~57 against ~62-69 GB/s), so a kernel's share of this figure is a share of the
@@ -116,10 +147,10 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
     for (int i = 0; i < passes; i++) {
         gbs[i] = 0;
         for (int layout = 0; layout < 2; layout++) {
-            j.streams = layout ? MEMBW_STREAMS : 1;
+            p->j.streams = layout ? MEMBW_STREAMS : 1;
             double t0 = clock_now_s();
-            threadpool_run(tp, membw_job_fn, &j);
-            double g = (double)bytes / (clock_now_s() - t0) / 1e9;
+            threadpool_run(p->tp, membw_job_fn, &p->j);
+            double g = (double)p->j.bytes / (clock_now_s() - t0) / 1e9;
             if (g > gbs[i])
                 gbs[i] = g;
         }
@@ -129,14 +160,20 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
     out->best_gbs = gbs[passes - 1];
     out->worst_gbs = gbs[0];
     out->passes = passes;
-    out->threads = threadpool_size(tp);
-    out->bytes = bytes;
-    /* the checksum must be used or the reads could be dropped; a fill of nonzero words never XORs to a
-     * value worth reporting, so it only goes through a volatile sink */
-    volatile uint64_t sink = atomic_load(&j.checksum);
-    (void)sink;
-    threadpool_destroy(tp);
-    bigmem_free(j.buf, bytes);
+    out->threads = threadpool_size(p->tp);
+    out->bytes = p->j.bytes;
     free(gbs);
     return 0;
+}
+
+int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *out, char *err)
+{
+    if (passes > 1000)
+        return err_set(err, ERR_INVALID_ARG, "membw: %d passes is more than the 1000 allowed", passes);
+    struct membw_probe *p = membw_probe_create(bytes, n_threads, err);
+    if (!p)
+        return ERR_NOMEM;
+    int rc = membw_probe_run(p, passes, out, err);
+    membw_probe_destroy(p);
+    return rc;
 }

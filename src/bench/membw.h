@@ -22,8 +22,17 @@ struct membw_result {
 /* Reads a fresh buffer of `bytes` (rounded up to 4 KiB; 0 means 1 GiB) `passes` times (0 means 5) with
  * n_threads threads (<= 0: one per CPU). The buffer is written first, page by page by the thread that
  * later reads it, so every page is really backed (an untouched page would read the shared zero page).
- * 0, or ERR_NOMEM / ERR_INVALID_ARG with a message. */
+ * 0, or ERR_NOMEM / ERR_INVALID_ARG with a message. membw_probe_create + membw_probe_run + destroy. */
 int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *out, char *err);
+
+/* A probe kept for measuring again and again (`wafer bench` probes beside each decode repetition): the buffer
+ * and thread pool of membw_measure, written and warmed once. Its workers sleep between runs (threadpool.h), so
+ * an idle probe takes no CPU. create: NULL with err set on failure; the caller frees with
+ * membw_probe_destroy (NULL is a no-op). run: as membw_measure, on the same buffer each time. */
+struct membw_probe;
+struct membw_probe *membw_probe_create(size_t bytes, int n_threads, char *err);
+int membw_probe_run(struct membw_probe *p, int passes, struct membw_result *out, char *err);
+void membw_probe_destroy(struct membw_probe *p);
 
 /* Reads n bytes (multiple of 128, 32-byte aligned) and returns a checksum of them, so the compiler cannot
  * drop the loads. The scalar and AVX2 versions return the same value for the same bytes (the test checks). */

@@ -31,8 +31,13 @@ def test_bench_json_all_parts():
     assert j["pp_tps"] > 0 and j["tg_tps"] > 0 and j["batch_tps"] > 0 and j["membw_gbs"] > 0
     assert j["tg_gbs"] == pytest.approx(j["tg_tps"] * j["weight_bytes"] / 1e9, rel=1e-4)
     assert j["tg_roofline_pct"] == pytest.approx(100 * j["tg_gbs"] / j["membw_gbs"], rel=1e-4)
+    # three probes beside the two tg repetitions (before the first, after each): their mean and the median
+    # share of each repetition against the two probes around it
+    assert j["membw_beside_gbs"] > 0 and j["tg_beside_pct"] > 0
+    assert "% of the probes beside each repetition" in r.stderr
     assert j["peak_rss_bytes"] > j["model_bytes"]
     assert "| pp32 |" in r.stdout and "| tg8 |" in r.stdout and "| tg8 x3 |" in r.stdout
+    assert "beside," in r.stdout
     assert "peak RSS" in r.stderr
 
 
@@ -42,11 +47,17 @@ def test_bench_skips_parts():
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert j["pp_tps"] is None and j["tg_tps"] > 0 and j["membw_gbs"] is None and j["tg_roofline_pct"] is None
+    assert j["membw_beside_gbs"] is None and j["tg_beside_pct"] is None and "beside" not in r.stderr
     assert j["batch_tps"] is None
     r = bench("--model", STORIES, "-p", "8", "-n", "0", "-r", "1", "--no-membw", "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert j["pp_tps"] > 0 and j["tg_tps"] is None and j["tg_gbs"] is None
+    # no generation: the probe runs once, before loading, and nothing is probed beside
+    r = bench("--model", STORIES, "-p", "8", "-n", "0", "-r", "1", "--membw-mib", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["membw_gbs"] > 0 and j["membw_beside_gbs"] is None and j["tg_beside_pct"] is None
 
 
 def test_bench_membw_only():

@@ -1,6 +1,6 @@
 /*
  * membw tests: the AVX2 read loop returns the scalar loop's checksum (so both read every byte), and the probe
- * gives a sane figure for a small buffer and refuses bad arguments.
+ * gives a sane figure for a small buffer (once, or again and again on a kept buffer) and refuses bad arguments.
  */
 #include "testutil.h"
 
@@ -54,11 +54,33 @@ static void test_measure_small(void **state)
     assert_non_null(strstr(err, "1001 passes"));
 }
 
+/* A kept probe measures again on the same buffer, as often as asked, and frees everything (ASan: no leak). */
+static void test_probe_again(void **state)
+{
+    (void)state;
+    char err[ERR_MSG_MAX];
+    struct membw_probe *p = membw_probe_create(4 << 20, 2, err);
+    assert_non_null(p);
+    for (int passes = 1; passes <= 3; passes += 2) {
+        struct membw_result r = {0};
+        assert_int_equal(membw_probe_run(p, passes, &r, err), 0);
+        assert_int_equal(r.passes, passes);
+        assert_int_equal(r.threads, 2);
+        assert_int_equal(r.bytes, 4 << 20);
+        assert_true(r.worst_gbs > 0 && r.worst_gbs <= r.median_gbs && r.median_gbs <= r.best_gbs);
+    }
+    struct membw_result r;
+    assert_int_equal(membw_probe_run(p, 1001, &r, err), ERR_INVALID_ARG);
+    membw_probe_destroy(p);
+    membw_probe_destroy(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_avx2_matches_scalar),
         cmocka_unit_test(test_measure_small),
+        cmocka_unit_test(test_probe_again),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
