@@ -8,7 +8,9 @@ for each program its best round (the one least disturbed by other work: a busy n
 whose threads spin, far more than wafer) and, as the ratios, the median over rounds of each round's
 wafer/llama.cpp ratio (the two runs of a round are seconds apart, so they saw the same machine). --depth D
 measures both after D tokens in the cache (llama-bench -d). The CPU's model name heads the table. wafer's bench measures the read bandwidth
-in the same run; a round's generation GB/s is set against the bandwidth wafer measured in that round.
+in the same run; a round's generation GB/s is set against the bandwidth wafer measured in that round: the
+probe before loading ("tg % bw") and the probes beside each tg repetition ("tg % bw beside"); llama.cpp's
+against wafer's probes beside, the nearest in time (seconds before its run).
 
 usage: scripts/bench_vs_llama.py [--wafer build/wafer] [--llama NAME=PATH/llama-bench ...] [-t 2] [-p 512]
                                  [-n 128] [-d 0] [-r 3] [--rounds 2] [--batch 8] [--json out.json] MODEL.gguf ...
@@ -90,7 +92,7 @@ def main():
             for ln, lp in llamas:
                 r, c = run_llama(lp, args, m)
                 commands.add(c.replace(m, "MODEL"))
-                r["membw_gbs"] = w["membw_gbs"]
+                r["membw_gbs"] = w.get("membw_beside_gbs") or w["membw_gbs"]
                 raw[name].setdefault(ln, []).append(r)
                 print(f"round {rnd + 1} {name} {ln}: pp {fmt(r['pp_tps'])} tg {fmt(r['tg_tps'], 2)}", file=sys.stderr)
     hdr = ["model", "weights MB/token", "read GB/s (median)", "wafer pp", "wafer tg", "wafer tg % bw",
