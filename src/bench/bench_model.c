@@ -48,6 +48,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,9 @@ static int bench_probe_start(const struct bench_opts *o, struct bench_probe *pr,
     }
     close(rq[0]);
     close(rp[1]);
+    /* a request written after the probe process died (killed, out of memory) must fail with EPIPE and be
+     * reported, not end this process by SIGPIPE */
+    signal(SIGPIPE, SIG_IGN);
     pr->pid = pid;
     pr->req = rq[1];
     pr->rep = rp[0];

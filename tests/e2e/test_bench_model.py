@@ -2,7 +2,9 @@
 the table, the JSON last line with the documented fields, skipped parts, and usage errors."""
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -58,6 +60,55 @@ def test_bench_skips_parts():
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert j["membw_gbs"] > 0 and j["membw_beside_gbs"] is None and j["tg_beside_pct"] is None
+
+
+def children(pid):
+    """Processes whose parent is pid (from /proc/N/stat: the field after the command's closing parenthesis)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[1]) == pid:
+                out.append(int(d))
+    return out
+
+
+@need_stories
+def test_bench_probe_killed():
+    """The probe process killed with SIGKILL during generation: the benchmark finishes, says so, and reports
+    no share beside generation instead of dying or hanging."""
+    p = subprocess.Popen([WAFER, "bench", "--model", STORIES, "-p", "0", "-n", "100", "-r", "1000", "-t", "1",
+                          "--membw-mib", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        child = None
+        for _ in range(200):  # the probe is this process's only child
+            kids = children(p.pid)
+            if kids:
+                child = kids[0]
+                break
+            time.sleep(0.05)
+        assert child, "no probe process found"
+        time.sleep(1.0)  # into generation (the model loads in milliseconds)
+        # kill it while it waits for the next request (this process is then in a repetition, and its next
+        # request meets a closed pipe); /proc/N/wchan names the kernel function the main thread sleeps in
+        for _ in range(500):
+            with open(f"/proc/{child}/wchan") as f:
+                if "pipe" in f.read():
+                    break
+            time.sleep(0.002)
+        os.kill(child, signal.SIGKILL)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "bandwidth probe beside generation failed" in err
+    j = json.loads(out.strip().splitlines()[-1])
+    assert j["tg_tps"] > 0 and j["membw_gbs"] > 0 and j["tg_beside_pct"] is None
 
 
 def test_bench_membw_only():
