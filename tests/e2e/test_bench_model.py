@@ -11,6 +11,8 @@ import pytest
 WAFER = os.environ.get("WAFER_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "wafer"))
 SHARED = os.environ.get("WAFER_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+LLAMA19M = os.path.join(SHARED, "models", "llama-19M", "llama-19M-Q8_0.gguf")
+need_llama19m = pytest.mark.skipif(not os.path.exists(LLAMA19M), reason=f"shared model {LLAMA19M} not found (set WAFER_SHARED)")
 need_stories = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"shared model {STORIES} not found (set WAFER_SHARED)")
 
 FIELDS = ["model_bytes", "threads", "pp_tps", "tg_tps", "tg_gbs", "membw_gbs", "tg_roofline_pct", "batch",
@@ -77,11 +79,11 @@ def children(pid):
     return out
 
 
-@need_stories
+@need_llama19m
 def test_bench_probe_killed():
     """The probe process killed with SIGKILL during generation: the benchmark finishes, says so, and reports
-    no share beside generation instead of dying or hanging."""
-    p = subprocess.Popen([WAFER, "bench", "--model", STORIES, "-p", "0", "-n", "100", "-r", "1000", "-t", "1",
+    no share beside generation instead of dying (SIGPIPE) or hanging."""
+    p = subprocess.Popen([WAFER, "bench", "--model", LLAMA19M, "-p", "0", "-n", "500", "-r", "40", "-t", "1",
                           "--membw-mib", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         child = None
@@ -93,14 +95,26 @@ def test_bench_probe_killed():
             time.sleep(0.05)
         assert child, "no probe process found"
         time.sleep(1.0)  # into generation (the model loads in milliseconds)
-        # kill it while it waits for the next request (this process is then in a repetition, and its next
-        # request meets a closed pipe); /proc/N/wchan names the kernel function the main thread sleeps in
-        for _ in range(500):
-            with open(f"/proc/{child}/wchan") as f:
-                if "pipe" in f.read():
-                    break
-            time.sleep(0.002)
+
+        def wchan(pid):  # the kernel function the main thread sleeps in, "0" while it runs
+            with open(f"/proc/{pid}/wchan") as f:
+                return f.read()
+
+        # Kill it while it waits for the next request and the benchmark runs a repetition (about 0.1 s; the
+        # probe's round trip takes well under a millisecond), then wait until it has exited (a zombie: its
+        # pipe ends closed) while that repetition still runs. The next request then meets a closed pipe.
+        # Killed while a reply was awaited, or written before the exit closed the pipe, the benchmark would
+        # only see the reply's pipe end, which a SIGPIPE regression survives.
+        for _ in range(2000):
+            if "pipe" in wchan(child) and wchan(p.pid) == "0":
+                break
+            time.sleep(0.001)
         os.kill(child, signal.SIGKILL)
+        for _ in range(2000):
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.0005)
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
