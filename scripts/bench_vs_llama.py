@@ -6,7 +6,8 @@ The machine is shared and its speed drifts by 10% or more between minutes, so ea
 every llama-bench build on one model before moving on, rounds repeat the whole set, and the table reports
 for each program its best round (the one least disturbed by other work: a busy neighbour costs llama.cpp,
 whose threads spin, far more than wafer) and, as the ratios, the median over rounds of each round's
-wafer/llama.cpp ratio (the two runs of a round are seconds apart, so they saw the same machine). --depth D
+wafer/llama.cpp ratio (the two runs of a round are seconds apart, so they saw the same machine), followed by
+the range of those ratios when there are several rounds. --depth D
 measures both after D tokens in the cache (llama-bench -d). The CPU's model name heads the table. wafer's bench measures the read bandwidth
 in the same run; a round's generation GB/s is set against the bandwidth wafer measured in that round: the
 probe before loading ("tg % bw") and the probes beside each tg repetition ("tg % bw beside"); llama.cpp's
@@ -59,6 +60,15 @@ def fmt(x, nd=1):
 
 def pct_of(x):
     return "-" if x is None else f"{x:.0f}%"
+
+
+def ratio_cell(rs):
+    """The median of the per-round ratios, with their range when there are several rounds: on a machine whose
+    bandwidth swings, the range says how far one round's figure can be trusted."""
+    if not rs:
+        return "-"
+    med = f"{statistics.median(rs):.2f}x"
+    return med if len(rs) == 1 else f"{med} ({min(rs):.2f}-{max(rs):.2f}x)"
 
 
 def main():
@@ -126,8 +136,7 @@ def main():
             lpct = best([100 * r["tg_tps"] * wgb / r["membw_gbs"] for r in ls if r["tg_tps"] and r["membw_gbs"]])
             rpp = [w["pp_tps"] / r["pp_tps"] for w, r in zip(ws, ls) if w["pp_tps"] and r["pp_tps"]]
             rtg = [w["tg_tps"] / r["tg_tps"] for w, r in zip(ws, ls) if w["tg_tps"] and r["tg_tps"]]
-            row += [fmt(lpp), fmt(ltg, 2), pct_of(lpct),
-                    f"{statistics.median(rpp):.2f}x" if rpp else "-", f"{statistics.median(rtg):.2f}x" if rtg else "-"]
+            row += [fmt(lpp), fmt(ltg, 2), pct_of(lpct), ratio_cell(rpp), ratio_cell(rtg)]
         print("| " + " | ".join(row) + " |")
     print("\ncommands (MODEL = each file above):")
     for c in sorted(commands):

@@ -1,0 +1,70 @@
+"""scripts/bench_vs_llama.py (`make bench-vs-llama`): the table it prints from real `wafer bench` runs and
+llama-bench's JSON. llama.cpp is not built on the test machine, so a stand-in prints llama-bench's JSON
+(the fields the script reads, in the format llama-bench c392e50 writes with `-o json`) with a different
+speed each round; the test checks the table against the raw results the script saved."""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(__file__)
+REPO = os.path.join(HERE, "..", "..")
+WAFER = os.environ.get("WAFER_BIN", os.path.join(REPO, "build", "wafer"))
+SHARED = os.environ.get("WAFER_SHARED", os.path.join(REPO, "..", "shared"))
+STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+
+STAND_IN = r'''#!/usr/bin/env python3
+# llama-bench stand-in: -m M -p P -n N -r R -t T -o json; round k (a counter file) reports k * 1000 tok/s
+import json, os, sys
+a = sys.argv
+p, n = int(a[a.index("-p") + 1]), int(a[a.index("-n") + 1])
+cnt = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rounds")
+k = int(open(cnt).read()) + 1 if os.path.exists(cnt) else 1
+open(cnt, "w").write(str(k))
+def entry(np_, ng, ts):
+    return {"build_commit": "unknown", "cpu_info": "stand-in", "model_filename": a[a.index("-m") + 1],
+            "n_threads": int(a[a.index("-t") + 1]), "n_prompt": np_, "n_gen": ng, "avg_ts": ts, "stddev_ts": 0.0}
+out = []
+if p:
+    out.append(entry(p, 0, 2000.0 * k))
+if n:
+    out.append(entry(0, n, 1000.0 * k))
+print(json.dumps(out, indent=2))
+'''
+
+
+@pytest.mark.skipif(not os.path.exists(STORIES), reason=f"shared model {STORIES} not found (set WAFER_SHARED)")
+def test_table_from_rounds(tmp_path):
+    lb = tmp_path / "llama-bench"
+    lb.write_text(STAND_IN)
+    lb.chmod(0o755)
+    raw = tmp_path / "raw.json"
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_vs_llama.py"), "--wafer", WAFER,
+                        "--llama", f"standin={lb}", "-t", "1", "-p", "16", "-n", "16", "-r", "1", "--rounds", "3",
+                        "--batch", "2", "--json", str(raw), STORIES], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("stories260K.gguf wafer: pp") == 3 and r.stderr.count("stories260K.gguf standin: pp") == 3
+    lines = r.stdout.splitlines()
+    hdr = next(l for l in lines if l.startswith("| model"))
+    row = next(l for l in lines if l.startswith("| stories260K.gguf"))
+    cols = [c.strip() for c in hdr.strip("|").split("|")]
+    cells = dict(zip(cols, [c.strip() for c in row.strip("|").split("|")]))
+    assert len(cols) == len(row.strip("|").split("|"))
+    data = json.loads(raw.read_text())["stories260K.gguf"]
+    ws, ls = data["wafer"], data["standin"]
+    assert [x["tg_tps"] for x in ls] == [1000.0, 2000.0, 3000.0]
+    for key, col in (("pp_tps", "pp wafer/standin"), ("tg_tps", "tg wafer/standin")):
+        rs = [w[key] / x[key] for w, x in zip(ws, ls)]
+        m = re.fullmatch(r"([0-9.]+)x \(([0-9.]+)-([0-9.]+)x\)", cells[col])
+        assert m, cells[col]
+        assert float(m.group(1)) == pytest.approx(statistics.median(rs), abs=0.006)
+        assert float(m.group(2)) == pytest.approx(min(rs), abs=0.006)
+        assert float(m.group(3)) == pytest.approx(max(rs), abs=0.006)
+    # each program's best round
+    assert float(cells["standin tg"]) == 3000.0 and float(cells["standin pp"]) == 6000.0
+    assert float(cells["wafer tg"]) == pytest.approx(max(w["tg_tps"] for w in ws), abs=0.006)
+    assert cells["batch gain"].endswith("x") and cells["wafer tg % bw beside"].endswith("%")
