@@ -111,9 +111,12 @@ def test_bench_probe_killed():
             time.sleep(0.001)
         os.kill(child, signal.SIGKILL)
         for _ in range(2000):
-            with open(f"/proc/{child}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    break
+            try:
+                with open(f"/proc/{child}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        break
+            except FileNotFoundError:  # already reaped
+                break
             time.sleep(0.0005)
         out, err = p.communicate(timeout=120)
     finally:

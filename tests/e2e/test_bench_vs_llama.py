@@ -17,7 +17,7 @@ WAFER = os.environ.get("WAFER_BIN", os.path.join(REPO, "build", "wafer"))
 SHARED = os.environ.get("WAFER_SHARED", os.path.join(REPO, "..", "shared"))
 STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
 
-STAND_IN = r'''#!/usr/bin/env python3
+STAND_IN = r'''#!{python}
 # llama-bench stand-in: -m M -p P -n N -r R -t T -o json; round k (a counter file) reports k * 1000 tok/s
 import json, os, sys
 a = sys.argv
@@ -40,7 +40,7 @@ print(json.dumps(out, indent=2))
 @pytest.mark.skipif(not os.path.exists(STORIES), reason=f"shared model {STORIES} not found (set WAFER_SHARED)")
 def test_table_from_rounds(tmp_path):
     lb = tmp_path / "llama-bench"
-    lb.write_text(STAND_IN)
+    lb.write_text(STAND_IN.replace("{python}", sys.executable, 1))
     lb.chmod(0o755)
     raw = tmp_path / "raw.json"
     r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_vs_llama.py"), "--wafer", WAFER,
