@@ -8,10 +8,12 @@ import time
 
 import pytest
 
+from conftest import LLAMA19M
+from models_server import pid_alive
+
 WAFER = os.environ.get("WAFER_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "wafer"))
 SHARED = os.environ.get("WAFER_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
-LLAMA19M = os.path.join(SHARED, "models", "llama-19M", "llama-19M-Q8_0.gguf")
 need_llama19m = pytest.mark.skipif(not os.path.exists(LLAMA19M), reason=f"shared model {LLAMA19M} not found (set WAFER_SHARED)")
 need_stories = pytest.mark.skipif(not os.path.exists(STORIES), reason=f"shared model {STORIES} not found (set WAFER_SHARED)")
 
@@ -111,11 +113,7 @@ def test_bench_probe_killed():
             time.sleep(0.001)
         os.kill(child, signal.SIGKILL)
         for _ in range(2000):
-            try:
-                with open(f"/proc/{child}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                        break
-            except FileNotFoundError:  # already reaped
+            if not pid_alive(child):
                 break
             time.sleep(0.0005)
         out, err = p.communicate(timeout=120)

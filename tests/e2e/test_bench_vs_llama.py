@@ -11,11 +11,7 @@ import sys
 
 import pytest
 
-HERE = os.path.dirname(__file__)
-REPO = os.path.join(HERE, "..", "..")
-WAFER = os.environ.get("WAFER_BIN", os.path.join(REPO, "build", "wafer"))
-SHARED = os.environ.get("WAFER_SHARED", os.path.join(REPO, "..", "shared"))
-STORIES = os.path.join(SHARED, "models", "stories260K", "stories260K.gguf")
+from conftest import REPO, STORIES, WAFER_BIN
 
 STAND_IN = r'''#!{python}
 # llama-bench stand-in: -m M -p P -n N -r R -t T -o json; round k (a counter file) reports k * 1000 tok/s
@@ -43,7 +39,7 @@ def test_table_from_rounds(tmp_path):
     lb.write_text(STAND_IN.replace("{python}", sys.executable, 1))
     lb.chmod(0o755)
     raw = tmp_path / "raw.json"
-    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_vs_llama.py"), "--wafer", WAFER,
+    r = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "bench_vs_llama.py"), "--wafer", WAFER_BIN,
                         "--llama", f"standin={lb}", "-t", "1", "-p", "16", "-n", "16", "-r", "1", "--rounds", "3",
                         "--batch", "2", "--json", str(raw), STORIES], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
