@@ -301,7 +301,12 @@ def test_expiry_returns_what_finished(make_server):
     """A batch whose completion window closes while it runs ends `expired`: the lines that finished are in the
     output file, the rest are batch_expired error lines; each custom_id exactly once."""
     srv = make_server(STORIES, "--batch-inflight", "1", "--max-batch-size", "1")
-    reqs = lines(400, max_tokens=100)
+    # Every line decodes its full 110 tokens (ignore_eos; the model's context is 128): 8000 lines are about
+    # 60 s of work on a 2-vCPU Zen 5 (some 130 lines/s), 30x the window. Stop 17's 400 lines were under 4 s of
+    # work there, and CI's machine finished all of them inside the window.
+    reqs = lines(8000, max_tokens=110)
+    for r in reqs:
+        r["body"]["ignore_eos"] = True
     f = upload(srv, reqs).json()
     b = srv.client.post("/v1/batches", json={"input_file_id": f["id"], "endpoint": "/v1/completions",
                                              "completion_window": "2s"})
@@ -313,7 +318,7 @@ def test_expiry_returns_what_finished(make_server):
     out = content(srv, b["output_file_id"]) if b["output_file_id"] else []
     assert out, "no line finished within the window: make the lines shorter"
     assert sorted(x["custom_id"] for x in out + err) == sorted(r["custom_id"] for r in reqs)
-    assert b["request_counts"] == {"total": 400, "completed": len(out), "failed": len(err)}
+    assert b["request_counts"] == {"total": 8000, "completed": len(out), "failed": len(err)}
 
 
 def test_redis_unreachable_at_start():
