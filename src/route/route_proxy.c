@@ -1221,15 +1221,17 @@ static bool handle_event(struct rt_req *q, char *ev, size_t len)
         if (q->n_choices == 1 && plen && buf_append(&q->text, &q->text_len, &q->text_cap, piece, plen) < 0)
             q->cacheable = false;
         q->n_pieces += plen > 0;
-        if (q->resuming && c && (plen || fin)) {
-            /* relayed in the client's format; completions' offsets continue from the text it already has */
-            json_t *lp = json_object_get(ch, "logprobs");
+        json_t *lp = json_object_get(ch, "logprobs");
+        if (q->resuming && c && (plen || fin || json_is_object(lp))) {
+            /* relayed in the client's format; completions' offsets continue from the text it already has. A
+             * token whose bytes are held back (an incomplete UTF-8 sequence) comes with logprobs and no text:
+             * relayed too, with empty text, as an unbroken stream sends it */
             json_t *lpc = json_is_object(lp) ? json_deep_copy(lp) : NULL;
             size_t j;
             json_t *v;
             json_array_foreach(json_object_get(lpc, "text_offset"), j, v)
                 json_integer_set(v, json_integer_value(v) + (json_int_t)q->text_base);
-            sse_write(q, make_chunk(q, idx, plen ? piece : NULL, plen, false, fin, lpc));
+            sse_write(q, make_chunk(q, idx, plen || lpc ? piece : NULL, plen, false, fin, lpc));
         }
         if (c)
             c->text_bytes += plen;
