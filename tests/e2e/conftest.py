@@ -137,6 +137,23 @@ def stories_server():
     assert rc == 0
 
 
+@pytest.fixture(scope="session")
+def slow_model(tmp_path_factory):
+    """Path of a random llama written once per session by `wafer model new` for tests whose request must still
+    be running when something happens to it (a deadline, a drain, a cancel, a kill): about 110 MB of Q8_0
+    weights read per token, so one thread decodes about 360 tokens/s on a 2-vCPU Zen 5 (2.8 ms per token),
+    14x slower than llama-19M (whose 0.2 ms per token left such windows a few times the test's own overhead,
+    and a faster CI CPU closed them). llama-19M's
+    tokenizer, a 4096-token context; the model's name is "slow-llama"."""
+    need(LLAMA19M)
+    path = str(tmp_path_factory.mktemp("slow-model") / "slow-llama.gguf")
+    r = subprocess.run([WAFER_BIN, "model", "new", "--dim", "1024", "--layers", "6", "--heads", "16",
+                        "--kv-heads", "4", "--ffn", "2816", "--ctx", "4096", "--type", "q8_0",
+                        "--vocab-from", LLAMA19M, path], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
 @pytest.fixture
 def make_server():
     """Factory for servers with their own flags; every one is stopped at the end of the test."""

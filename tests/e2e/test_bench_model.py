@@ -85,7 +85,7 @@ def children(pid):
 def test_bench_probe_killed():
     """The probe process killed with SIGKILL during generation: the benchmark finishes, says so, and reports
     no share beside generation instead of dying (SIGPIPE) or hanging."""
-    p = subprocess.Popen([WAFER, "bench", "--model", LLAMA19M, "-p", "0", "-n", "500", "-r", "40", "-t", "1",
+    p = subprocess.Popen([WAFER, "bench", "--model", LLAMA19M, "-p", "0", "-n", "500", "-r", "100", "-t", "1",
                           "--membw-mib", "1", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         child = None
@@ -96,7 +96,9 @@ def test_bench_probe_killed():
                 break
             time.sleep(0.05)
         assert child, "no probe process found"
-        time.sleep(1.0)  # into generation (the model loads in milliseconds)
+        # into generation (the model loads in milliseconds); 100 repetitions of about 0.1 s each leave many
+        # after the kill even on a CPU several times faster (40 left too few for a 3.5x faster one)
+        time.sleep(1.0)
 
         def wchan(pid):  # the kernel function the main thread sleeps in, "0" while it runs
             with open(f"/proc/{pid}/wchan") as f:

@@ -103,9 +103,10 @@ def test_failed_line_in_error_file_and_bad_file_refused(make_server, tmp_path):
     assert "attempt 2" not in r.stderr  # a 400 is not retried
 
 
-def test_cancel_list_and_unknown_ids(make_server, tmp_path):
-    srv = make_server(STORIES, "--batch-inflight", "1")
-    # about 4 s of work at one line at a time: --wait --timeout stops waiting (exit 1), the batch goes on
+def test_cancel_list_and_unknown_ids(make_server, tmp_path, slow_model):
+    srv = make_server(slow_model, "--batch-inflight", "1")
+    # some 25 s of work at one line at a time (the slow model): --wait --timeout stops waiting (exit 1), the
+    # batch goes on, and the cancel half a second later cuts it short (stories260K's 150 lines ran 1 s here)
     r = jobs("submit", write(tmp_path / "long.jsonl", request_lines(150, max_tokens=60)), "--url", srv.base,
              "--wait", "--interval", "0.1", "--timeout", "0.3")
     assert r.returncode == 1, r.stderr

@@ -88,13 +88,14 @@ def test_status_of_a_one_model_server(make_server):
     assert r.returncode == 1 and "models mode" in r.stderr
 
 
-def test_drain_finishes_in_flight_work_then_the_server_exits(make_server):
-    need(LLAMA19M)
-    srv = make_server(LLAMA19M)
+def test_drain_finishes_in_flight_work_then_the_server_exits(make_server, slow_model):
+    # 400 tokens of the slow model run about a second: the metric polls see the request, and the drain lands
+    # while it runs (llama-19M's 200 tokens ran 40-50 ms, which a 30 ms poll could miss)
+    srv = make_server(slow_model)
     out = {}
 
     def long_request():
-        out["r"] = srv.client.post("/v1/completions", json={"prompt": "Once", "max_tokens": 200, "temperature": 0,
+        out["r"] = srv.client.post("/v1/completions", json={"prompt": "Once", "max_tokens": 400, "temperature": 0,
                                                             "ignore_eos": True})
 
     th = threading.Thread(target=long_request)
@@ -103,7 +104,7 @@ def test_drain_finishes_in_flight_work_then_the_server_exits(make_server):
     r = ctl("--url", srv.base, "drain")
     assert r.returncode == 0 and "draining" in r.stdout, r.stderr
     th.join(60)
-    assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 200
+    assert out["r"].status_code == 200 and out["r"].json()["usage"]["completion_tokens"] == 400
     assert srv.proc.wait(30) == 0
     assert "POST /admin/drain" in srv.log()
 

@@ -33,14 +33,16 @@ def models(tmp_path):
         s.close()
 
 
-def two_models(extra="", keep_alive=None):
+def two_models(extra="", keep_alive=None, llama=LLAMA19M):
+    """Config of storyteller (stories260K) and llama (llama-19M, or the file given: tests that kill or leave a
+    request while it runs pass conftest's slow model)."""
     need(STORIES)
     need(LLAMA19M)
     ka = "" if keep_alive is None else f", keep_alive: {keep_alive}"
     return (f"models:\n"
             f"  - {{name: storyteller, path: {STORIES}, aliases: [tiny], max_batch_size: 4, kv_memory: 16MiB,\n"
             f"     args: [--chat-template, chatml]{ka}}}\n"
-            f"  - {{name: llama, path: {LLAMA19M}, kv_memory: 32MiB}}\n" + extra)
+            f"  - {{name: llama, path: {llama}, kv_memory: 32MiB}}\n" + extra)
 
 
 def sse_events(resp):
@@ -299,8 +301,8 @@ def test_a_slow_load_does_not_stall_another_model(models, tmp_path):
         hub.close()
 
 
-def test_kill_9_of_a_child_mid_request(models):
-    s = models(two_models())
+def test_kill_9_of_a_child_mid_request(models, slow_model):
+    s = models(two_models(llama=slow_model))  # 400 tokens: about a second, cut after the first event
     assert s.complete("llama", max_tokens=2).status_code == 200
     pid = s.admin_models()["llama"]["pid"]
     body = {"model": "llama", "prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True,
@@ -353,8 +355,10 @@ def wait_child_metric(s, model, name, pred, timeout=20):
     raise AssertionError(f"{model}'s {name} = {v}")
 
 
-def test_kill_9_of_a_child_during_a_non_streamed_request(models):
-    s = models(two_models())
+def test_kill_9_of_a_child_during_a_non_streamed_request(models, slow_model):
+    # 400 tokens of the slow model run about a second: the kill lands while the request runs (llama-19M's ran
+    # 80-100 ms, a few of the metric polls that look for it)
+    s = models(two_models(llama=slow_model))
     assert s.complete("llama", max_tokens=2).status_code == 200
     pid = s.admin_models()["llama"]["pid"]
     out = {}
@@ -369,8 +373,8 @@ def test_kill_9_of_a_child_during_a_non_streamed_request(models):
     assert s.complete("llama").status_code == 200
 
 
-def test_a_client_that_leaves_frees_the_slot_on_the_model(models):
-    s = models(two_models())
+def test_a_client_that_leaves_frees_the_slot_on_the_model(models, slow_model):
+    s = models(two_models(llama=slow_model))
     assert s.complete("llama", max_tokens=2).status_code == 200
     body = {"model": "llama", "prompt": "Once", "max_tokens": 400, "ignore_eos": True, "stream": True}
     with httpx.Client(base_url=s.base, timeout=60) as c:

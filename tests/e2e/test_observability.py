@@ -372,10 +372,12 @@ def test_dashboard_in_chromium(make_server, tmp_path):
     html = s.client.get("/dashboard")
     assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
     assert "<script" in html.text and "src=" not in html.text and "http://" not in html.text.split("<script")[1]
-    # a batch job that runs (two lines at a time) through the whole test: its progress is on the page
+    # a batch job that runs (two lines at a time) through the whole test: its progress is on the page. Each
+    # line decodes 100 tokens (ignore_eos): about a minute of work here, against the 5-9 s until the second
+    # look (3000 lines that stopped at their story's end were 10-20 s, too close for a faster CPU)
     lines = "".join(json.dumps({"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
-                                "body": {"model": "stories260K", "prompt": f"Once upon a time {i}", "max_tokens": 60,
-                                         "temperature": 0.8}}) + "\n" for i in range(3000))
+                                "body": {"model": "stories260K", "prompt": f"Once upon a time {i}", "max_tokens": 100,
+                                         "temperature": 0.8, "ignore_eos": True}}) + "\n" for i in range(8000))
     f = s.client.post("/v1/files", data={"purpose": "batch"}, files={"file": ("in.jsonl", lines)}).json()
     batch = s.client.post("/v1/batches", json={"input_file_id": f["id"], "endpoint": "/v1/completions",
                                                "completion_window": "24h"}).json()
@@ -406,9 +408,9 @@ def test_dashboard_in_chromium(make_server, tmp_path):
     assert float(v1["itl_p95_ms"]) > 0
     assert v1["uptime_s"] != v2["uptime_s"]  # live: values change between loads
     # batch-job progress: one batch in progress, its lines done moving towards its total
-    assert v1["batches_in_progress"] == "1" and v1["batch"]["batch_lines_total"] == "3000", v1
+    assert v1["batches_in_progress"] == "1" and v1["batch"]["batch_lines_total"] == "8000", v1
     done1, done2 = int(v1["batch"]["batch_lines_done"]), int(v2["batch"]["batch_lines_done"])
-    assert 0 < done1 < done2 < 3000, (done1, done2)
+    assert 0 < done1 < done2 < 8000, (done1, done2)
     assert float(v1["alerts_firing"]) == 1 and 'data-alert="Generating"' in dom
     for e in (err, err2):
         assert "CONSOLE" not in e and "Uncaught" not in e, e[-2000:]
