@@ -15,7 +15,10 @@ the same time, until --seconds pass:
 Every request that is not dropped by the client on purpose must get an answer with the status its table row
 allows; one that gets none (reset, timeout, wrong status) is "lost".
 
-Verdict: it fails (exit 1) when a request was lost, when the /health p99 passes --health-p99-ms (50), or when
+Verdict: it fails (exit 1) when a request was lost, when the /health p99 passes --health-p99-ms (50) plus twice
+the poller's own wake-up lateness p99 (a round trip needs two wake-ups, the server's I/O thread's and the
+poller's, and a vCPU descheduled by other tenants delays both: runs on a machine at load 15-27 read a /health
+p99 of 133 ms beside a lateness p99 of 119 ms; docs/reliability.md), or when
 the idle RSS outside the KV cache mapping (whose resident part grows as the prefix cache keeps past prompts'
 blocks, up to the pool's size, --kv-memory, logged by the server at start; reported beside) after the load is
 more than --rss-growth (10%) above that after the warm-up (--warmup
@@ -607,8 +610,11 @@ class Soak:
         fails = []
         if res["lost"]:
             fails.append(f"{res['lost']} request(s) lost")
-        if res["health"]["p99_ms"] > self.a.health_p99_ms:
-            fails.append(f"/health p99 {res['health']['p99_ms']:.1f} ms > {self.a.health_p99_ms} ms")
+        health_bound = self.a.health_p99_ms + 2 * res["poller_wakeup_late"]["p99_ms"]
+        res["health"]["p99_bound_ms"] = health_bound
+        if res["health"]["p99_ms"] > health_bound:
+            fails.append(f"/health p99 {res['health']['p99_ms']:.1f} ms > {health_bound:.1f} ms "
+                         f"({self.a.health_p99_ms} ms + twice the poller's lateness p99)")
         if growth > self.a.rss_growth:
             fails.append(f"RSS outside the KV cache grew {growth * 100:.1f}% after warm-up "
                          f"(> {self.a.rss_growth * 100:.0f}%)")

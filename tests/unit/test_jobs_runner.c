@@ -104,7 +104,9 @@ static void crash_test(const char *dir, int n_lines, int kills)
         assert_true(pid >= 0);
         if (pid == 0)
             tj_child_run(dir, NULL, NULL, 0, 4000, false, NULL);
-        usleep((useconds_t)(20000 + test_rand_u64(&seed) % 180000));
+        /* 50-250 ms: a child needs tens of ms (more under ASan) to open the store and commit its first line;
+         * at 4 fake threads of 4 ms per line even six 250 ms lives do not finish the 2000 lines */
+        usleep((useconds_t)(50000 + test_rand_u64(&seed) % 200000));
         kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);
