@@ -143,8 +143,8 @@ def slow_model(tmp_path_factory):
     be running when something happens to it (a deadline, a drain, a cancel, a kill): about 110 MB of Q8_0
     weights read per token, so one thread decodes about 360 tokens/s on a 2-vCPU Zen 5 (2.8 ms per token),
     14x slower than llama-19M (whose 0.2 ms per token left such windows a few times the test's own overhead,
-    and a faster CI CPU closed them). llama-19M's
-    tokenizer, a 4096-token context; the model's name is "slow-llama"."""
+    and a faster CI CPU closed them). llama-19M's tokenizer, a 4096-token context; the model's name is
+    "slow-llama"."""
     need(LLAMA19M)
     path = str(tmp_path_factory.mktemp("slow-model") / "slow-llama.gguf")
     r = subprocess.run([WAFER_BIN, "model", "new", "--dim", "1024", "--layers", "6", "--heads", "16",

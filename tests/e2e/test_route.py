@@ -777,7 +777,8 @@ def test_kill_9_mid_stream_resumes_with_the_same_greedy_text(make_server, router
 def test_kill_9_mid_stream_resumes_every_choice_with_its_logprobs(chat, make_server, router, slow_model):
     """n = 2 with logprobs: each choice is continued with its own tokens and budget, and the client gets
     the text, token logprobs, top alternatives and (completions) text offsets of an unbroken run. The slow
-    model: 120 steps take a third of a second (on llama-19M 30-40 ms, about as long as the client's reads before the kill)."""
+    model: 120 steps take a third of a second (on llama-19M 30-40 ms, about as long as the client's reads
+    before the kill)."""
     a = make_server(slow_model, "--chat-template", "chatml")
     b = make_server(slow_model, "--chat-template", "chatml")
     r = router(one_pool([a.base, b.base], "health: {interval_s: 0.5}\n"))

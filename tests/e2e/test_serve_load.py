@@ -116,9 +116,9 @@ def raw_post(base, path, body):
 
 
 def test_disconnect_frees_slot_and_kv(make_server, slow_model):
-    # one prompt token per engine step of the slow model: the ~440-token prompt takes over a second to prefill (on
-    # llama-19M a 442-token one in chunks of 8 took 58 ms, and the client's close, sent after a 20 ms metrics
-    # poll saw the request running, once arrived after the first token)
+    # one prompt token per engine step of the slow model: the ~440-token prompt takes over a second to prefill
+    # (on llama-19M a 442-token one in chunks of 8 took 58 ms, and the client's close, sent after a 20 ms
+    # metrics poll saw the request running, once arrived after the first token)
     s = make_server(slow_model, "--max-batch-size", "2", "--prefill-chunk", "1", "--ctx-size", "2048")
     long_prompt = "the quick brown fox jumps over the lazy dog " * 40
     # 1. during prefill (not streaming)

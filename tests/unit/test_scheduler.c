@@ -478,7 +478,6 @@ static void test_priority_preempts_batch(void **state)
     while (!preempt_try(&f, ref, nref))
         if (++tries == 5)
             fail_msg("5 tries: no preemption; a batch request ended before the live one was admitted every time");
-    assert_true(obs_count(&f, SCHED_CTR_PREEMPTIONS) >= 1);
     fixture_down(&f);
 }
 
