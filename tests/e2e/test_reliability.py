@@ -342,10 +342,10 @@ def test_cancelled_request_keeps_its_peer(make_server):
     host, port = s.base.replace("http://", "").split(":")
     c = socket.create_connection((host, int(port)))
     local = "%s:%d" % c.getsockname()
-    payload = json.dumps({"content": STORY * 60000, "with_pieces": True}).encode()
+    payload = json.dumps({"content": STORY * 150000, "with_pieces": True}).encode()
     c.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
               + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-    time.sleep(0.3)  # the body is in; tokenizing 5.8 MB takes a worker a second or more
+    time.sleep(0.3)  # the body is in; tokenizing 14.6 MB takes a worker 2 s or more (1 s for 5.8 MB here)
     c.close()
     deadline = time.time() + 30
     while time.time() < deadline and "finish=cancelled" not in s.log():

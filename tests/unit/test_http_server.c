@@ -943,9 +943,11 @@ static void test_disconnect_held_request(void **state)
     int64_t t0 = now_ms();
     cli_close(k);
     assert_int_equal(wait_for(&v->t.n_close, 1, 2000), 1);
+    /* Event-driven, not found by a timer: the server's own timers are 1 s or more here, and 500 ms leaves room
+     * for a vCPU that other tenants stall for a while. */
     long long dt = atomic_load(&v->t.t_close) - t0;
-    if (dt > 100)
-        fail_msg("on_close %lld ms after the client left, want < 100", dt);
+    if (dt > 500)
+        fail_msg("on_close %lld ms after the client left, want < 500", dt);
     /* A client that shuts down only its sending side has left too. */
     k = cli_open(v->port, 0);
     cli_sends(k, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -965,7 +967,7 @@ static void test_disconnect_during_stream(void **state)
     int64_t t0 = now_ms();
     cli_close(k);
     assert_int_equal(wait_for(&v->t.n_close, 1, 2000), 1);
-    assert_true(atomic_load(&v->t.t_close) - t0 < 200);
+    assert_true(atomic_load(&v->t.t_close) - t0 < 500); /* event-driven: see test_disconnect_held_request */
     assert_int_equal(atomic_load(&v->t.n_streams_done), 0);
 }
 
