@@ -1,5 +1,5 @@
 /*
- * gemv tests: the decode kernels (AVX2 and AVX-VNNI) and the AVX-VNNI gemm give outputs bit-identical to
+ * gemv tests: the decode kernels (AVX2 and AVX-VNNI) and the AVX2 and AVX-VNNI gemm give outputs bit-identical to
  * kernel_ops vec_dot (and so to the gemm tiles the batched path uses) for every type they cover, for row and
  * column counts that leave every tile remainder and cross column cache blocks, block counts that are and are
  * not multiples of 8, F16 rows with tails, and extreme codes (all-max, all-min). Also checks that each result
@@ -99,6 +99,24 @@ static void check_gemm(const struct gemv_ops *gv, enum dtype t, int64_t n, int n
     free(w), free(x), free(aux), free(f), free(s);
 }
 
+/* Every gemm of a gemv_ops set (AVX2, AVX-VNNI) against vec_dot: tile edges in rows and columns, block counts
+ * that are and are not multiples of 8 (the tiles take scale products 8 blocks at a time), several column cache
+ * blocks. */
+static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
+{
+    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0};
+    for (size_t a = 0; a < 2; a++) {
+        const struct gemv_ops *gv = set(ts[a]);
+        assert_non_null(gv->gemm);
+        for (int nr = 1; nr <= 7; nr++)
+            for (int nc = 1; nc <= 9; nc += 2)
+                check_gemm(gv, ts[a], 32 * (3 + nr + nc), nr, nc, 7 + (uint64_t)(nr * 16 + nc));
+        check_gemm(gv, ts[a], 2048, 3, 47, 5); /* several column cache blocks */
+        check_gemm(gv, ts[a], 8192, 4, 40, 9);
+        check_gemm(gv, ts[a], 256, 7, 8, 6);
+    }
+}
+
 static void test_vnni_gemm(void **state)
 {
     (void)state;
@@ -106,16 +124,17 @@ static void test_vnni_gemm(void **state)
         print_message("[  SKIPPED ] no AVX-VNNI on this CPU (or WAFER_NO_SIMD / WAFER_NO_VNNI set)\n");
         skip();
     }
-    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0};
-    for (size_t a = 0; a < 2; a++) {
-        const struct gemv_ops *gv = gemv_ops_vnni(ts[a]);
-        assert_non_null(gv->gemm);
-        for (int nr = 1; nr <= 5; nr++)
-            for (int nc = 1; nc <= 9; nc += 2)
-                check_gemm(gv, ts[a], 32 * (3 + nr + nc), nr, nc, 7 + (uint64_t)(nr * 16 + nc));
-        check_gemm(gv, ts[a], 2048, 3, 47, 5); /* several column cache blocks */
-        check_gemm(gv, ts[a], 256, 7, 8, 6);
+    check_gemm_set(gemv_ops_vnni);
+}
+
+static void test_avx2_gemm(void **state)
+{
+    (void)state;
+    if (!gemv_ops_avx2(DTYPE_Q4_0)) {
+        print_message("[  SKIPPED ] no AVX2+FMA+F16C on this CPU (or WAFER_NO_SIMD set)\n");
+        skip();
     }
+    check_gemm_set(gemv_ops_avx2);
 }
 
 static void skip_without_avx2(void)
@@ -194,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_vnni_gemm),
+        cmocka_unit_test(test_avx2_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /*
  * gemv: matrix-vector kernels for decode (one activation row against a block of weight rows), the product
- * that decides generation speed, and, where the CPU has AVX-VNNI, matrix-matrix kernels for prefill and
- * batched decode of Q4_0 and Q8_0 weights.
+ * that decides generation speed, and matrix-matrix kernels for prefill and batched decode of Q4_0 and Q8_0
+ * weights (AVX2, AVX-VNNI, AVX-512) and of F16 and the K-quants (AVX-512).
  *
  * Decode reads every weight once per token, so the gemv kernels are built to stream weights at the memory's
  * speed: they prefetch linearly through the contiguous block of rows they are given (the kernel_ops gemm
@@ -53,9 +53,11 @@ struct gemv_ops {
 };
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel
- * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm is NULL in these: without VNNI the
- * kernel_ops gemm tiles are as fast as these numerics allow (measured for F16: other tile shapes, and
- * converting weights to F32 once per column block, were no faster than its 3 x 2 tile). */
+ * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm is set for Q4_0 and Q8_0 (the gemv's
+ * precomputed activation sums and 8-block scale products in a 3 x 4 tile: 1.2x kernel_ops' tile, see
+ * gemv_avx2.c) and NULL for the others, whose kernel_ops gemm tiles are as fast as these numerics allow
+ * (measured for F16: other tile shapes, and converting weights to F32 once per column block, were no faster
+ * than its 3 x 2 tile). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
 /* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
  * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.

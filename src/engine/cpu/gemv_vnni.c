@@ -36,6 +36,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
@@ -168,111 +169,28 @@ GN_GEMV(q8_0, 0, 4, QK8_0)
 #define GN_R 4
 #define GN_C 2
 
-GN_INLINE void gn_tile_gemm(int is_q4, int64_t nb, const int NR, const int NC, float *s, size_t lds, const uint8_t *w,
-                            size_t ldw, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux)
-{
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
-    const size_t moff = gn_dx_floats(nb) * sizeof(float);
-    __m256 acc[GN_R][GN_C];
-    float sc[GN_R][GN_C][8] __attribute__((aligned(32))); /* d_w * d_x of 8 blocks per (row, column) */
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        __m256 dw8[GN_R];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            dw8[r] = gn_load_scales8(w + (size_t)r * ldw + (size_t)b * bb, bb);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            __m256 d8 = _mm256_loadu_ps((const float *)(aux + (size_t)c * ldaux) + b);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++)
-                _mm256_store_ps(sc[r][c], _mm256_mul_ps(dw8[r], d8));
-        }
-        for (int k = 0; k < 8; k++) {
-            __m256i u[GN_R];
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++)
-                u[r] = gn_unsigned(is_q4, w + (size_t)r * ldw + (size_t)(b + k) * bb);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * ldx) + b + k;
-                __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
-                __m256i mk = _mm256_load_si256((const __m256i *)(aux + (size_t)c * ldaux + moff) + 2 * (b + k) + (is_q4 ? 0 : 1));
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++)
-                    acc[r][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(&sc[r][c][k]),
-                                                _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(mk, u[r], xq)), acc[r][c]);
-            }
-        }
-    }
-    for (; b < nb; b++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
-            uint16_t dwh;
-            memcpy(&dwh, blk, 2);
-            float dw = gn_h2f(dwh);
-            __m256i u = gn_unsigned(is_q4, blk);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * ldx) + b;
-                float dx = ((const float *)(aux + (size_t)c * ldaux))[b];
-                __m256i mk = _mm256_load_si256((const __m256i *)(aux + (size_t)c * ldaux + moff) + 2 * b + (is_q4 ? 0 : 1));
-                __m256i p = _mm256_dpbusd_avx_epi32(mk, u, _mm256_loadu_si256((const __m256i *)bx->qs));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(p), acc[r][c]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = simd_fold8(gn_unscale(is_q4, acc[r][c]));
-}
+#define GQ_TILE gn_tile_gemm
+#define GQ_R GN_R
+#define GQ_C GN_C
+#define GQ_SCALES8(p, st) gn_load_scales8(p, st)
+#define GQ_UNPACK(is_q4, blk) gn_unsigned(is_q4, blk)
+#define GQ_COL(is_q4, a, b) _mm256_load_si256((const __m256i *)((a) + gn_dx_floats(nb) * sizeof(float)) + 2 * (b) + ((is_q4) ? 0 : 1))
+#define GQ_LANES(is_q4, u, xq, col) _mm256_dpbusd_avx_epi32(col, u, xq)
+#define GQ_FINISH(is_q4, acc) gn_unscale(is_q4, acc)
+#include "engine/cpu/gemm_q8_tile.h"
 
-/* Columns per cache block: a block's activations and aux stay in L2 while every row tile passes over them. */
-static int gn_col_block(size_t bytes_per_col)
-{
-    size_t cols = ((size_t)256 << 10) / (bytes_per_col ? bytes_per_col : 1);
-    cols -= cols % GN_C;
-    return cols < GN_C ? GN_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
-}
-
-#define GN_GEMM(name, IS_Q4, QK)                                                                             \
+#define GN_GEMM(name, IS_Q4, QK)                                                                            \
     static void gn_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
-                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
-    {                                                                                                      \
-        const uint8_t *W = w, *X = x, *A = aux;                                                            \
-        int64_t nb = n / QK;                                                                               \
-        int jb = gn_col_block(ldx + gn_aux_bytes(n));                                                      \
-        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
-            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
-            int i = 0;                                                                                     \
-            for (; i + GN_R <= nr; i += GN_R) {                                                            \
-                int j = j0;                                                                                \
-                for (; j + GN_C <= j1; j += GN_C)                                                          \
-                    gn_tile_gemm(IS_Q4, nb, GN_R, GN_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
-                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
-                for (; j < j1; j++)                                                                        \
-                    gn_tile_gemm(IS_Q4, nb, GN_R, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
-                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
-            }                                                                                              \
-            for (; i < nr; i++) {                                                                          \
-                int j = j0;                                                                                \
-                for (; j + GN_C <= j1; j += GN_C)                                                          \
-                    gn_tile_gemm(IS_Q4, nb, 1, GN_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw, \
-                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
-                for (; j < j1; j++)                                                                        \
-                    gn_tile_gemm(IS_Q4, nb, 1, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,  \
-                                 X + (size_t)j * ldx, ldx, A + (size_t)j * ldaux, ldaux);                  \
-            }                                                                                              \
-        }                                                                                                  \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                    \
+    {                                                                                                       \
+        const uint8_t *W = w, *X = x, *A = aux;                                                             \
+        const int64_t nb = n / QK;                                                                          \
+        int jb = gemm_col_block(ldx + gn_aux_bytes(n), GN_C);                                               \
+        GEMM_TILES(nr, nc, jb, GN_R, GN_C, GN_GEMM_TILE, IS_Q4)                                             \
     }
+#define GN_GEMM_TILE(is_q4, R, C, i, j)                                                                     \
+    gn_tile_gemm(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,             \
+                 X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux)
 
 GN_GEMM(q4_0, 1, QK4_0)
 GN_GEMM(q8_0, 0, QK8_0)

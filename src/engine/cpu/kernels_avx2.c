@@ -22,6 +22,7 @@
 
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
@@ -329,17 +330,8 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
 
 /* ---- vec_dot and gemm per type ---- */
 
-/* Columns per cache block: activation rows of one block are reused for every weight row tile, so they
- * should stay in L2 (256 KiB budget); weight rows of a tile stay in L1 across the block's columns. */
-static int ka_col_block(size_t ldx, int nc_tile)
-{
-    size_t cols = ((size_t)256 << 10) / (ldx ? ldx : 1);
-    if (cols < (size_t)nc_tile)
-        cols = (size_t)nc_tile;
-    cols -= cols % (size_t)nc_tile;
-    return cols > (1u << 20) ? 1 << 20 : (int)cols;
-}
-
+/* gemm: columns in blocks whose activation rows stay in L2 (256 KiB) while every weight row tile passes over
+ * them, the weight rows of a tile in L1 across the block's columns (gemm_tiles.h). */
 #define KA_DEFINE(name, TILE, NR, NC, NB)                                                                  \
     static void ka_dot_##name(int64_t n, float *s, const void *w, const void *x)                         \
     {                                                                                                      \
@@ -349,30 +341,12 @@ static int ka_col_block(size_t ldx, int nc_tile)
                                const void *x, size_t ldx)                                                  \
     {                                                                                                      \
         const uint8_t *W = w, *X = x;                                                                      \
-        int jb = ka_col_block(ldx, NC);                                                                    \
-        for (int j0 = 0; j0 < nc; j0 += jb) {                                                              \
-            int j1 = nc - j0 < jb ? nc : j0 + jb;                                                          \
-            int i = 0;                                                                                     \
-            for (; i + NR <= nr; i += NR) {                                                                \
-                int j = j0;                                                                                \
-                for (; j + NC <= j1; j += NC)                                                              \
-                    TILE(NB, NR, NC, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,              \
-                         X + (size_t)j * ldx, ldx);                                                        \
-                for (; j < j1; j++)                                                                        \
-                    TILE(NB, NR, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,               \
-                         X + (size_t)j * ldx, ldx);                                                        \
-            }                                                                                              \
-            for (; i < nr; i++) {                                                                          \
-                int j = j0;                                                                                \
-                for (; j + NC <= j1; j += NC)                                                              \
-                    TILE(NB, 1, NC, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,               \
-                         X + (size_t)j * ldx, ldx);                                                        \
-                for (; j < j1; j++)                                                                        \
-                    TILE(NB, 1, 1, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw, ldw,                \
-                         X + (size_t)j * ldx, ldx);                                                        \
-            }                                                                                              \
-        }                                                                                                  \
+        const int64_t nb = NB;                                                                             \
+        int jb = gemm_col_block(ldx, NC);                                                                  \
+        GEMM_TILES(nr, nc, jb, NR, NC, KA_GEMM_TILE, TILE)                                                 \
     }
+#define KA_GEMM_TILE(TILE, R, C, i, j)                                                                     \
+    TILE(nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw, X + (size_t)(j) * ldx, ldx)
 
 #define KA_TILE_Q8_0(...) ka_tile_q8(0, __VA_ARGS__)
 #define KA_TILE_Q4_0(...) ka_tile_q8(1, __VA_ARGS__)

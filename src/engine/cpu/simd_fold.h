@@ -2,7 +2,8 @@
  * simd_fold: the one horizontal fold of 8 float lanes that every x86 SIMD kernel ends a dot product with.
  * The kernels promise results bit-identical to kernel_ops vec_dot on AVX2 (gemv.h), and the order of this
  * fold is part of that promise: (lane l + lane l+4), then (0+2, 1+3), then the two. One definition keeps the
- * AVX2, AVX-VNNI and AVX-512 files from drifting apart.
+ * AVX2, AVX-VNNI and AVX-512 files from drifting apart. Beside it, the other small helper those files share
+ * (8 blocks' F16 scales as floats).
  *
  * Declared with its own AVX target so it can be included by files built with -mavx2 or with a wider target
  * pragma (it inlines into any caller whose target includes AVX). Include only from SIMD kernel files that
@@ -12,6 +13,9 @@
 #define WAFER_ENGINE_SIMD_FOLD_H
 
 #include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
 
 static inline __attribute__((always_inline, target("avx"))) float simd_fold8(__m256 v)
 {
@@ -49,6 +53,17 @@ static inline __attribute__((always_inline, target("avx512f"))) __m512 simd_fold
     __m512 h0 = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
     __m512 h1 = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
     return _mm512_add_ps(h0, h1);
+}
+
+/* The 8 F16 values at p, p + stride, ..., p + 7 * stride as floats: the scales of 8 consecutive blocks of a
+ * quantized row (stride = the block's bytes), for kernels that multiply 8 blocks' scales at once. */
+static inline __attribute__((always_inline, target("avx2,f16c"))) __m256 simd_f16x8_strided(const uint8_t *p,
+                                                                                           size_t stride)
+{
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++)
+        memcpy(&h[k], p + (size_t)k * stride, 2);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 #endif

@@ -1,0 +1,48 @@
+/*
+ * gemm_tiles: the one loop nest that the x86 gemm kernels (kernels_avx2.c, gemv_avx2.c, gemv_vnni.c) run their
+ * register tiles in. Activation columns are taken in cache blocks, so a block's activations (and aux) stay in
+ * L2 while every row tile passes over them; within a block, tiles of R weight rows x C columns, then the
+ * leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps its own tile, whose
+ * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
+ * result.
+ */
+#ifndef WAFER_ENGINE_GEMM_TILES_H
+#define WAFER_ENGINE_GEMM_TILES_H
+
+#include <stddef.h>
+
+/* Columns per cache block when each column takes bytes_per_col of activations and aux: 256 KiB of them,
+ * a multiple of c (at least c), at most 2^20. */
+static inline int gemm_col_block(size_t bytes_per_col, int c)
+{
+    size_t cols = ((size_t)256 << 10) / (bytes_per_col ? bytes_per_col : 1);
+    if (cols < (size_t)c)
+        cols = (size_t)c;
+    cols -= cols % (size_t)c;
+    return cols > (1u << 20) ? 1 << 20 : (int)cols;
+}
+
+/* Runs TILE(arg, r, c, i, j) over an nr x nc product: the tile of r rows from row i and c columns from column
+ * j, r in {R, 1} and c in {C, 1} constants (so each TILE call inlines with a fixed shape), columns in blocks of
+ * jb (gemm_col_block); arg is passed through (a flag or a tile macro of the caller's). */
+#define GEMM_TILES(nr, nc, jb, R, C, TILE, arg)                                                              \
+    for (int gt_j0 = 0; gt_j0 < (nc); gt_j0 += (jb)) {                                                     \
+        int gt_j1 = (nc) - gt_j0 < (jb) ? (nc) : gt_j0 + (jb);                                             \
+        int gt_i = 0;                                                                                      \
+        for (; gt_i + (R) <= (nr); gt_i += (R)) {                                                          \
+            int gt_j = gt_j0;                                                                              \
+            for (; gt_j + (C) <= gt_j1; gt_j += (C))                                                       \
+                TILE(arg, R, C, gt_i, gt_j);                                                               \
+            for (; gt_j < gt_j1; gt_j++)                                                                   \
+                TILE(arg, R, 1, gt_i, gt_j);                                                               \
+        }                                                                                                  \
+        for (; gt_i < (nr); gt_i++) {                                                                      \
+            int gt_j = gt_j0;                                                                              \
+            for (; gt_j + (C) <= gt_j1; gt_j += (C))                                                       \
+                TILE(arg, 1, C, gt_i, gt_j);                                                               \
+            for (; gt_j < gt_j1; gt_j++)                                                                   \
+                TILE(arg, 1, 1, gt_i, gt_j);                                                               \
+        }                                                                                                  \
+    }
+
+#endif
