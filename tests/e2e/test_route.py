@@ -604,7 +604,7 @@ def test_least_loaded_backend_by_reported_load(standin, router):
     assert busy.generations() == 0 and idle.generations() == 20
     # the router's own requests count too: with slow answers in flight on `idle`, new ones spread out
     busy.extra_load = 0
-    idle.token_s = busy.token_s = 0.2
+    idle.token_s = busy.token_s = 0.5  # 1 s per request: all 6 are in flight before the first ends
     time.sleep(0.3)
     import concurrent.futures as cf
     with cf.ThreadPoolExecutor(6) as ex:
