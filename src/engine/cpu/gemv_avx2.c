@@ -89,19 +89,24 @@ static void gv_prep_q4_0(int64_t n, const void *x, void *aux)
         _mm256_store_si256(xs + b, _mm256_madd_epi16(_mm256_maddubs_epi16(eight, _mm256_loadu_si256((const __m256i *)bx[b].qs)), ones));
 }
 
-/* One Q4_0 block of one row: the 8 lanes of sum((w - 8) * x). */
-GV_INLINE __m256i gv_q4_0_lanes(const struct block_q4_0 *bw, __m256i xq, __m256i xs)
+/* The weights of one block for the lanes: Q4_0's nibbles (0..15, lanes 0-3 the low, 4-7 the high ones), Q8_0's
+ * bytes. */
+GV_INLINE __m256i gv_unpack(int is_q4, const uint8_t *blk)
 {
-    __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bw->qs));
-    q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
-    return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), _mm256_set1_epi16(1)), xs);
+    if (is_q4) {
+        __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const struct block_q4_0 *)blk)->qs));
+        return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+    }
+    return _mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs);
 }
 
-/* One Q8_0 block of one row: the 8 lanes of sum(w * x), as vec_dot forms them. */
-GV_INLINE __m256i gv_q8_0_lanes(const struct block_q8_0 *bw, __m256i xq)
+/* The lanes of one block from gv_unpack's weights u: Q4_0 nibbles times x less 8 x the lane sums (xs, from
+ * the aux), Q8_0 with the weight's sign moved onto x: the 8 lanes of sum(w * x) as vec_dot forms them. */
+GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq, __m256i xs)
 {
-    __m256i q = _mm256_loadu_si256((const __m256i *)bw->qs);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(xq, q)), _mm256_set1_epi16(1));
+    if (is_q4)
+        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), _mm256_set1_epi16(1)), xs);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), _mm256_set1_epi16(1));
 }
 
 GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
@@ -128,8 +133,7 @@ GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const ui
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
                 const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b + k) * bb;
-                __m256i p = is_q4 ? gv_q4_0_lanes((const struct block_q4_0 *)blk, xq, xk)
-                                  : gv_q8_0_lanes((const struct block_q8_0 *)blk, xq);
+                __m256i p = gv_lanes(is_q4, gv_unpack(is_q4, blk), xq, xk);
                 acc[r] = _mm256_fmadd_ps(gv_lane(s8[r], k), _mm256_cvtepi32_ps(p), acc[r]);
             }
         }
@@ -141,8 +145,8 @@ GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const ui
             const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
             uint16_t dw;
             memcpy(&dw, blk, 2);
-            __m256i p = is_q4 ? gv_q4_0_lanes((const struct block_q4_0 *)blk, xq, _mm256_load_si256(xs + b))
-                              : gv_q8_0_lanes((const struct block_q8_0 *)blk, xq);
+            __m256i xk = is_q4 ? _mm256_load_si256(xs + b) : _mm256_setzero_si256();
+            __m256i p = gv_lanes(is_q4, gv_unpack(is_q4, blk), xq, xk);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gv_h2f(dw) * dx[b]), _mm256_cvtepi32_ps(p), acc[r]);
         }
     }
@@ -163,26 +167,6 @@ GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const ui
 
 #define GV_GR 3 /* gemm tile: rows */
 #define GV_GC 4 /* gemm tile: columns */
-
-/* The weights of one block for the lanes: Q4_0's nibbles (0..15, lanes 0-3 the low, 4-7 the high ones), Q8_0's
- * bytes. */
-GV_INLINE __m256i gv_unpack(int is_q4, const uint8_t *blk)
-{
-    if (is_q4) {
-        __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const struct block_q4_0 *)blk)->qs));
-        return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
-    }
-    return _mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs);
-}
-
-/* The lanes of one block from gv_unpack's weights u: Q4_0 nibbles times x less 8 x the lane sums (xs, from
- * the aux), Q8_0 with the weight's sign moved onto x (as gv_q8_0_lanes). */
-GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq, __m256i xs)
-{
-    if (is_q4)
-        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), _mm256_set1_epi16(1)), xs);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), _mm256_set1_epi16(1));
-}
 
 #define GQ_TILE gv_tile_gemm
 #define GQ_R GV_GR
