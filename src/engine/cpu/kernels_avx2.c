@@ -6,8 +6,8 @@
  * (ka_tile_<type>, always inlined with constant NR/NC). vec_dot is the 1 x 1 tile and gemm is built from
  * bigger tiles plus 1-wide edges. A tile performs, for each (row, column) pair, exactly the same sequence of
  * vector operations as the 1 x 1 tile does (integer parts are exact; every float op is the same op on the
- * same operands in the same order), so gemm results are bit-identical to vec_dot's and the reduction order
- * depends only on n. Loads are unaligned throughout: rows come from mmapped files at any 2-byte offset.
+ * same operands, in the same order within each accumulator), so gemm results are bit-identical to vec_dot's
+ * and the reduction order depends only on n. Loads are unaligned throughout: rows come from mmapped files at any 2-byte offset.
  *
  * Quantized x Q8_0: signed bytes multiplied with _mm256_maddubs_epi16 after moving the weight's sign onto
  *   the activation (|w| * sign(w)*x), widened with madd, converted, and accumulated in float per block by an
@@ -16,7 +16,8 @@
  *   summed exactly in int32 over the 256-element super-block, then one FMA per super-block; the Q4_K mins and
  *   the Q6_K -32 offset come from the activation's bsums instead of per-element work.
  * Float weights: 2 independent FMA accumulators of 8 lanes (16 elements per step), then single 8-element
- *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step.
+ *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step. The gemm's tile
+ *   (ka_tile_float_chains) runs the two chains one after the other, the same sums with fewer loads.
  */
 #include "engine/cpu/kernels.h"
 
@@ -328,14 +329,97 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
     }
 }
 
+/* The gemm's float tile: ka_tile_float's sums for each (row, column) pair, the chains one after the other.
+ * Chain k of a pair sums elements 16m + 8k .. 16m + 8k + 7 over the full 16-element steps in order, and chain 0
+ * then takes the last 8-element step and the zero-padded tail; the chains never meet before the end. So chain 0
+ * run over the whole row, then chain 1, gives the same bits, and with one chain live the tile keeps its
+ * activation vectors in registers: NR x NC accumulators + NC activations + 1 weight vector, NR + NC loads per
+ * NR x NC FMAs (ka_tile_float's order needs NR x (NC + 1): every FMA loads its activation). */
+#define KA_CMAXR 6
+_Static_assert(KA_FACC == 2, "ka_tile_float_chains runs ka_tile_float's two chains");
+KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int NC, float *s, size_t lds,
+                                    const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
+{
+    const size_t es = kind == KA_F32 ? 4 : 2;
+    const int64_t nfull = n / 16 * 16;
+    __m256 acc[KA_CMAXR][KA_MAXC], ch1[KA_CMAXR][KA_MAXC];
+#pragma GCC unroll 2
+    for (int k = 1; k >= 0; k--) { /* chain 1 first: chain 0 then ends with the row's tail, as in ka_tile_float */
+#pragma GCC unroll 6
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++)
+                acc[r][c] = _mm256_setzero_ps();
+        int64_t i = 8 * k;
+        for (; i < nfull; i += 16) {
+            __m256 xv[KA_MAXC];
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++)
+                xv[c] = _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i);
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *wr = w + (size_t)r * ldw + (size_t)i * es;
+                if (k == 1)
+                    ka_prefetch(wr);
+                __m256 wv = ka_load8(kind, wr);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+            }
+        }
+        if (k == 1) {
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    ch1[r][c] = acc[r][c];
+            continue;
+        }
+        /* chain 0's end: at most one 8-element step, then the tail (ka_tile_float's last two loops) */
+        i = nfull;
+        if (i + 8 <= n) {
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++) {
+                __m256 w0 = ka_load8(kind, w + (size_t)r * ldw + (size_t)i * es);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i), acc[r][c]);
+            }
+            i += 8;
+        }
+        if (i < n) {
+            size_t rem = (size_t)(n - i);
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++) {
+                uint8_t wt[32] = {0};
+                memcpy(wt, w + (size_t)r * ldw + (size_t)i * es, rem * es);
+                __m256 w0 = ka_load8(kind, wt);
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    float xt[8] = {0};
+                    memcpy(xt, (const float *)(x + (size_t)c * ldx) + i, rem * 4);
+                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[r][c]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(acc[r][c], ch1[r][c]));
+}
+
 /* ---- vec_dot and gemm per type ---- */
 
 /* gemm: columns in blocks whose activation rows stay in L2 (256 KiB) while every weight row tile passes over
  * them, the weight rows of a tile in L1 across the block's columns (gemm_tiles.h). */
-#define KA_DEFINE(name, TILE, NR, NC, NB)                                                                  \
+#define KA_DEFINE(name, TILE, NR, NC, NB) KA_DEFINE2(name, TILE, TILE, NR, NC, NB)
+/* DOT: vec_dot's tile; TILE: the gemm's (the same sums) */
+#define KA_DEFINE2(name, DOT, TILE, NR, NC, NB)                                                            \
     static void ka_dot_##name(int64_t n, float *s, const void *w, const void *x)                         \
     {                                                                                                      \
-        TILE(NB, 1, 1, s, 1, (const uint8_t *)w, 0, (const uint8_t *)x, 0);                                \
+        DOT(NB, 1, 1, s, 1, (const uint8_t *)w, 0, (const uint8_t *)x, 0);                                 \
     }                                                                                                      \
     static void ka_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, \
                                const void *x, size_t ldx)                                                  \
@@ -353,23 +437,32 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
 #define KA_TILE_F32(...) ka_tile_float(KA_F32, __VA_ARGS__)
 #define KA_TILE_F16(...) ka_tile_float(KA_F16, __VA_ARGS__)
 #define KA_TILE_BF16(...) ka_tile_float(KA_BF16, __VA_ARGS__)
+#define KA_GEMM_F32(...) ka_tile_float_chains(KA_F32, __VA_ARGS__)
+#define KA_GEMM_F16(...) ka_tile_float_chains(KA_F16, __VA_ARGS__)
+#define KA_GEMM_BF16(...) ka_tile_float_chains(KA_BF16, __VA_ARGS__)
 
 /* Tile shapes (rows x columns), picked by measuring gemm at nc = 64 on the reference machine: for the
  * quantized types every shape from 2x4 to 4x4 was within noise of the best (3x4 keeps batches of 4 on the fast
- * path); for float weights 3x2 beat 1x3, 2x2, 2x3 and 1x4 by 10-25%. */
+ * path). Float weights (ka_tile_float_chains), 1B F16 with AVX2 alone on a Zen 5, 2 threads: prefill 6x2 and
+ * 4x3 alike (103-106 tokens/s; the last order, 3x2 in ka_tile_float, 93-95), 3x3 and 3x4 91, 5x2 76-81, 2x4 63;
+ * batched decode of 8 6x2 73-74 tokens/s against 4x3's 65-66 (8 columns are 3 + 3 + 1 + 1 there). */
 #define KA_QR 3
 #define KA_QC 4
 #define KA_KR 3
 #define KA_KC 4
-#define KA_FR 3
+#ifndef KA_FR
+#define KA_FR 6
+#endif
+#ifndef KA_FC
 #define KA_FC 2
+#endif
 KA_DEFINE(q8_0, KA_TILE_Q8_0, KA_QR, KA_QC, n / QK8_0)
 KA_DEFINE(q4_0, KA_TILE_Q4_0, KA_QR, KA_QC, n / QK4_0)
 KA_DEFINE(q4_k, ka_tile_q4_k, KA_KR, KA_KC, n / QK_K)
 KA_DEFINE(q6_k, ka_tile_q6_k, KA_KR, KA_KC, n / QK_K)
-KA_DEFINE(f32, KA_TILE_F32, KA_FR, KA_FC, n)
-KA_DEFINE(f16, KA_TILE_F16, KA_FR, KA_FC, n)
-KA_DEFINE(bf16, KA_TILE_BF16, KA_FR, KA_FC, n)
+KA_DEFINE2(f32, KA_TILE_F32, KA_GEMM_F32, KA_FR, KA_FC, n)
+KA_DEFINE2(f16, KA_TILE_F16, KA_GEMM_F16, KA_FR, KA_FC, n)
+KA_DEFINE2(bf16, KA_TILE_BF16, KA_GEMM_BF16, KA_FR, KA_FC, n)
 
 /* ---- activation quantizers (byte-identical to quant.c's) ---- */
 
