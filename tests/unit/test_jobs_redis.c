@@ -74,7 +74,9 @@ static void test_redis_crash(void **state)
         assert_true(pid >= 0);
         if (pid == 0)
             tj_child_run(NULL, redis.url, consumer, lease, 4000, false, NULL);
-        usleep((useconds_t)(100000 + test_rand_u64(&seed) % 250000));
+        /* 200-450 ms: long enough for a slow machine to connect, claim and commit (about 40 ms here), short
+         * enough that six lives at the fake's 1,000 lines/s (4 slots x 4 ms) cannot finish the 4,000 lines */
+        usleep((useconds_t)(200000 + test_rand_u64(&seed) % 250000));
         kill(pid, SIGKILL);
         int st;
         waitpid(pid, &st, 0);
