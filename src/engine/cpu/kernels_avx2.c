@@ -7,7 +7,8 @@
  * bigger tiles plus 1-wide edges. A tile performs, for each (row, column) pair, exactly the same sequence of
  * vector operations as the 1 x 1 tile does (integer parts are exact; every float op is the same op on the
  * same operands, in the same order within each accumulator), so gemm results are bit-identical to vec_dot's
- * and the reduction order depends only on n. Loads are unaligned throughout: rows come from mmapped files at any 2-byte offset.
+ * and the reduction order depends only on n. Loads are unaligned throughout: rows come from mmapped files at
+ * any 2-byte offset.
  *
  * Quantized x Q8_0: signed bytes multiplied with _mm256_maddubs_epi16 after moving the weight's sign onto
  *   the activation (|w| * sign(w)*x), widened with madd, converted, and accumulated in float per block by an
@@ -16,8 +17,8 @@
  *   summed exactly in int32 over the 256-element super-block, then one FMA per super-block; the Q4_K mins and
  *   the Q6_K -32 offset come from the activation's bsums instead of per-element work.
  * Float weights: 2 independent FMA accumulators of 8 lanes (16 elements per step), then single 8-element
- *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step. The gemm's tile
- *   (ka_tile_float_chains) runs the two chains one after the other, the same sums with fewer loads.
+ *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step. The tile runs the
+ *   two chains one after the other, so its activations stay in registers (ka_tile_float).
  */
 #include "engine/cpu/kernels.h"
 
@@ -256,95 +257,23 @@ KA_INLINE __m256 ka_load8(int kind, const void *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* Accumulators per (row, column) pair: 2 chains of 8 lanes keep one FMA port busy enough to outrun DRAM
- * in decode, and leave registers for a 2 x 3 tile (12 accumulators) in gemm. */
-#define KA_FACC 2
-
+/* Float weights: vec_dot's sums are 2 chains of 8 lanes (2 accumulators per (row, column), as ggml's AVX2
+ * F16 dot): chain k sums elements 16m + 8k .. 16m + 8k + 7 over the full 16-element steps in order, chain 0
+ * then takes the last 8-element step and the zero-padded tail, and the end is chain 0 + chain 1, folded. The
+ * chains never meet before the end, so the tile runs chain 1 over the whole row, then chain 0: with one chain
+ * live the tile keeps its activation vectors in registers, NR x NC accumulators + NC activations + 1 weight
+ * vector, NR + NC loads per NR x NC FMAs (both chains side by side, every FMA loaded its activation: NR x
+ * (NC + 1)). The 1 x 1 tile (vec_dot) reads its row twice, the second time from cache; decode's F16 gemv is
+ * gemv_avx2.c's. */
+#define KA_CMAXR 6
 KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, float *s, size_t lds,
                              const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
-{
-    const size_t es = kind == KA_F32 ? 4 : 2; /* weight element size */
-    const int64_t step = 8 * KA_FACC;
-    __m256 acc[KA_MAXR][KA_MAXC][KA_FACC];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-#pragma GCC unroll 4
-            for (int k = 0; k < KA_FACC; k++)
-                acc[r][c][k] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + step <= n; i += step) {
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *wr = w + (size_t)r * ldw + (size_t)i * es;
-            ka_prefetch(wr);
-            __m256 wv[KA_FACC];
-#pragma GCC unroll 4
-            for (int k = 0; k < KA_FACC; k++)
-                wv[k] = ka_load8(kind, wr + 8 * k * es);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const float *xc = (const float *)(x + (size_t)c * ldx) + i;
-#pragma GCC unroll 4
-                for (int k = 0; k < KA_FACC; k++)
-                    acc[r][c][k] = _mm256_fmadd_ps(wv[k], _mm256_loadu_ps(xc + 8 * k), acc[r][c][k]);
-            }
-        }
-    }
-    for (; i + 8 <= n; i += 8) {
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m256 w0 = ka_load8(kind, w + (size_t)r * ldw + (size_t)i * es);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++)
-                acc[r][c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i), acc[r][c][0]);
-        }
-    }
-    if (i < n) { /* tail: zero-padded copies, so the padding adds exact zeros */
-        size_t rem = (size_t)(n - i);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            uint8_t wt[32] = {0};
-            memcpy(wt, w + (size_t)r * ldw + (size_t)i * es, rem * es);
-            __m256 w0 = ka_load8(kind, wt);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                float xt[8] = {0};
-                memcpy(xt, (const float *)(x + (size_t)c * ldx) + i, rem * 4);
-                acc[r][c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[r][c][0]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++) {
-            __m256 v = acc[r][c][0];
-#pragma GCC unroll 4
-            for (int k = 1; k < KA_FACC; k++)
-                v = _mm256_add_ps(v, acc[r][c][k]);
-            s[(size_t)c * lds + r] = simd_fold8(v);
-        }
-    }
-}
-
-/* The gemm's float tile: ka_tile_float's sums for each (row, column) pair, the chains one after the other.
- * Chain k of a pair sums elements 16m + 8k .. 16m + 8k + 7 over the full 16-element steps in order, and chain 0
- * then takes the last 8-element step and the zero-padded tail; the chains never meet before the end. So chain 0
- * run over the whole row, then chain 1, gives the same bits, and with one chain live the tile keeps its
- * activation vectors in registers: NR x NC accumulators + NC activations + 1 weight vector, NR + NC loads per
- * NR x NC FMAs (ka_tile_float's order needs NR x (NC + 1): every FMA loads its activation). */
-#define KA_CMAXR 6
-_Static_assert(KA_FACC == 2, "ka_tile_float_chains runs ka_tile_float's two chains");
-KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int NC, float *s, size_t lds,
-                                    const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
 {
     const size_t es = kind == KA_F32 ? 4 : 2;
     const int64_t nfull = n / 16 * 16;
     __m256 acc[KA_CMAXR][KA_MAXC], ch1[KA_CMAXR][KA_MAXC];
 #pragma GCC unroll 2
-    for (int k = 1; k >= 0; k--) { /* chain 1 first: chain 0 then ends with the row's tail, as in ka_tile_float */
+    for (int k = 1; k >= 0; k--) { /* chain 1 first: chain 0 then ends with the row's tail */
 #pragma GCC unroll 6
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
@@ -375,7 +304,8 @@ KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int
                     ch1[r][c] = acc[r][c];
             continue;
         }
-        /* chain 0's end: at most one 8-element step, then the tail (ka_tile_float's last two loops) */
+        /* chain 0's end: at most one 8-element step, then the tail (zero-padded copies: the padding adds
+         * exact zeros) */
         i = nfull;
         if (i + 8 <= n) {
 #pragma GCC unroll 6
@@ -383,7 +313,8 @@ KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int
                 __m256 w0 = ka_load8(kind, w + (size_t)r * ldw + (size_t)i * es);
 #pragma GCC unroll 4
                 for (int c = 0; c < NC; c++)
-                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i), acc[r][c]);
+                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i),
+                                                acc[r][c]);
             }
             i += 8;
         }
@@ -414,12 +345,10 @@ KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int
 
 /* gemm: columns in blocks whose activation rows stay in L2 (256 KiB) while every weight row tile passes over
  * them, the weight rows of a tile in L1 across the block's columns (gemm_tiles.h). */
-#define KA_DEFINE(name, TILE, NR, NC, NB) KA_DEFINE2(name, TILE, TILE, NR, NC, NB)
-/* DOT: vec_dot's tile; TILE: the gemm's (the same sums) */
-#define KA_DEFINE2(name, DOT, TILE, NR, NC, NB)                                                            \
+#define KA_DEFINE(name, TILE, NR, NC, NB)                                                                  \
     static void ka_dot_##name(int64_t n, float *s, const void *w, const void *x)                         \
     {                                                                                                      \
-        DOT(NB, 1, 1, s, 1, (const uint8_t *)w, 0, (const uint8_t *)x, 0);                                 \
+        TILE(NB, 1, 1, s, 1, (const uint8_t *)w, 0, (const uint8_t *)x, 0);                                \
     }                                                                                                      \
     static void ka_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, \
                                const void *x, size_t ldx)                                                  \
@@ -437,15 +366,13 @@ KA_INLINE void ka_tile_float_chains(int kind, int64_t n, const int NR, const int
 #define KA_TILE_F32(...) ka_tile_float(KA_F32, __VA_ARGS__)
 #define KA_TILE_F16(...) ka_tile_float(KA_F16, __VA_ARGS__)
 #define KA_TILE_BF16(...) ka_tile_float(KA_BF16, __VA_ARGS__)
-#define KA_GEMM_F32(...) ka_tile_float_chains(KA_F32, __VA_ARGS__)
-#define KA_GEMM_F16(...) ka_tile_float_chains(KA_F16, __VA_ARGS__)
-#define KA_GEMM_BF16(...) ka_tile_float_chains(KA_BF16, __VA_ARGS__)
 
 /* Tile shapes (rows x columns), picked by measuring gemm at nc = 64 on the reference machine: for the
  * quantized types every shape from 2x4 to 4x4 was within noise of the best (3x4 keeps batches of 4 on the fast
- * path). Float weights (ka_tile_float_chains), 1B F16 with AVX2 alone on a Zen 5, 2 threads: prefill 6x2 and
- * 4x3 alike (103-106 tokens/s; the last order, 3x2 in ka_tile_float, 93-95), 3x3 and 3x4 91, 5x2 76-81, 2x4 63;
- * batched decode of 8 6x2 73-74 tokens/s against 4x3's 65-66 (8 columns are 3 + 3 + 1 + 1 there). */
+ * path). Float weights (ka_tile_float), 1B F16 with AVX2 alone on a Zen 5, 2 threads: prefill 6x2 and 4x3
+ * alike (103-106 tokens/s; both chains side by side in a 3x2 tile, before, 93-95), 3x3 and 3x4 91, 5x2
+ * 76-81, 2x4 63; batched decode of 8 6x2 73-74 tokens/s against 4x3's 65-66 (8 columns are 3 + 3 + 1 + 1
+ * there). */
 #define KA_QR 3
 #define KA_QC 4
 #define KA_KR 3
@@ -460,9 +387,9 @@ KA_DEFINE(q8_0, KA_TILE_Q8_0, KA_QR, KA_QC, n / QK8_0)
 KA_DEFINE(q4_0, KA_TILE_Q4_0, KA_QR, KA_QC, n / QK4_0)
 KA_DEFINE(q4_k, ka_tile_q4_k, KA_KR, KA_KC, n / QK_K)
 KA_DEFINE(q6_k, ka_tile_q6_k, KA_KR, KA_KC, n / QK_K)
-KA_DEFINE2(f32, KA_TILE_F32, KA_GEMM_F32, KA_FR, KA_FC, n)
-KA_DEFINE2(f16, KA_TILE_F16, KA_GEMM_F16, KA_FR, KA_FC, n)
-KA_DEFINE2(bf16, KA_TILE_BF16, KA_GEMM_BF16, KA_FR, KA_FC, n)
+KA_DEFINE(f32, KA_TILE_F32, KA_FR, KA_FC, n)
+KA_DEFINE(f16, KA_TILE_F16, KA_FR, KA_FC, n)
+KA_DEFINE(bf16, KA_TILE_BF16, KA_FR, KA_FC, n)
 
 /* ---- activation quantizers (byte-identical to quant.c's) ---- */
 
