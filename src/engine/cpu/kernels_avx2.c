@@ -377,12 +377,9 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
 #define KA_QC 4
 #define KA_KR 3
 #define KA_KC 4
-#ifndef KA_FR
 #define KA_FR 6
-#endif
-#ifndef KA_FC
 #define KA_FC 2
-#endif
+_Static_assert(KA_FR <= KA_CMAXR && KA_FC <= KA_MAXC, "ka_tile_float's accumulators hold the float tile");
 KA_DEFINE(q8_0, KA_TILE_Q8_0, KA_QR, KA_QC, n / QK8_0)
 KA_DEFINE(q4_0, KA_TILE_Q4_0, KA_QR, KA_QC, n / QK4_0)
 KA_DEFINE(q4_k, ka_tile_q4_k, KA_KR, KA_KC, n / QK_K)
