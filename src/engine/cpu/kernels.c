@@ -115,7 +115,7 @@ static void kern_dot_q8_0(int64_t n, float *s, const void *w, const void *x)
         int sumi = 0;
         for (int j = 0; j < QK8_0; j++)
             sumi += a[k].qs[j] * b[k].qs[j];
-        sum += (float)sumi * (fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d));
+        sum = fmaf((float)sumi, fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d), sum);
     }
     *s = sum;
 }
@@ -131,7 +131,7 @@ static void kern_dot_q4_0(int64_t n, float *s, const void *w, const void *x)
             sumi += ((a[k].qs[j] & 15) - 8) * b[k].qs[j];
             sumi += ((a[k].qs[j] >> 4) - 8) * b[k].qs[j + QK4_0 / 2];
         }
-        sum += (float)sumi * (fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d));
+        sum = fmaf((float)sumi, fp16_to_f32(a[k].d) * fp16_to_f32(b[k].d), sum);
     }
     *s = sum;
 }
