@@ -1,10 +1,12 @@
 /*
- * gemv_avx512q tests: the AVX-512 Q4_0 / Q8_0 gemv and gemm give outputs bit-identical to kernel_ops vec_dot on
- * AVX2 for every output: random and extreme quants (max magnitude, all one sign), large and tiny (subnormal F16)
+ * Q4_0 / Q8_0 gemv_ops tests: the gemv and gemm of every kernel set the CPU has (AVX-512, AVX-VNNI, AVX2) give
+ * outputs bit-identical to kernel_ops vec_dot on AVX2 (itself bit-identical to the scalar block-sum reference,
+ * test_kernels) for every output: random and extreme quants (max magnitude, all one sign), large and tiny (subnormal F16)
  * scales, block counts that are and are not multiples of 8 / 16, row counts leaving every row-pair and tile
  * remainder, column counts leaving every column-tile remainder and crossing column cache blocks, and strides
  * (ldw, ldx, ldaux, lds) larger than a row; the same for gemv16 / gemm16 on the rows in quant.h's R16 layout,
- * which also converts back to the rows exactly. Skipped on CPUs without AVX-512 (or with WAFER_NO_AVX512 set).
+ * which also converts back to the rows exactly. A set the CPU lacks is skipped (and said so); all are skipped
+ * without AVX2.
  */
 #include "testutil.h"
 
@@ -76,14 +78,19 @@ static void fill_act(uint8_t *row, int64_t n, uint64_t *seed, int mode, int c)
 
 /* nr weight rows (ldw = row bytes + wpad) x nc activation rows (ldx = row bytes + 8); gemv of every column
  * and the gemm of all of them against vec_dot. */
-static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t seed, int mode)
+/* The kernel sets checked, each where the CPU has it: AVX-512, AVX-VNNI, AVX2. */
+static const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_avx512q, gemv_ops_vnni, gemv_ops_avx2};
+static const char *const set_names[] = {"avx512", "avx-vnni", "avx2"};
+
+static void check_set(const struct gemv_ops *(*set)(enum dtype), enum dtype t, int64_t n, int nr, int nc, size_t wpad,
+                      uint64_t seed, int mode)
 {
-    const struct gemv_ops *gv = gemv_ops_avx512q(t);
+    const struct gemv_ops *gv = set(t);
     const struct kernel_ops *ref = kernel_ops_avx2(t);
     assert_non_null(gv);
     assert_non_null(gv->gemm);
     assert_non_null(ref);
-    assert_int_equal(gv->prep, gemv_ops_avx512q(t == DTYPE_Q4_0 ? DTYPE_Q8_0 : DTYPE_Q4_0)->prep); /* one prep */
+    assert_int_equal(gv->prep, set(t == DTYPE_Q4_0 ? DTYPE_Q8_0 : DTYPE_Q4_0)->prep); /* one prep */
     size_t rb = dtype_row_bytes(t, n), ldw = rb + wpad, xb = dtype_row_bytes(DTYPE_Q8_0, n), ldx = xb + 8;
     size_t ab = gv->aux_bytes(n), ldaux = ab + 32 * (size_t)(1 + nc % 2); /* 32-byte aligned, padded */
     assert_int_equal(ab % 32, 0);
@@ -127,7 +134,7 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
     /* the first nr / 16 groups of rows in the R16 layout: gemv16 and gemm16 give the same bits, and the layout
      * converts back to the rows, and quant_r16_row reads each row out */
     int n16 = nr / QUANT_R16_ROWS * QUANT_R16_ROWS;
-    if (n16) {
+    if (n16 && gv->gemv16) {
         uint8_t *w16 = test_r16_of(t, w, ldw, n16, n);
         for (int c = 0; c < nc; c++) {
             y[n16] = -7.0f;
@@ -154,12 +161,24 @@ static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t
     free(w), free(x), free(aux), free(want), free(y), free(s);
 }
 
-static void skip_without_avx512(void)
+/* check_set for every kernel set the CPU has */
+static void check(enum dtype t, int64_t n, int nr, int nc, size_t wpad, uint64_t seed, int mode)
 {
-    if (!gemv_ops_avx512q(DTYPE_Q4_0)) {
-        print_message("[  SKIPPED ] no AVX-512 (F/BW/VL/DQ + VNNI) on this CPU (or WAFER_NO_SIMD / WAFER_NO_AVX512 set)\n");
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        if (sets[i](t))
+            check_set(sets[i], t, n, nr, nc, wpad, seed, mode);
+}
+
+static void skip_without_avx2(void)
+{
+    static int said;
+    if (!gemv_ops_avx2(DTYPE_Q4_0)) {
+        print_message("[  SKIPPED ] no AVX2 + FMA + F16C on this CPU (or WAFER_NO_SIMD set)\n");
         skip();
     }
+    if (!said++)
+        for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+            print_message("%s kernels: %s\n", set_names[i], sets[i](DTYPE_Q4_0) ? "checked" : "not on this CPU, skipped");
 }
 
 static const enum dtype types[] = {DTYPE_Q4_0, DTYPE_Q8_0};
@@ -167,7 +186,7 @@ static const enum dtype types[] = {DTYPE_Q4_0, DTYPE_Q8_0};
 static void test_shapes(void **state)
 {
     (void)state;
-    skip_without_avx512();
+    skip_without_avx2();
     static const int64_t ns[] = {32, 64, 96, 256, 2048, 2080};
     for (size_t a = 0; a < 2; a++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
@@ -178,7 +197,7 @@ static void test_shapes(void **state)
 static void test_columns(void **state)
 {
     (void)state;
-    skip_without_avx512();
+    skip_without_avx2();
     for (size_t a = 0; a < 2; a++)
         for (int nc = 1; nc <= 19; nc++) {
             check(types[a], 288, 5, nc, 0, 100 + (uint64_t)nc, 0);
@@ -190,7 +209,7 @@ static void test_columns(void **state)
 static void test_r16_groups(void **state)
 {
     (void)state;
-    skip_without_avx512();
+    skip_without_avx2();
     static const int64_t ns[] = {32, 96, 288, 2048};
     for (size_t a = 0; a < 2; a++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
@@ -206,7 +225,7 @@ static void test_r16_groups(void **state)
 static void test_extremes(void **state)
 {
     (void)state;
-    skip_without_avx512();
+    skip_without_avx2();
     for (size_t a = 0; a < 2; a++)
         for (int mode = 1; mode <= 3; mode++) {
             check(types[a], 2080, 13, 7, 2, 300 + (uint64_t)mode, mode);
@@ -218,7 +237,7 @@ static void test_extremes(void **state)
 static void test_column_blocks(void **state)
 {
     (void)state;
-    skip_without_avx512();
+    skip_without_avx2();
     /* long rows: aux per column ~400 KB, so a few columns per cache block and several blocks */
     for (size_t a = 0; a < 2; a++)
         check(types[a], 32 * 2056, 21, 11, 0, 600, 0);

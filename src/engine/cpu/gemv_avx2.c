@@ -54,43 +54,38 @@ GV_INLINE void gv_prefetch(const uint8_t *p, size_t n)
         _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
-GV_INLINE __m256 gv_lane(__m256 v, int k) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(k)); }
+
 
 static inline float gv_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 /* ---- Q8_0 / Q4_0 ---- */
 
-/* aux for Q8_0 activations: float dx[nb rounded up to 8], then for Q4_0 int32 xs8[nb][8]: 8 * the lane sums of
- * the activation's codes (lane l = elements 4l..4l+3). */
+/* aux of a Q8_0 activation row (nb blocks, nb8 = nb rounded up to 8): float dx[nb8] (the block scales, zero past
+ * nb), then int32 c4[nb8] = -8 * the block's sum of codes (Q4_0's correction: its lanes multiply the unsigned
+ * nibbles, w + 8), zero past nb. */
 static size_t gv_dx_floats(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 
-static size_t gv_aux_bytes_q8_0(int64_t n) { return gv_dx_floats(n / QK8_0) * sizeof(float); }
-static size_t gv_aux_bytes_q4_0(int64_t n) { return gv_aux_bytes_q8_0(n) + (size_t)(n / QK8_0) * 32; }
-
-static void gv_prep_q8_0(int64_t n, const void *x, void *aux)
-{
-    const struct block_q8_0 *bx = x;
-    float *dx = aux;
-    int64_t nb = n / QK8_0;
-    for (int64_t b = 0; b < nb; b++)
-        dx[b] = gv_h2f(bx[b].d);
-    for (int64_t b = nb; b < (int64_t)gv_dx_floats(nb); b++)
-        dx[b] = 0;
-}
+static size_t gv_aux_bytes_q4_0(int64_t n) { return 2 * gv_dx_floats(n / QK8_0) * sizeof(float); }
 
 static void gv_prep_q4_0(int64_t n, const void *x, void *aux)
 {
-    gv_prep_q8_0(n, x, aux);
     const struct block_q8_0 *bx = x;
-    int64_t nb = n / QK8_0;
-    __m256i *xs = (__m256i *)((uint8_t *)aux + gv_aux_bytes_q8_0(n));
-    const __m256i eight = _mm256_set1_epi8(8), ones = _mm256_set1_epi16(1);
-    for (int64_t b = 0; b < nb; b++)
-        _mm256_store_si256(xs + b, _mm256_madd_epi16(_mm256_maddubs_epi16(eight, _mm256_loadu_si256((const __m256i *)bx[b].qs)), ones));
+    int64_t nb = n / QK8_0, nb8 = (int64_t)gv_dx_floats(nb);
+    float *dx = aux;
+    int32_t *c4 = (int32_t *)(dx + nb8);
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t sum = 0;
+        for (int j = 0; j < QK8_0; j++)
+            sum += bx[b].qs[j];
+        dx[b] = gv_h2f(bx[b].d);
+        c4[b] = -8 * sum;
+    }
+    for (int64_t b = nb; b < nb8; b++)
+        dx[b] = 0, c4[b] = 0;
 }
 
-/* The weights of one block for the lanes: Q4_0's nibbles (0..15, lanes 0-3 the low, 4-7 the high ones), Q8_0's
- * bytes. */
+/* The weights of one block for the lanes: Q4_0's nibbles (0..15: the low ones in the low 16 bytes, the high
+ * ones in the high 16 bytes), Q8_0's bytes. */
 GV_INLINE __m256i gv_unpack(int is_q4, const uint8_t *blk)
 {
     if (is_q4) {
@@ -100,84 +95,50 @@ GV_INLINE __m256i gv_unpack(int is_q4, const uint8_t *blk)
     return _mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs);
 }
 
-/* The lanes of one block from gv_unpack's weights u: Q4_0 nibbles times x less 8 x the lane sums (xs, from
- * the aux), Q8_0 with the weight's sign moved onto x: the 8 lanes of sum(w * x) as vec_dot forms them. */
-GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq, __m256i xs)
+/* The lanes of one block whose sum is the block's sum of w * x: Q4_0 the nibbles (w + 8) times x, 16 int16 lanes
+ * (pairs of products, at most 2 x 15 x 128), less the block's c4 (gemm_q8_tile.h adds them up in 16 bits and
+ * adds c4); Q8_0 8 int32 lanes, the weight's sign moved onto x. Q4_0 is thus one multiply instruction per
+ * (row, column, block) where Q8_0 needs two (its products' pairs overflow 16 bits when added). */
+GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 {
     if (is_q4)
-        return _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq), _mm256_set1_epi16(1)), xs);
+        return _mm256_maddubs_epi16(u, xq);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), _mm256_set1_epi16(1));
 }
 
-GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
-                         const struct block_q8_0 *x, const void *aux)
-{
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
-    const float *dx = aux;
-    const __m256i *xs = (const __m256i *)((const uint8_t *)aux + gv_dx_floats(nb) * sizeof(float));
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        acc[r] = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, 8 * NR * bb);
-        __m256 d8 = _mm256_loadu_ps(dx + b), s8[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-            s8[r] = _mm256_mul_ps(simd_f16x8_strided(w + (size_t)r * ldw + (size_t)b * bb, bb), d8);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m256i xq = _mm256_loadu_si256((const __m256i *)x[b + k].qs);
-            __m256i xk = is_q4 ? _mm256_load_si256(xs + b + k) : _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *blk = w + (size_t)r * ldw + (size_t)(b + k) * bb;
-                __m256i p = gv_lanes(is_q4, gv_unpack(is_q4, blk), xq, xk);
-                acc[r] = _mm256_fmadd_ps(gv_lane(s8[r], k), _mm256_cvtepi32_ps(p), acc[r]);
-            }
-        }
-    }
-    for (; b < nb; b++) {
-        __m256i xq = _mm256_loadu_si256((const __m256i *)x[b].qs);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = w + (size_t)r * ldw + (size_t)b * bb;
-            uint16_t dw;
-            memcpy(&dw, blk, 2);
-            __m256i xk = is_q4 ? _mm256_load_si256(xs + b) : _mm256_setzero_si256();
-            __m256i p = gv_lanes(is_q4, gv_unpack(is_q4, blk), xq, xk);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gv_h2f(dw) * dx[b]), _mm256_cvtepi32_ps(p), acc[r]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        y[r] = simd_fold8(acc[r]);
-}
+/* ---- Q8_0 / Q4_0 decode, prefill and batched decode: gemm_q8_tile.h's tile ----
+ * The decode gemv runs 8 rows per tile (one register of block sums), the gemm GV_GR rows x GV_GC columns. */
 
-/* ---- Q8_0 / Q4_0 prefill and batched decode: NR rows x NC activation rows ----
- * The gemv tile's integer lanes and scale products, each weight block serving NC columns and each activation
- * block NR rows. Per (row, column, block): maddubs, madd, the subtraction (Q4_0) or sign (Q8_0), a convert and
- * the FMA, its scale broadcast from memory (a load, not a shuffle); kernel_ops' tile also forms each scale
- * product alone (two F16 conversions, a multiply and a broadcast) and Q4_0's signs per pair. 1B prefill of
- * 256 tokens, 2 threads, AVX2 alone (WAFER_NO_AVX512=1 WAFER_NO_VNNI=1 on a Zen 5): Q4_0 85-86 -> 104-107
- * tokens/s, Q8_0 96-100 -> 112-120, against kernel_ops' tile. Tile shapes measured the same way (Q4_0 / Q8_0,
- * two rounds): 3 x 4 107-109 / 117-120, 3 x 3 97-103 / 111-119, 2 x 4 97-102 / 113-119, 4 x 3 96-102 /
- * 103-111, 4 x 2 95-97 / 99-104, 2 x 6 73-74 / 91-93 (16 ymm registers: the accumulators spill). */
-
-#define GV_GR 3 /* gemm tile: rows */
+#define GV_GR 4 /* gemm tile: rows */
 #define GV_GC 4 /* gemm tile: columns */
 
-#define GQ_TILE gv_tile_gemm
-#define GQ_R GV_GR
-#define GQ_C GV_GC
+#define GQ_TILE gv_tile_q
+#define GQ_R 8
+#define GQ_G 2
 #define GQ_SCALES8(p, st) simd_f16x8_strided(p, st)
 #define GQ_UNPACK(is_q4, blk) gv_unpack(is_q4, blk)
-#define GQ_COL(is_q4, a, b)                                                                                     \
-    ((is_q4) ? _mm256_load_si256((const __m256i *)((a) + gv_dx_floats(nb) * sizeof(float)) + (b)) : _mm256_setzero_si256())
-#define GQ_LANES(is_q4, u, xq, col) gv_lanes(is_q4, u, xq, col)
-#define GQ_FINISH(is_q4, acc) (acc)
+#define GQ_LANES(is_q4, u, xq) gv_lanes(is_q4, u, xq)
+#define GQ_LANES16(is_q4) (is_q4)
+#define GQ_CORR(is_q4) ((is_q4) ? (long)(gv_dx_floats(nb) * sizeof(float)) : -1L)
+#define GQ_PREFETCH(p, n) gv_prefetch(p, n)
+#define GQ_PF GV_PF
 #include "engine/cpu/gemm_q8_tile.h"
+
+#define GV_GEMV_Q(name, IS_Q4, QK)                                                                          \
+    static void gv_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,  \
+                               const void *aux)                                                           \
+    {                                                                                                     \
+        const uint8_t *W = w, *X = x, *A = aux;                                                           \
+        const int64_t nb = n / QK;                                                                        \
+        int64_t i = 0;                                                                                    \
+        for (; i + 8 <= nr; i += 8)                                                                       \
+            gv_tile_q(IS_Q4, nb, 8, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 1);                 \
+        for (; i < nr; i++)                                                                               \
+            gv_tile_q(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 0);                 \
+    }
+
+GV_GEMV_Q(q4_0, 1, QK4_0)
+GV_GEMV_Q(q8_0, 0, QK8_0)
 
 #define GV_GEMM(name, IS_Q4, QK)                                                                            \
     static void gv_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
@@ -189,11 +150,143 @@ GV_INLINE void gv_tile_q(int is_q4, int64_t nb, const int NR, float *y, const ui
         GEMM_TILES(nr, nc, jb, GV_GR, GV_GC, GV_GEMM_TILE, IS_Q4)                                           \
     }
 #define GV_GEMM_TILE(is_q4, R, C, i, j)                                                                     \
-    gv_tile_gemm(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,             \
-                 X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux)
+    gv_tile_q(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,                \
+              X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux, 0)
 
 GV_GEMM(q4_0, 1, QK4_0)
 GV_GEMM(q8_0, 0, QK8_0)
+
+/* ---- Q8_0 / Q4_0 in quant.h's R16 layout: 8 rows per register, no horizontal sums ----
+ * A 256-bit load of an R16 dword holds that dword of 8 rows (half h of a 16-row group), so maddubs against the
+ * activation's dword broadcast gives each row's products in its own 32-bit lane, and a block's sums of 8 rows
+ * come out of vertical adds: Q4_0 adds its 8 maddubs (16-bit lanes of two products of a nibble and a code, at
+ * most 2 x 15 x 128; 8 of them fit in 16 bits) and widens once with madd, so a (row, column, block) costs 1 +
+ * 1/8 multiply instructions where the rows layout's tile needs 2 (maddubs + madd) and a share of the tree
+ * that adds lanes across registers; Q8_0 (products' pairs up to 2 x 128 x 127) widens every maddubs. Then per
+ * 8 rows one convert, one multiply of the scales, one FMA. */
+
+#define GV16_C 4 /* gemm tile: columns (of 8 rows) */
+
+/* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
+ * pf: prefetch along the group stream (gemv). */
+GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
+                         int h0, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, int pf)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
+    const size_t c4off = gv_dx_floats(nb) * sizeof(float);
+    const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    __m256 acc[2][GV16_C];
+#pragma GCC unroll 2
+    for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            acc[i][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = grp + quant_r16_dwords(1, nd, nb, b), *hs = grp + quant_r16_scales(1, nd, nb, b);
+        if (pf)
+            gv_prefetch(grp + GV_PF + (size_t)b * 16 * bb, 16 * bb);
+#pragma GCC unroll 2
+        for (int i = 0; i < NH; i++) {
+            const int h = h0 + i;
+            __m256i p[GV16_C];
+            if (is_q4) {
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h));
+                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        const uint8_t *xc = (const uint8_t *)((const struct block_q8_0 *)(x + (size_t)c * ldx) + b)->qs;
+                        int32_t xl, xh;
+                        memcpy(&xl, xc + 4 * k, 4);
+                        memcpy(&xh, xc + 16 + 4 * k, 4);
+                        __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
+                                                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+                        p[c] = k ? _mm256_add_epi16(p[c], t) : t;
+                    }
+                }
+#pragma GCC unroll 8
+                for (int c = 0; c < NC; c++)
+                    p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones),
+                                            _mm256_set1_epi32(((const int32_t *)(aux + (size_t)c * ldaux + c4off))[b]));
+            } else {
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h)), av = _mm256_abs_epi8(v);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        int32_t xk;
+                        memcpy(&xk, ((const struct block_q8_0 *)(x + (size_t)c * ldx) + b)->qs + 4 * k, 4);
+                        __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(_mm256_set1_epi32(xk), v)), ones);
+                        p[c] = k ? _mm256_add_epi32(p[c], t) : t;
+                    }
+                }
+            }
+            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++)
+                acc[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[c]),
+                                            _mm256_mul_ps(dw, _mm256_set1_ps(((const float *)(aux + (size_t)c * ldaux))[b])),
+                                            acc[i][c]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            _mm256_storeu_ps(s + (size_t)c * lds + 8 * (h0 + i), acc[i][c]);
+}
+
+GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *x, const uint8_t *aux)
+{
+    int64_t nb = n / QK8_0;
+    size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    for (int64_t i = 0; i < nr; i += 16)
+        gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0, 1);
+}
+
+GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
+                         size_t ldx, const uint8_t *aux, size_t ldaux)
+{
+    int64_t nb = n / QK8_0;
+    size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    int jb = gemm_col_block(ldx + gv_aux_bytes_q4_0(n), GV16_C);
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 16) {
+            const uint8_t *g = w + (size_t)(i / 16) * gbytes;
+            for (int h = 0; h < 2; h++) {
+                int j = j0;
+                for (; j + GV16_C <= j1; j += GV16_C)
+                    gv16_tile(is_q4, nb, 1, GV16_C, s + (size_t)j * lds + i, lds, g, h, x + (size_t)j * ldx, ldx,
+                              aux + (size_t)j * ldaux, ldaux, 0);
+                float *sj = s + (size_t)j * lds + i;
+                const uint8_t *xj = x + (size_t)j * ldx, *aj = aux + (size_t)j * ldaux;
+                _Static_assert(GV16_C == 4, "remainder cases: 1 to 3 columns");
+                switch (j1 - j) { /* constant column counts keep the accumulators in registers */
+                case 3: gv16_tile(is_q4, nb, 1, 3, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
+                case 2: gv16_tile(is_q4, nb, 1, 2, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
+                case 1: gv16_tile(is_q4, nb, 1, 1, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
+                default: break;
+                }
+            }
+        }
+    }
+}
+
+#define GV16_FNS(name, IS_Q4)                                                                                \
+    static void gv16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
+    {                                                                                                      \
+        gv16_gemv(IS_Q4, n, nr, y, w, x, aux);                                                             \
+    }                                                                                                      \
+    static void gv16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
+                                 size_t ldx, const void *aux, size_t ldaux)                                \
+    {                                                                                                      \
+        gv16_gemm(IS_Q4, n, nr, nc, s, lds, w, x, ldx, aux, ldaux);                                        \
+    }
+
+GV16_FNS(q4_0, 1)
+GV16_FNS(q8_0, 0)
 
 /* ---- Q4_K / Q6_K x Q8_K: the integer lanes exactly as kernels_avx2.c forms them ---- */
 
@@ -359,10 +452,6 @@ static void gv_prep_none(int64_t n, const void *x, void *aux) {}
             TILE(NB, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);                                          \
     }
 
-#define GV_TILE_Q4_0(...) gv_tile_q(1, __VA_ARGS__)
-#define GV_TILE_Q8_0(...) gv_tile_q(0, __VA_ARGS__)
-GV_DEFINE(q4_0, GV_TILE_Q4_0, 4, n / QK4_0)
-GV_DEFINE(q8_0, GV_TILE_Q8_0, 4, n / QK8_0)
 GV_DEFINE(q4_k, gv_tile_q4_k, 2, n / QK_K)
 GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
@@ -388,8 +477,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
-    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, gv_gemm_q4_0, NULL, NULL},
-    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, gv_gemm_q8_0, NULL, NULL},
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, gv_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, gv_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0},
     {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, NULL, NULL},
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, NULL, NULL},
 };

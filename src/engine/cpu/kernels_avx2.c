@@ -11,8 +11,10 @@
  * any 2-byte offset.
  *
  * Quantized x Q8_0: signed bytes multiplied with _mm256_maddubs_epi16 after moving the weight's sign onto
- *   the activation (|w| * sign(w)*x), widened with madd, converted, and accumulated in float per block by an
- *   FMA with d_w * d_x.
+ *   the activation (|w| * sign(w)*x), widened with madd and summed exactly over the block, then one scalar
+ *   acc = fma(float(sum), d_w * d_x, acc) per block in block order: kernels.c's block-sum numerics, which the
+ *   fast kernels (gemv*.c) reproduce with the blocks' sums of 8 or 16 rows in one register. These are the
+ *   simple ones (vec_dot, the Q8_0 KV cache's products); a gemv_ops gemm runs prefill.
  * K-quants x Q8_K: per 32 (Q4_K) or 16 (Q6_K) elements an integer dot weighted by the sub-block scale,
  *   summed exactly in int32 over the 256-element super-block, then one FMA per super-block; the Q4_K mins and
  *   the Q6_K -32 offset come from the activation's bsums instead of per-element work.
@@ -54,25 +56,29 @@ KA_INLINE float ka_h2f(uint16_t h) { return _cvtsh_ss(h); }
 
 /* ---- Q8_0 / Q4_0 weights x Q8_0 activations ---- */
 
-/* One block pair: acc += (dw*dx) * sum(w*x) with w given as |w| and w (for its sign). */
-KA_INLINE __m256 ka_q8_pair(__m256 acc, __m256i aw, __m256i sw, float dw, const struct block_q8_0 *bx)
+/* One block pair in the block-sum numerics (kernels.c): the exact integer sum of w*x over the block, with w
+ * given as |w| and w (for its sign), then acc = fma(float(sum), d_w * d_x, acc). */
+KA_INLINE float ka_q8_pair(float acc, __m256i aw, __m256i sw, float dw, const struct block_q8_0 *bx)
 {
     __m256i xq = _mm256_loadu_si256((const __m256i *)bx->qs);
     __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, sw));
     __m256i p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-    return _mm256_fmadd_ps(_mm256_set1_ps(dw * ka_h2f(bx->d)), _mm256_cvtepi32_ps(p32), acc);
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(p32), _mm256_extracti128_si256(p32, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    return __builtin_fmaf((float)_mm_cvtsi128_si32(t), dw * ka_h2f(bx->d), acc);
 }
 
 /* is_q4: weights are Q4_0 (nibbles - 8) instead of Q8_0. */
 KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, float *s, size_t lds,
                           const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
 {
-    __m256 acc[KA_MAXR][KA_MAXC];
+    float acc[KA_MAXR][KA_MAXC];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm256_setzero_ps();
+            acc[r][c] = 0.0f;
     for (int64_t b = 0; b < nb; b++) {
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -101,7 +107,7 @@ KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, flo
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
+            s[(size_t)c * lds + r] = acc[r][c];
 }
 
 /* ---- Q4_K x Q8_K ---- */
