@@ -1,5 +1,5 @@
 /*
- * gemv tests: the decode kernels (AVX2 and AVX-VNNI) and the AVX2 and AVX-VNNI gemm give outputs bit-identical to
+ * gemv tests: the AVX2 decode kernels and the AVX2 gemm give outputs bit-identical to
  * kernel_ops vec_dot (and so to the gemm tiles the batched path uses) for every type they cover, for row and
  * column counts that leave every tile remainder and cross column cache blocks, block counts that are and are
  * not multiples of 8, F16 rows with tails, and extreme codes (all-max, all-min). Also checks that each result
@@ -61,8 +61,6 @@ static void check_ops(const struct gemv_ops *gv, enum dtype t, int64_t n, int64_
 static void check_type(enum dtype t, int64_t n, int64_t nr, uint64_t seed, int extreme)
 {
     check_ops(gemv_ops_avx2(t), t, n, nr, seed, extreme);
-    if (gemv_ops_vnni(t))
-        check_ops(gemv_ops_vnni(t), t, n, nr, seed, extreme);
 }
 
 /* gemm of nr weight rows x nc activation rows against vec_dot for every pair. */
@@ -99,7 +97,7 @@ static void check_gemm(const struct gemv_ops *gv, enum dtype t, int64_t n, int n
     free(w), free(x), free(aux), free(f), free(s);
 }
 
-/* Every gemm of a gemv_ops set (AVX2, AVX-VNNI) against vec_dot: tile edges in rows and columns, block counts
+/* Every gemm of a gemv_ops set (AVX2) against vec_dot: tile edges in rows and columns, block counts
  * that are and are not multiples of 8 (the tiles take scale products 8 blocks at a time), several column cache
  * blocks. */
 static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
@@ -115,16 +113,6 @@ static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
         check_gemm(gv, ts[a], 8192, 4, 40, 9);
         check_gemm(gv, ts[a], 256, 7, 8, 6);
     }
-}
-
-static void test_vnni_gemm(void **state)
-{
-    (void)state;
-    if (!gemv_ops_vnni(DTYPE_Q4_0)) {
-        print_message("[  SKIPPED ] no AVX-VNNI on this CPU (or WAFER_NO_SIMD / WAFER_NO_VNNI set)\n");
-        skip();
-    }
-    check_gemm_set(gemv_ops_vnni);
 }
 
 static void test_avx2_gemm(void **state)
@@ -212,7 +200,6 @@ int main(void)
         cmocka_unit_test(test_k_quants),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_coverage),
-        cmocka_unit_test(test_vnni_gemm),
         cmocka_unit_test(test_avx2_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

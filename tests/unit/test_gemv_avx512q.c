@@ -1,5 +1,5 @@
 /*
- * Q4_0 / Q8_0 gemv_ops tests: the gemv and gemm of every kernel set the CPU has (AVX-512, AVX-VNNI, AVX2) give
+ * Q4_0 / Q8_0 gemv_ops tests: the gemv and gemm of every kernel set the CPU has (AVX-512, AVX2) give
  * outputs bit-identical to kernel_ops vec_dot on AVX2 (itself bit-identical to the scalar block-sum reference,
  * test_kernels) for every output: random and extreme quants (max magnitude, all one sign), large and tiny (subnormal F16)
  * scales, block counts that are and are not multiples of 8 / 16, row counts leaving every row-pair and tile
@@ -78,9 +78,9 @@ static void fill_act(uint8_t *row, int64_t n, uint64_t *seed, int mode, int c)
 
 /* nr weight rows (ldw = row bytes + wpad) x nc activation rows (ldx = row bytes + 8); gemv of every column
  * and the gemm of all of them against vec_dot. */
-/* The kernel sets checked, each where the CPU has it: AVX-512, AVX-VNNI, AVX2. */
-static const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_avx512q, gemv_ops_vnni, gemv_ops_avx2};
-static const char *const set_names[] = {"avx512", "avx-vnni", "avx2"};
+/* The kernel sets checked, each where the CPU has it: AVX-512, AVX2. */
+static const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_avx512q, gemv_ops_avx2};
+static const char *const set_names[] = {"avx512", "avx2"};
 
 static void check_set(const struct gemv_ops *(*set)(enum dtype), enum dtype t, int64_t n, int nr, int nc, size_t wpad,
                       uint64_t seed, int mode)

@@ -174,8 +174,6 @@ static const char *cpu_isa_name(const struct cpu_backend *cb, enum dtype t)
     const struct gemv_ops *g = cb->gemv[t];
     if (g && (g == gemv_ops_avx512q(t) || g == gemv_ops_avx512k(t)))
         return "avx512";
-    if (g && g == gemv_ops_vnni(t))
-        return "avx-vnni";
     return "avx2";
 }
 

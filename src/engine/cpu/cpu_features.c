@@ -1,5 +1,5 @@
 /*
- * cpu_features: cpuid (leaf 1 for F16C, leaf 7 for AVX2/AVX512/VNNI) and xgetbv (the OS saves the wider
+ * cpu_features: cpuid (leaf 1 for F16C, leaf 7 for AVX2/AVX512) and xgetbv (the OS saves the wider
  * register state), each asked once.
  */
 #include "engine/cpu/cpu_features.h"
@@ -23,18 +23,6 @@ bool kernel_cpu_has_avx2(void)
          * __builtin_cpu_supports does not know "f16c" */
         has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
               (c & (1u << 29));
-    }
-    return has;
-}
-
-bool gemv_cpu_has_vnni(void)
-{
-    static int has = -1;
-    if (has < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        const char *off = getenv("WAFER_NO_VNNI");
-        has = kernel_cpu_has_avx2() && !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 1, &a, &b, &c, &d) &&
-              ((a >> 4) & 1);
     }
     return has;
 }

@@ -14,10 +14,6 @@
  * call, so tests can toggle it). */
 bool kernel_cpu_has_avx2(void);
 
-/* true when the CPU has AVX-VNNI (and AVX2+FMA+F16C, and WAFER_NO_SIMD is not set; WAFER_NO_VNNI=1 also
- * turns it off, to measure or test the AVX2 path on a VNNI machine). */
-bool gemv_cpu_has_vnni(void);
-
 /* true when the CPU and OS support AVX512F, DQ, BW, VL and AVX512-VNNI besides AVX2+FMA+F16C, and neither
  * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
 bool gemv_cpu_has_avx512(void);

@@ -9,7 +9,5 @@ const struct gemv_ops *gemv_ops_best(enum dtype t)
     const struct gemv_ops *g = gemv_ops_avx512q(t);
     if (!g)
         g = gemv_ops_avx512k(t);
-    if (!g)
-        g = gemv_ops_vnni(t);
     return g ? g : gemv_ops_avx2(t);
 }

@@ -1,23 +1,22 @@
 /*
  * gemv: matrix-vector kernels for decode (one activation row against a block of weight rows), the product
  * that decides generation speed, and matrix-matrix kernels for prefill and batched decode of Q4_0 and Q8_0
- * weights (AVX2, AVX-VNNI, AVX-512) and of F16 and the K-quants (AVX-512).
+ * weights (AVX2, AVX-512) and of F16 and the K-quants (AVX-512).
  *
  * Decode reads every weight once per token, so the gemv kernels are built to stream weights at the memory's
  * speed: they prefetch linearly through the contiguous block of rows they are given (the kernel_ops gemm
  * prefetches along each row, which for short rows lands inside the rows a tile is already reading), and they
- * spend as few vector instructions per weight byte as the fixed numerics allow (per-block scale products 8
- * blocks at a time; Q4_0 as unsigned nibbles against precomputed activation lane sums).
- *
- * AVX-VNNI (vpdpbusd: 4 unsigned x signed byte products summed into each int32 lane, with an accumulator)
- * does in one instruction what AVX2 needs maddubs + madd (+ a subtraction) for, so prefill and batched decode
- * of Q4_0 / Q8_0 weights, which are bound by those instructions, run on it when the CPU has it.
+ * spend as few vector instructions per weight byte as the fixed numerics allow (scale products 8 blocks or 8
+ * rows at a time; Q4_0 as unsigned nibbles against precomputed activation block sums).
  *
  * Numerics: every output is bit-identical to kernel_ops vec_dot (and so to the kernel_ops gemm tiles) of the
- * same type on an AVX2 CPU: the integer parts are exact, and every float operation (per-block scale
- * product, FMA into the same 8 lanes in the same order, the final fold) is the one vec_dot performs. So a
- * sequence gets the same logits decoded alone (gemv) or in a batch (gemm), with or without VNNI.
- * tests/unit/test_gemv.c checks this per type and per instruction set.
+ * same type on an AVX2 CPU: the integer parts are exact, and every float operation is the one vec_dot
+ * performs, in its order. For Q4_0 / Q8_0 that is kernels.c's block sums (per block the exact int32 sum of
+ * w * x, then acc = fma(float(sum), d_w * d_x, acc) in block order), which also equals the scalar reference
+ * bit for bit; kernels may form the sums of 8 or 16 rows in one register (the R16 layout) or add the lanes of
+ * 8 (row, column) pairs into one (gemm_q8_tile.h). So a sequence gets the same logits decoded alone (gemv) or
+ * in a batch (gemm), on any of these CPUs. tests/unit/test_gemv.c and test_gemv_avx512q.c (every Q4_0 / Q8_0
+ * set, both layouts) check this per type and per instruction set.
  */
 #ifndef WAFER_ENGINE_GEMV_H
 #define WAFER_ENGINE_GEMV_H
@@ -53,9 +52,8 @@ struct gemv_ops {
 };
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel
- * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm is set for Q4_0 and Q8_0 (the gemv's
- * precomputed activation sums and 8-block scale products in a 3 x 4 tile: 1.2x kernel_ops' tile, see
- * gemv_avx2.c) and NULL for the others, whose kernel_ops gemm tiles are as fast as these numerics allow
+ * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm, gemv16 and gemm16 are set for Q4_0 and
+ * Q8_0 (see gemv_avx2.c) and NULL for the others, whose kernel_ops gemm tiles are as fast as these numerics allow
  * (measured for F16: other tile shapes, and converting weights to F32 once per column block, were no faster
  * than its 3 x 2 tile). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
@@ -63,8 +61,6 @@ const struct gemv_ops *gemv_ops_avx2(enum dtype t);
  * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.
  * For tests, which check both on every CPU. */
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams);
-/* AVX-VNNI kernels (Q4_0, Q8_0) when the CPU has AVX-VNNI besides AVX2+FMA+F16C; else NULL. */
-const struct gemv_ops *gemv_ops_vnni(enum dtype t);
 /* AVX-512 kernels (512-bit registers; AVX512F/BW/VL/DQ + AVX512-VNNI) when the CPU has them: Q4_0 and Q8_0
  * in gemv_avx512q.c, F16 and the K-quants (Q4_K, Q6_K) in gemv_avx512k.c. NULL for other types or without
  * AVX-512. Same numerics contract as every gemv_ops: bit-identical to kernel_ops vec_dot on AVX2. */

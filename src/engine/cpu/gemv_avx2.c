@@ -1,20 +1,24 @@
 /*
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
- * for prefill and batched decode on CPUs with AVX2 alone (AMD Zen 3). Compiled with -mavx2 -mfma -mf16c;
+ * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; also those with AVX-VNNI alone: the
+ * 256-bit VNNI kernels this project had were slower than the R16 ones here, Q4_0 gemm 50-53 against 72-77
+ * GMAC/s on a Zen 5 core, so they are gone). Compiled with -mavx2 -mfma -mf16c;
  * gemv_ops_avx2 hands them out only when kernel_cpu_has_avx2() says the CPU has them.
  *
  * Each kernel reproduces the float operations of the kernel_ops vec_dot of its type exactly (kernels_avx2.c):
- *   Q8_0, Q4_0 x Q8_0: per 32-element block, 8 int32 lanes (lane l = sum of elements 4l..4l+3 of w*x),
- *     converted to float and added by acc = fma(d_w * d_x, lanes, acc); at the end the 8 lanes are folded
- *     as (l + l+4), then (0+2, 1+3), then the two.
- *   Q4_K, Q6_K x Q8_K: per 256-element super-block exact int32 lanes, then the same FMAs (Q4_K: scale then
- *     min term with fnmadd) in the same order.
+ *   Q8_0, Q4_0 x Q8_0: kernels.c's block sums: per 32-element block the exact int32 sum S of w * x, then
+ *     acc = fma(float(S), d_w * d_x, acc) in block order. Rows in GGUF order run gemm_q8_tile.h's tile (the
+ *     lanes of 8 (row, column) pairs added into one register of block sums); rows in quant.h's R16 layout,
+ *     which the backend chooses when these kernels run, the gv16 tile below (8 rows per register).
+ *   Q4_K, Q6_K x Q8_K: per 256-element super-block exact int32 lanes, then acc = fma(d_w * d_x, lanes, acc)
+ *     (Q4_K: scale then min term with fnmadd) in super-block order, then the 8 lanes folded as (l + l+4),
+ *     then (0+2, 1+3), then the two.
  *   F16 x F32: 2 chains of 8 lanes over 16-element steps, 8-element steps into chain 0, a zero-padded tail
  *     into chain 0, then chain 0 + chain 1 and the fold.
  * Integer work is free to differ (it is exact): Q4_0 multiplies the unsigned nibbles (0..15) with the
- * activation and subtracts 8 * the activation's lane sums, precomputed once per row by prep, instead of
- * moving signs around per block; scale products d_w * d_x are made 8 blocks at a time (one F16 conversion
- * and one multiply instead of eight) and broadcast per block with a lane permute.
+ * activation and adds -8 x the block's sum of codes, precomputed once per activation row by prep, instead of
+ * moving signs around per block; scale products d_w * d_x are made 8 blocks (rows layout) or 8 rows (R16) at
+ * a time.
  *
  * Prefetch: the rows of a call are one contiguous stream, and a tile of NR rows reads NR row-sized pieces of
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
