@@ -169,17 +169,18 @@ GV_GEMM(q8_0, 0, QK8_0)
  * that adds lanes across registers; Q8_0 (products' pairs up to 2 x 128 x 127) widens every maddubs. Then per
  * 8 rows one convert, one multiply of the scales, one FMA. */
 
-#define GV16_C 4 /* gemm tile: columns (of 8 rows) */
+#define GV16_C 6 /* gemm tile: columns (of 8 rows) */
 
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * pf: prefetch along the group stream (gemv). */
+ * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (the gemv: GV_PF ahead in
+ * the stream of groups; the gemm: the next group, during the first column tile of a group's first half). */
 GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
-                         int h0, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, int pf)
+                         int h0, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
     const size_t c4off = gv_dx_floats(nb) * sizeof(float);
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc[2][GV16_C];
+    __m256 acc[2][8];
 #pragma GCC unroll 2
     for (int i = 0; i < NH; i++)
 #pragma GCC unroll 8
@@ -188,11 +189,11 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = grp + quant_r16_dwords(1, nd, nb, b), *hs = grp + quant_r16_scales(1, nd, nb, b);
         if (pf)
-            gv_prefetch(grp + GV_PF + (size_t)b * 16 * bb, 16 * bb);
+            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb);
 #pragma GCC unroll 2
         for (int i = 0; i < NH; i++) {
             const int h = h0 + i;
-            __m256i p[GV16_C];
+            __m256i p[8];
             if (is_q4) {
 #pragma GCC unroll 4
                 for (int k = 0; k < 4; k++) {
@@ -246,7 +247,8 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     for (int64_t i = 0; i < nr; i += 16)
-        gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0, 1);
+        gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0,
+                  w + (size_t)(i / 16) * gbytes + GV_PF);
 }
 
 GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
@@ -258,19 +260,24 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb;
         for (int i = 0; i < nr; i += 16) {
-            const uint8_t *g = w + (size_t)(i / 16) * gbytes;
+            const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
             for (int h = 0; h < 2; h++) {
                 int j = j0;
                 for (; j + GV16_C <= j1; j += GV16_C)
                     gv16_tile(is_q4, nb, 1, GV16_C, s + (size_t)j * lds + i, lds, g, h, x + (size_t)j * ldx, ldx,
-                              aux + (size_t)j * ldaux, ldaux, 0);
+                              aux + (size_t)j * ldaux, ldaux, h == 0 && j == j0 ? nxt : NULL);
+                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL; /* fewer columns than a tile */
                 float *sj = s + (size_t)j * lds + i;
                 const uint8_t *xj = x + (size_t)j * ldx, *aj = aux + (size_t)j * ldaux;
-                _Static_assert(GV16_C == 4, "remainder cases: 1 to 3 columns");
+                _Static_assert(GV16_C <= 8, "remainder cases: 1 to 7 columns");
                 switch (j1 - j) { /* constant column counts keep the accumulators in registers */
-                case 3: gv16_tile(is_q4, nb, 1, 3, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
-                case 2: gv16_tile(is_q4, nb, 1, 2, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
-                case 1: gv16_tile(is_q4, nb, 1, 1, sj, lds, g, h, xj, ldx, aj, ldaux, 0); break;
+                case 7: if (7 < GV16_C) gv16_tile(is_q4, nb, 1, 7 < GV16_C ? 7 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 6: if (6 < GV16_C) gv16_tile(is_q4, nb, 1, 6 < GV16_C ? 6 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 5: if (5 < GV16_C) gv16_tile(is_q4, nb, 1, 5 < GV16_C ? 5 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 4: if (4 < GV16_C) gv16_tile(is_q4, nb, 1, 4 < GV16_C ? 4 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 3: gv16_tile(is_q4, nb, 1, 3, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 2: gv16_tile(is_q4, nb, 1, 2, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
+                case 1: gv16_tile(is_q4, nb, 1, 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
                 default: break;
                 }
             }
