@@ -3,9 +3,11 @@
  * kernels_avx2.c only defines kernels, and cpu_features.c says what the CPU has).
  *
  * Quantized dot products work like GGML's: per block an exact integer dot of the codes, scaled by the
- * product of the two block scales and added to a float sum; the K-quants add their per-sub-block scales as
- * integer weights and subtract the mins through the activation's 16-element sums (bsums), so results track
- * llama.cpp's numerics. Float weights (F32/F16/BF16) take float activations and sum in double here: the
+ * product of the two block scales and added to a float sum. For Q4_0 / Q8_0 that is the numerics every kernel
+ * reproduces bit for bit: acc = fmaf(float(block sum), d_w * d_x, acc) in block order, as llama.cpp's
+ * repacked Q4_0 kernels accumulate (ggml-cpu-aarch64.cpp, AVX2: one fmadd of the block sums of 8 rows). The
+ * K-quants add their per-sub-block scales as integer weights and subtract the mins through the activation's
+ * 16-element sums (bsums), so results track llama.cpp's numerics. Float weights (F32/F16/BF16) take float activations and sum in double here: the
  * scalar path is the reference the SIMD one is tested against, so it is kept as accurate as is cheap.
  *
  * The scalar gemm just calls vec_dot per pair, which makes it bit-identical to vec_dot by construction.
