@@ -1,51 +1,49 @@
 /*
  * gemv_avx512q: AVX-512 kernels for Q4_0 and Q8_0 weights x Q8_0 activations (see gemv.h): decode gemv and
- * prefill / batched-decode gemm, bit-identical to kernel_ops vec_dot on AVX2. Compiled for AVX-512 by the
- * target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it (with VNNI).
+ * prefill / batched-decode gemm. Compiled for AVX-512 by the target pragma below and handed out only when
+ * gemv_cpu_has_avx512() says the CPU has it (with VNNI).
  *
- * Numerics are those of gemv_vnni.c (read its header): per 32-element block 8 exact int32 lanes from vpdpbusd
- * on unsigned weights (Q8_0: w ^ 0x80; Q4_0: the nibble, high nibbles left x16) started at the activation's
- * precomputed -8 / -128 * sum4(x), then acc = fma(d_w * d_x, float(lanes), acc) per block in block order,
- * Q4_0 lanes 4-7 scaled back by an exact 1/16, then vec_dot's fold.
+ * Numerics: the block sums of kernel_ops_scalar vec_dot (kern_dot_q4_0 / kern_dot_q8_0 in kernels.c), bit for
+ * bit. Per 32-element block b: S_b, the exact int32 sum of w_j x_j (Q4_0 w = nibble - 8, Q8_0 w = the signed
+ * quant), c_b = d_w * d_x rounded to float, and acc = fma(float(S_b), c_b, acc) in block order from acc = 0;
+ * the result is acc. The integer part may be computed any way; the float operations are exactly those, one
+ * FMA per block on one chain per output (the FMA of a vector lane rounds as fmaf does).
  *
- * 512-bit registers without changing any of that: one zmm holds the 8-lane accumulators of TWO weight rows
- * (A, B) for one activation row, interleaved by dword: zmm lane 2l = row A lane l, lane 2l + 1 = row B lane l.
- * With that layout
+ * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8; 32-byte aligned):
+ *   float dx[nb8]: the activation block scales as floats, zero past nb. Every kernel that shares this aux reads
+ *   its scales there (a row-layout kernel of this file reads exactly this prefix);
+ *   then per block b a 48-byte record at 4 nb8 + 48 b: int8 xq[32] (the quants, as in x), float dx (block b's
+ *   scale again), int32 c4 = -8 * sum(x_b), int32 c8 = -128 * sum(x_b) (the R16 block sums' start values, see
+ *   aq16_unsigned), 4 zero bytes.
+ * 52 nb8 bytes. The R16 tile reads a (column, block)'s quants, start value and scale through one pointer with
+ * constant displacements: with separate arrays at offsets that depend on nb, GCC kept an index per dword in
+ * registers it had to reload from the stack, and the gemm was 1.2x slower (8 and 256 columns, n 2048-8192).
+ * aux_bytes pads the size (TEMPORARY) to what the row-pair kernels below read, so they stay inside aux.
+ *
+ * The R16 kernels (gemv16, gemm16; "the R16 layout" below) are the ones the engine runs on weights read into
+ * memory. The row-pair kernels (aq_tile, aq_cols, aq_gemm, aq_gemv_*: weights in GGUF rows, the gemv and gemm
+ * slots) still compute the PREVIOUS numerics against the previous aux layout, so their results are not the
+ * reference's (they are to be replaced by a row-layout kernel). What follows describes them as they were:
+ *
+ * (previous numerics) per block 8 exact int32 lanes from vpdpbusd on unsigned weights (Q8_0: w ^ 0x80; Q4_0:
+ * the nibble, high nibbles left x16) started at the activation's -8 / -128 * sum4(x), then acc = fma(d_w * d_x,
+ * float(lanes), acc) per block in block order, Q4_0 lanes 4-7 scaled back by an exact 1/16, then a fold. One zmm
+ * holds the 8-lane accumulators of TWO weight rows (A, B) for one activation row, interleaved by dword: zmm
+ * lane 2l = row A lane l, lane 2l + 1 = row B lane l. With that layout
  *   - the weights of a row pair become one zmm with one two-source dword permute (+ the AND / XOR);
- *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: prep
- *     stores them once (32 bytes each) and the tile repeats the dwords with one permute per (column, block),
- *     shared by the tile's row pairs. Storing them repeated (twice the bytes) made the tile wait on the aux
- *     stream from L2: the permutes measured 1.15-1.35x faster (Zen 5, one thread, n 2048-8192);
+ *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: one
+ *     permute per (column, block), shared by the tile's row pairs;
  *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
  *     built per 8 blocks (one multiply of 16 weight scales, picked out of the rows interleaved by word
- *     permutes, by the doubled activation scales prep stored);
- *   - the lanes become floats without vcvtdq2ps (measured ~8% faster in the gemm), and without a start value
- *     per lane: vpdpbusd starts every lane at the bits of M = 1.5 * 2^23, so the exact sum p of the unsigned
- *     products comes out as the float M + p (exact for |p| < 2^22; here |p| <= 4 x 255 x 128), and one
- *     subtraction of the float M - c, prep's per-lane correction c (-8 / -128 * sum4(x), see aq_prep)
- *     folded in, gives float(p + c), the lane v, exactly (both operands are integers near M; Sterbenz);
- * so a (row pair, column, block) costs vpdpbusd + vsubps + vfmadd and nothing else, which bounds the gemm:
- * measured about 1.7x the AVX-VNNI (256-bit) gemm per core. The fold de-interleaves each zmm into the two rows'
- * 8 lanes and folds them exactly as gn_hsum does.
- *
- * aux of an activation row (n elements, nb = n / 32 blocks, nb8 = nb rounded up to 8):
- *   float dx2[2 * nb8]: the activation scale of block b at 2b and 2b + 1 (zero past nb)
- *   then the Q4_0 part, per block 64 bytes: int8 xq[32] (the quants), float mq4[8] (M + 8 * sum4(x) for lanes
- *   0-3, M + 128 * sum4(x) for lanes 4-7), then the Q8_0 part, per block 64 bytes: int8 xq[32], float m128[8]
- *   (M + 128 * sum4(x)): the subtrahends M - c above. Each kernel reads one dense stream, every
- *   byte of every line it touches (the quants are stored twice for that). 4x the activation row's own size,
- *   which the gemm's column blocks account for (the kernels read only aux, never the activation row itself).
- *
- * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers (each weight pair unpacked once per
- * block serves AQ_C columns; each aux load serves AQ_RP pairs: more rows per tile measured faster than more
- * columns, the aux stream from L2 being the other limit), columns blocked so a block's aux stays in L2 while
- * all rows pass over it, the next row tile's weights prefetched into L2 during a row tile's last column tile
- * (they come from memory otherwise: -12%). A row tile with 4 or more column tiles unpacks its weights once into
- * an L1 buffer they all read (aq_cols). An odd last row runs as a pair with itself. gemv is the same tile
- * with one column, plus a prefetch along the rows.
- *
- * gemv16 / gemm16 read the weights in quant.h's R16 layout instead (see "the R16 layout" below): no permutes,
- * one stream of weights, the same numerics and the same aux.
+ *     permutes, by the doubled activation scales);
+ *   - the lanes become floats without vcvtdq2ps: vpdpbusd starts every lane at the bits of M = 1.5 * 2^23, so
+ *     the exact sum p of the unsigned products comes out as the float M + p, and one subtraction of the float
+ *     M - c, the per-lane correction c folded in, gives float(p + c) exactly (Sterbenz).
+ * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers, columns blocked so a block's aux stays
+ * in L2 while all rows pass over it, the next row tile's weights prefetched into L2 during a row tile's last
+ * column tile. A row tile with 4 or more column tiles unpacks its weights once into an L1 buffer they all
+ * read (aq_cols). An odd last row runs as a pair with itself. gemv is the same tile with one column, plus a
+ * prefetch along the rows.
  */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
@@ -95,34 +93,46 @@
 
 static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 
-static size_t aq_aux_bytes(int64_t n) { return aq_nb8(n / QK8_0) * 2 * sizeof(float) + (size_t)(n / QK8_0) * 2 * AQ_BLK; }
+/* The aux layout (see the top): after float dx[nb8], per block b an AQ_REC-byte record at
+ * AQ_OFF_REC(nb8) + b * AQ_REC: int8 xq[32] (the quants), then float dx (again), int32 c4 = -8 * sum(x_b),
+ * int32 c8 = -128 * sum(x_b), 4 zero bytes. */
+#define AQ_REC 48
+#define AQ_REC_DX 32
+#define AQ_REC_C4 36
+#define AQ_REC_C8 40
+#define AQ_OFF_REC(nb8) ((nb8) * 4)
+#define AQ_AUX16(nb8) ((nb8) * (4 + AQ_REC)) /* the bytes the R16 kernels read (a multiple of 32) */
+
+/* The R16 part, padded (TEMPORARY) to what the row-pair kernels below read, so that until they are replaced
+ * they read inside aux (their results are wrong with this layout; prep writes none of the padding). */
+static size_t aq_aux_bytes(int64_t n)
+{
+    size_t nb = (size_t)(n / QK8_0), nb8 = aq_nb8((int64_t)nb), old = nb8 * 2 * sizeof(float) + nb * 2 * AQ_BLK;
+    return AQ_AUX16(nb8) > old ? AQ_AUX16(nb8) : old;
+}
 
 static void aq_prep(int64_t n, const void *x, void *aux)
 {
     const struct block_q8_0 *bx = x;
     int64_t nb = n / QK8_0;
     size_t nb8 = aq_nb8(nb);
-    float *dx2 = aux;
-    uint8_t *blk = (uint8_t *)aux + nb8 * 2 * sizeof(float);
-    const __m256i ones8 = _mm256_set1_epi8(1);
-    const __m256 magic = _mm256_set1_ps(AQ_MAGIC);
-    for (int64_t b = 0; b < nb; b++) {
-        dx2[2 * b] = dx2[2 * b + 1] = _cvtsh_ss(bx[b].d);
-        __m256i xq = _mm256_loadu_si256((const __m256i *)bx[b].qs);
-        __m256i s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones8, xq);
-        __m256i m128 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 7));
-        __m256i m8 = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3));
-        /* M - c: integers below 2^24, exact in float */
-        __m256i mq4 = _mm256_castps_si256(_mm256_sub_ps(magic, _mm256_cvtepi32_ps(_mm256_blend_epi32(m8, m128, 0xF0))));
-        m128 = _mm256_castps_si256(_mm256_sub_ps(magic, _mm256_cvtepi32_ps(m128)));
-        uint8_t *o4 = blk + (size_t)b * AQ_BLK, *o8 = blk + (size_t)(nb + b) * AQ_BLK;
-        _mm256_storeu_si256((__m256i *)o4, xq);
-        _mm256_storeu_si256((__m256i *)(o4 + 32), mq4);
-        _mm256_storeu_si256((__m256i *)o8, xq);
-        _mm256_storeu_si256((__m256i *)(o8 + 32), m128);
+    float *dx = aux;
+    uint8_t *rec = (uint8_t *)aux + AQ_OFF_REC(nb8);
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++, rec += AQ_REC) {
+        float d = _cvtsh_ss(bx[b].d);
+        __m256i q = _mm256_loadu_si256((const __m256i *)bx[b].qs);
+        /* sum(x_b) = sum(x_b + 128) - 32 * 128: the unsigned sum by vpsadbw */
+        __m256i u = _mm256_sad_epu8(_mm256_xor_si256(q, bias), _mm256_setzero_si256());
+        __m128i h = _mm_add_epi64(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+        int32_t sum = (int32_t)(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+        dx[b] = d;
+        _mm256_storeu_si256((__m256i *)rec, q);
+        _mm_storeu_si128((__m128i *)(rec + AQ_REC_DX), _mm_setr_epi32(_mm_cvtsi128_si32(_mm_castps_si128(_mm_set_ss(d))),
+                                                                     -8 * sum, -128 * sum, 0));
     }
     for (size_t b = (size_t)nb; b < nb8; b++)
-        dx2[2 * b] = dx2[2 * b + 1] = 0;
+        dx[b] = 0;
 }
 
 /* 8 dwords at p, each repeated twice (the row-pair interleave, see the top). */
@@ -416,42 +426,66 @@ AQ_GEMM(q8_0, 0, QK8_0)
 /* ---- the R16 layout (quant.h): 16 rows per register, no permutes ----
  *
  * A zmm of the layout holds one quant dword of 16 rows, so vpdpbusd against one activation dword broadcast to
- * all lanes gives lane l of those 16 rows at once (lane l as above: Q8_0 dword l; Q4_0 dword l's low nibbles for
- * l < 4, dword l - 4's high nibbles x16 for l >= 4), started at M, less lane l's M - c (a broadcast operand).
- * Each row's 8 lane accumulators are then 8 registers (acc[l], one row per zmm lane), updated by the same
- * fma(d_w * d_x, float(lane), acc) per block as the interleaved tile, and folded vertically at the end with
- * simd_fold8's adds in its order. Per 16 rows, column and block: 8 vpdpbusd, 8 vsubps, 8 vfmadd, 16 broadcast
- * loads and one scale product; no permute, no table (one thread, Zen 5: 1B Q4_0 decode gemv 1.7-2.0x the
- * interleaved tile with the matrix in L2, 1.3-1.5x from memory at n 2048, whose rows it reads as one stream;
- * gemm of 8 columns 1.2-1.5x, of 256 1.1-1.4x; docs/performance.md, stop 12). The gemm is bound by the broadcast
- * loads and the two pipes vpdpbusd and vfmadd share: dropping the M - c operand (wrong results, timing only)
- * measured 1.3-1.4x faster, but moving the correction to the weights' side (activations + 128 as the unsigned
- * operand, one more vpdpbusd per group, block and lane for 128 * sum4(w), shared by the columns) measured the
- * same as this. */
+ * all lanes adds 4 products to each of the 16 rows' int32 lanes: a block's 8 weight registers (Q8_0: its 8
+ * dwords; Q4_0: its 4 dwords' low and high nibbles) against the column's 8 dwords give the 16 rows' exact block
+ * sums S_b in one register, started at the column's correction (see aq16_unsigned). Then one vcvtdq2ps and one
+ * FMA per (16 rows, column, block) by c_b = d_w (the block's 16 F16 scales) * d_x (broadcast): the reference's
+ * operations lane by lane, no fold. Per 16 rows, column and block: 8 vpdpbusd (the broadcast their memory
+ * operand), a start broadcast, vcvtdq2ps, vmulps, vfmadd; the 8 weight registers (Q8_0 8 XORs, Q4_0 4 ANDs,
+ * 4 shifts, 4 ANDs) are made once per (group, block) for all the tile's columns. The previous numerics' R16
+ * tile spent 8 vpdpbusd + 8 vsubps + 8 vfmadd there and 8 accumulators per column (so 3 columns per tile).
+ *
+ * Measured against that tile (Zen 5, one thread, old and new alternated in one program, min of 9-21 runs):
+ *   gemm, Q4_0 / Q8_0: 256 columns 1.72-1.83x (n 2048 and 8192), 8 columns 1.55-1.7x, 4 columns 1.45-1.55x,
+ *   3 columns 1.2-1.45x;
+ *   decode gemv: from memory Q4_0 0.97-1.02x (it streams the same bytes with the same prefetch, and one thread
+ *   already reads at the machine's bandwidth there), Q8_0 1.06-1.12x; from L2/L3 (n 2048, 2048 rows) 1.04-1.12x.
+ * Columns per gemm tile (AQ16_C; speedup over the old tile at 256 columns, Q4_0 and Q8_0, n 2048 and 8192):
+ * 4: 1.39-1.46x, 6: 1.61-1.70x, 8: 1.64-1.75x, 10: 1.67-1.82x, 12: 1.72-1.83x, 14: 1.65-1.83x, 16: 1.54-1.81x.
+ * Two groups per gemv tile (two streams of weights) measured 0.6-0.9x from memory; two int32 chains of 4
+ * instead of one of 8 in the gemv, no different. */
 
-/* aq_dot(u, the dword at x broadcast), the broadcast taken by vpdpbusd's memory operand: GCC emits a separate
- * vpbroadcastd for _mm512_set1_epi32, whose register the 3-column tile cannot spare (it spilled accumulators). */
-AQ_INLINE __m512i aq_dot_bcast(__m512i u, const uint8_t *x)
+/* acc + vpdpbusd(u, the dword at x broadcast), the broadcast taken by vpdpbusd's memory operand: GCC emits a
+ * separate vpbroadcastd for _mm512_set1_epi32, a register and an instruction per dword. */
+AQ_INLINE __m512i aq_dot_bcast(__m512i acc, __m512i u, const uint8_t *x)
 {
-    __m512i q = _mm512_set1_epi32(AQ_MAGIC_BITS);
-    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(q) : "v"(u), "m"(*(const int32_t *)x));
-    return q;
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int32_t *)x));
+    return acc;
 }
 
-/* Weights of lane l for the 16 rows of a block (its R16 dwords at q). */
-AQ_INLINE __m512i aq16_lane(int is_q4, const uint8_t *q, int l)
+/* A block of 16 rows (its R16 dwords at q) as unsigned bytes u[k], k < 8, each against activation dword k
+ * (elements 4k .. 4k + 3): Q8_0 u = w ^ 0x80 = w + 128, so a block sum starts at -128 * sum(x_b) (aux c8);
+ * Q4_0 u = the nibble = w + 8, dword k's low nibbles for k < 4 (elements 4k ..) and its high nibbles shifted
+ * down for k + 4 (elements 16 + 4k ..), so it starts at -8 * sum(x_b) (aux c4). */
+AQ_INLINE void aq16_unsigned(int is_q4, const uint8_t *q, __m512i u[8])
 {
     if (is_q4) {
-        /* the high nibbles as v ^ low: one mask register fewer in the tile than v & 0xf0 (the empty asm keeps
-         * GCC from turning it back into that) */
-        __m512i v = _mm512_loadu_si512(q + 64 * (l & 3)), lo = _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-        if (l < 4)
-            return lo;
-        __asm__("" : "+v"(lo));
-        return _mm512_xor_si512(v, lo);
+        const __m512i m = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i v = _mm512_loadu_si512(q + 64 * k);
+            u[k] = _mm512_and_si512(v, m);
+            u[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+        }
+        return;
     }
-    return _mm512_xor_si512(_mm512_loadu_si512(q + 64 * l), _mm512_set1_epi8((char)0x80));
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        u[k] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * k), _mm512_set1_epi8((char)0x80));
 }
+
+/* The 16 rows' exact block sums S_b against the activation quants at xq (32 bytes), started at c. (Two chains of
+ * 4 and an add for the gemv's one column, against the one chain of 8: no different from memory or L2.) */
+AQ_INLINE __m512i aq16_bsum(const __m512i u[8], const uint8_t *xq, int32_t c)
+{
+    __m512i s = _mm512_set1_epi32(c);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++)
+        s = aq_dot_bcast(s, u[k], xq + 4 * k);
+    return s;
+}
+
+#define AQ16_CMAX 16 /* bound of the tile's column arrays */
 
 /* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: memory prefetched as far along as
  * this group is read (gemm: the next group; gemv: AQ16_PF_Q4 / AQ16_PF_Q8 bytes ahead), or NULL. */
@@ -460,46 +494,35 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
 {
     /* a block's bytes in the group (the prefetch's step; quant.h says where its scales and dwords are) */
     const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)), nd = is_q4 ? 4 : 8;
-    const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
-    __m512 acc[AQ_CMAX][8];
-#pragma GCC unroll 8
+    const uint8_t *rec = aux + AQ_OFF_REC(aq_nb8(nb)); /* block b's record of column c: rec + c ldaux + b AQ_REC */
+    const size_t coff = is_q4 ? AQ_REC_C4 : AQ_REC_C8;
+    __m512 acc[AQ16_CMAX];
+#pragma GCC unroll 16
     for (int c = 0; c < NC; c++)
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++)
-            acc[c][l] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
+        acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, rec += AQ_REC) {
         const uint8_t *q = g + quant_r16_dwords(1, nd, nb, b), *hs = g + quant_r16_scales(1, nd, nb, b);
         if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs)), d[AQ_CMAX];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(((const float *)(aux + (size_t)c * ldaux))[2 * b]));
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            /* Q4_0: lanes l and l + 4 come from one dword, so they go one after the other (lanes are
-             * independent sums: the order between them changes no bit) */
-            const int l = is_q4 ? (k >> 1) + 4 * (k & 1) : k;
-            __m512i u = aq16_lane(is_q4, q, l);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                const uint8_t *x = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
-                float mc;
-                memcpy(&mc, x + 32 + 4 * l, 4);
-                __m512i q = aq_dot_bcast(u, x + 4 * l);
-                acc[c][l] = _mm512_fmadd_ps(d[c], aq_lanes_f32(q, _mm512_set1_ps(mc)), acc[c][l]);
-            }
+        __m512i u[8];
+        aq16_unsigned(is_q4, q, u);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+#pragma GCC unroll 16
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *r = rec + (size_t)c * ldaux;
+            int32_t c0;
+            float dx;
+            memcpy(&c0, r + coff, 4);
+            memcpy(&dx, r + AQ_REC_DX, 4);
+            /* c_b = d_w * d_x rounded, then acc = fma(float(S_b), c_b, acc): the reference's operations */
+            __m512i sb = aq16_bsum(u, r, c0);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[c]);
         }
     }
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m512 a[8];
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) /* Q4_0 lanes 4-7 hold 16 x the value (aq_fold) */
-            a[l] = is_q4 && l >= 4 ? _mm512_mul_ps(acc[c][l], _mm512_set1_ps(0.0625f)) : acc[c][l];
-        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(a));
-    }
+#pragma GCC unroll 16
+    for (int c = 0; c < NC; c++)
+        _mm512_storeu_ps(s + (size_t)c * lds, acc[c]);
 }
 
 AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *aux)
@@ -512,34 +535,57 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     }
 }
 
-/* gemm16 tile: columns (2 and 4 measured slower: 8 accumulators per column). The 3-column tile uses all 32
- * registers (24 accumulators, 3 scales, M, the nibble mask, a lane's weights, a temporary), which is why
- * aq16_tile goes through a Q4_0 block's lanes in pairs and broadcasts inside vpdpbusd: with lanes in order 0-7
- * and a separate broadcast GCC spilled a column's accumulators to the stack, 0.90-0.93x (Zen 5, stop 16). */
-#define AQ16_C 3
+/* gemm16: at most AQ16_C columns per tile */
+#ifndef AQ16_C
+#define AQ16_C 12
+#endif
+_Static_assert(AQ16_C >= 1 && AQ16_C <= 16 && AQ16_C <= AQ16_CMAX, "aq16_tile_k's cases");
 
+/* aq16_tile of k columns (1 <= k <= AQ16_C) through a constant column count, so the tile keeps its accumulators
+ * in registers. */
+AQ_INLINE void aq16_tile_k(int is_q4, int64_t nb, int k, float *s, size_t lds, const uint8_t *g, const uint8_t *aux,
+                           size_t ldaux, const uint8_t *nxt)
+{
+#define AQ16_K(K)                                                                                            \
+    case K:                                                                                                  \
+        if (K <= AQ16_C)                                                                                     \
+            aq16_tile(is_q4, nb, K <= AQ16_C ? K : 1, s, lds, g, aux, ldaux, nxt);                           \
+        break;
+    switch (k) {
+        AQ16_K(16) AQ16_K(15) AQ16_K(14) AQ16_K(13) AQ16_K(12) AQ16_K(11) AQ16_K(10) AQ16_K(9) AQ16_K(8) AQ16_K(7)
+        AQ16_K(6) AQ16_K(5) AQ16_K(4) AQ16_K(3) AQ16_K(2) AQ16_K(1)
+    default: break;
+    }
+#undef AQ16_K
+}
+
+/* Columns per cache block: a block's aux stays in L2 (2 MiB per core here; half of it) while every group
+ * passes over it. */
+static int aq16_col_block(size_t bytes_per_col)
+{
+    size_t cols = ((size_t)1 << 20) / (bytes_per_col ? bytes_per_col : 1);
+    cols -= cols % AQ16_C;
+    return cols < AQ16_C ? AQ16_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
+}
+
+/* Per column block, each group against the block's columns in nt = ceil(columns / AQ16_C) tiles of as equal
+ * widths as can be (13 columns: 7 + 6, not 12 + 1: the weights' unpacking is per tile), the last tile
+ * prefetching the next group. */
 AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
                          const uint8_t *aux, size_t ldaux)
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    int jb = aq_col_block(aq_aux_bytes(n));
+    int jb = aq16_col_block(AQ_AUX16(aq_nb8(nb)));
     for (int j0 = 0; j0 < nc; j0 += jb) {
-        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        int m = nc - j0 < jb ? nc - j0 : jb, nt = (m + AQ16_C - 1) / AQ16_C;
         for (int i = 0; i < nr; i += 16) {
             const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
-            int j = j0;
-            for (; j + AQ16_C <= j1; j += AQ16_C)
-                aq16_tile(is_q4, nb, AQ16_C, s + (size_t)j * lds + i, lds, g, aux + (size_t)j * ldaux, ldaux,
-                          j + 2 * AQ16_C > j1 ? nxt : NULL);
-            _Static_assert(AQ16_C == 3, "remainder cases: 1 or 2 columns");
-            float *sj = s + (size_t)j * lds + i;
-            const uint8_t *aj = aux + (size_t)j * ldaux, *rn = j == j0 ? nxt : NULL;
-            /* constant column counts keep the accumulators in registers */
-            if (j1 - j == 2)
-                aq16_tile(is_q4, nb, 2, sj, lds, g, aj, ldaux, rn);
-            else if (j1 - j == 1)
-                aq16_tile(is_q4, nb, 1, sj, lds, g, aj, ldaux, rn);
+            for (int t = 0; t < nt; t++) {
+                int ja = j0 + m * t / nt, jz = j0 + m * (t + 1) / nt;
+                aq16_tile_k(is_q4, nb, jz - ja, s + (size_t)ja * lds + i, lds, g, aux + (size_t)ja * ldaux, ldaux,
+                            t == nt - 1 ? nxt : NULL);
+            }
         }
     }
 }
