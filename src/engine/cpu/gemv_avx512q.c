@@ -18,32 +18,13 @@
  * 52 nb8 bytes. The R16 tile reads a (column, block)'s quants, start value and scale through one pointer with
  * constant displacements: with separate arrays at offsets that depend on nb, GCC kept an index per dword in
  * registers it had to reload from the stack, and the gemm was 1.2x slower (8 and 256 columns, n 2048-8192).
- * aux_bytes pads the size (TEMPORARY) to what the row-pair kernels below read, so they stay inside aux.
  *
  * The R16 kernels (gemv16, gemm16; "the R16 layout" below) are the ones the engine runs on weights read into
- * memory. The row-pair kernels (aq_tile, aq_cols, aq_gemm, aq_gemv_*: weights in GGUF rows, the gemv and gemm
- * slots) still compute the PREVIOUS numerics against the previous aux layout, so their results are not the
- * reference's (they are to be replaced by a row-layout kernel). What follows describes them as they were:
- *
- * (previous numerics) per block 8 exact int32 lanes from vpdpbusd on unsigned weights (Q8_0: w ^ 0x80; Q4_0:
- * the nibble, high nibbles left x16) started at the activation's -8 / -128 * sum4(x), then acc = fma(d_w * d_x,
- * float(lanes), acc) per block in block order, Q4_0 lanes 4-7 scaled back by an exact 1/16, then a fold. One zmm
- * holds the 8-lane accumulators of TWO weight rows (A, B) for one activation row, interleaved by dword: zmm
- * lane 2l = row A lane l, lane 2l + 1 = row B lane l. With that layout
- *   - the weights of a row pair become one zmm with one two-source dword permute (+ the AND / XOR);
- *   - the activation block must be each dword repeated twice, and its -8/-128 sum4 start values too: one
- *     permute per (column, block), shared by the tile's row pairs;
- *   - the per-block scales [s(A), s(B), s(A), s(B), ...] are one 64-bit broadcast load from a small table
- *     built per 8 blocks (one multiply of 16 weight scales, picked out of the rows interleaved by word
- *     permutes, by the doubled activation scales);
- *   - the lanes become floats without vcvtdq2ps: vpdpbusd starts every lane at the bits of M = 1.5 * 2^23, so
- *     the exact sum p of the unsigned products comes out as the float M + p, and one subtraction of the float
- *     M - c, the per-lane correction c folded in, gives float(p + c) exactly (Sterbenz).
- * gemm: tiles of AQ_RP row pairs x up to AQ_C columns held in registers, columns blocked so a block's aux stays
- * in L2 while all rows pass over it, the next row tile's weights prefetched into L2 during a row tile's last
- * column tile. A row tile with 4 or more column tiles unpacks its weights once into an L1 buffer they all
- * read (aq_cols). An odd last row runs as a pair with itself. gemv is the same tile with one column, plus a
- * prefetch along the rows.
+ * memory. Weights in GGUF rows (a file mapped with --mmap, a matrix whose rows are not a multiple of 16) run
+ * gemm_q8_tile.h's 256-bit tile (the gemv and gemm slots), as the AVX2 kernels do, with vpdpbusd for the
+ * integer lanes. (Before stop 21 this file had its own row-pair kernels, two rows' 8-lane accumulators
+ * interleaved in a zmm, for the 8-lane numerics; a rows tile of that numerics-bound design has no place in
+ * the block-sum one, whose sums the R16 layout gives without any horizontal work.)
  */
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"))), \
@@ -56,6 +37,7 @@
 
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
@@ -63,8 +45,7 @@
 #include <string.h>
 
 #define AQ_INLINE static inline __attribute__((always_inline))
-#define AQ_BLK 64 /* aux bytes per block in each part (Q4_0, Q8_0): xq, then the start values */
-/* gemv prefetch distance along the stream of rows, in bytes, into L2 (as gemv_vnni.c) */
+/* rows-layout gemv prefetch distance along the stream of rows, in bytes, into L2 */
 #define AQ_PF (24 << 10)
 /* gemv16 prefetch distances along the stream of groups, into L2. A decode gemv computes between its loads, so
  * without prefetches one core keeps too few lines in flight; how far ahead matters most when the machine's
@@ -79,17 +60,6 @@
 #ifndef AQ16_PF_Q8
 #define AQ16_PF_Q8 (4 << 10)
 #endif
-#define AQ_RP 4 /* gemm tile: row pairs */
-#define AQ_C 4  /* gemm tile: columns */
-/* bytes of a row tile's unpacked weights kept for all its column tiles (see aq_cols): L1 holds them beside
- * the column tile's aux (4 columns x 4.3 KiB at n 2048) */
-#define AQ_WU_MAX (16u << 10)
-#define AQ_GV_RP 2 /* gemv tile: row pairs (4 rows; 8 rows were 20% slower in 2-thread decode, 2 rows slower hot) */
-#define AQ_PMAX 4 /* bounds of the tile arrays (RP, NC) */
-#define AQ_CMAX 8
-/* M = 1.5 * 2^23 and its bits: lanes are converted to float by starting them at these bits (see aq_lanes_f32) */
-#define AQ_MAGIC 12582912.0f
-#define AQ_MAGIC_BITS 0x4B400000
 
 static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 
@@ -103,13 +73,7 @@ static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
 #define AQ_OFF_REC(nb8) ((nb8) * 4)
 #define AQ_AUX16(nb8) ((nb8) * (4 + AQ_REC)) /* the bytes the R16 kernels read (a multiple of 32) */
 
-/* The R16 part, padded (TEMPORARY) to what the row-pair kernels below read, so that until they are replaced
- * they read inside aux (their results are wrong with this layout; prep writes none of the padding). */
-static size_t aq_aux_bytes(int64_t n)
-{
-    size_t nb = (size_t)(n / QK8_0), nb8 = aq_nb8((int64_t)nb), old = nb8 * 2 * sizeof(float) + nb * 2 * AQ_BLK;
-    return AQ_AUX16(nb8) > old ? AQ_AUX16(nb8) : old;
-}
+static size_t aq_aux_bytes(int64_t n) { return AQ_AUX16(aq_nb8(n / QK8_0)); }
 
 static void aq_prep(int64_t n, const void *x, void *aux)
 {
@@ -135,293 +99,68 @@ static void aq_prep(int64_t n, const void *x, void *aux)
         dx[b] = 0;
 }
 
-/* 8 dwords at p, each repeated twice (the row-pair interleave, see the top). */
-AQ_INLINE __m512i aq_dup(const uint8_t *p)
+/* ---- weights in GGUF rows (a file read through mmap, or rows not a multiple of 16): gemm_q8_tile.h ----
+ * The 256-bit tile the AVX2 kernels run, with AVX512-VL's 256-bit vpdpbusd for the integer lanes: the weights
+ * signed (Q4_0: nibble - 8), their magnitudes as the unsigned operand and their signs moved onto x, so no
+ * correction is needed (the aux's dx prefix is all the tile reads). */
+
+AQ_INLINE __m256i aq_rows_unpack(int is_q4, const uint8_t *blk)
 {
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    return _mm512_permutexvar_epi32(dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)));
+    if (is_q4) { /* the low nibbles (elements 0-15) in the low 16 bytes, the high ones (16-31) in the high 16 */
+        __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((const struct block_q4_0 *)blk)->qs));
+        v = _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    }
+    return _mm256_loadu_si256((const __m256i *)((const struct block_q8_0 *)blk)->qs);
 }
 
-/* The lanes v = p + c as floats, exactly as vcvtdq2ps would give them (see the top): q holds the sums p of
- * the unsigned products started at the bits of M, which read as the float M + p; mc holds M - c. */
-AQ_INLINE __m512 aq_lanes_f32(__m512i q, __m512 mc) { return _mm512_sub_ps(_mm512_castsi512_ps(q), mc); }
-
-/* dpbusd of u and x started at the bits of M (see aq_lanes_f32). */
-AQ_INLINE __m512i aq_dot(__m512i u, __m512i x) { return _mm512_dpbusd_epi32(_mm512_set1_epi32(AQ_MAGIC_BITS), u, x); }
-
-/* Block k of rows A (at a) and B (at a + dab) as unsigned bytes, dword-interleaved (see the top). */
-AQ_INLINE __m512i aq_unsigned(int is_q4, const uint8_t *a, ptrdiff_t dab)
+AQ_INLINE void aq_rows_prefetch(const uint8_t *p, size_t n)
 {
-    if (is_q4) { /* per row: low nibbles in lanes 0-3, high nibbles x16 in lanes 4-7 */
-        const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 0, 16, 1, 17, 2, 18, 3, 19);
-        __m512i z = _mm512_permutex2var_epi32(_mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + 2))), idx,
-                                              _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(a + dab + 2))));
-        const __m512i mask = _mm512_setr_epi32(0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f, 0x0f0f0f0f,
-                                               0x0f0f0f0f, 0x0f0f0f0f, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
-                                               (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u, (int)0xf0f0f0f0u,
-                                               (int)0xf0f0f0f0u);
-        return _mm512_and_si512(z, mask);
-    }
-    const __m512i idx = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    __m512i z = _mm512_permutex2var_epi32(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + 2))), idx,
-                                          _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(a + dab + 2))));
-    return _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+    for (size_t i = 0; i < n; i += 64)
+        _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
-/* The F16 scales (each block's first 2 bytes) of the nk blocks at p, one every bb bytes, all starting in the 128
- * bytes at p, as words 2 (k0 + k) + odd of the low 256 bits (k < nk); the other words are don't-care. */
-AQ_INLINE __m512i aq_scale_words(const uint8_t *p, size_t bb, int nk, int k0, int odd)
-{
-    uint16_t t[32] = {0};
-    for (int k = 0; k < nk; k++)
-        t[2 * (k0 + k) + odd] = (uint16_t)(k * (int)bb / 2);
-    return _mm512_permutex2var_epi16(_mm512_loadu_si512(p), _mm512_loadu_si512(t), _mm512_loadu_si512(p + 64));
-}
+#define AQ_ROWS_R 4 /* gemm tile: rows x columns (gemm_q8_tile.h's columns layout) */
+#define AQ_ROWS_C 4
 
-/* The F16 scales of 8 consecutive blocks of rows A and B (A's at a, a + bb, ...; B's dab further), as floats
- * interleaved [A0, B0, A1, B1, ...], picked out of the rows' own bytes with word permutes (the gather this
- * replaced was a third of the decode gemv's time on Zen 5). Reads only bytes of the 8 blocks: Q4_0's 8 block
- * starts lie in its first 128 bytes, Q8_0's in two runs of 128 (blocks 0-3 and 4-7). */
-AQ_INLINE __m512 aq_scales16(const uint8_t *a, ptrdiff_t dab, size_t bb)
-{
-    const __mmask32 odd = 0xAAAAAAAAu;
-    __m512i w;
-    if (7 * bb + 2 <= 128) {
-        w = _mm512_mask_blend_epi16(odd, aq_scale_words(a, bb, 8, 0, 0), aq_scale_words(a + dab, bb, 8, 0, 1));
-    } else {
-        __m512i lo = _mm512_mask_blend_epi16(odd, aq_scale_words(a, bb, 4, 0, 0), aq_scale_words(a + dab, bb, 4, 0, 1));
-        __m512i hi = _mm512_mask_blend_epi16(odd, aq_scale_words(a + 4 * bb, bb, 4, 4, 0),
-                                             aq_scale_words(a + dab + 4 * bb, bb, 4, 4, 1));
-        w = _mm512_mask_blend_epi16(0xFFFFFF00u, lo, hi);
+#define GQ_TILE aq_rows_tile
+#define GQ_R 8
+#define GQ_G 2
+#define GQ_SCALES8(p, st) simd_f16x8_strided(p, st)
+#define GQ_UNPACK(is_q4, blk) aq_rows_unpack(is_q4, blk)
+#define GQ_LANES(is_q4, u, xq) _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(u), _mm256_sign_epi8(xq, u))
+#define GQ_LANES16(is_q4) 0
+#define GQ_CORR(is_q4) (-1L)
+#define GQ_PREFETCH(p, n) aq_rows_prefetch(p, n)
+#define GQ_PF AQ_PF
+#include "engine/cpu/gemm_q8_tile.h"
+
+#define AQ_ROWS(name, IS_Q4, QK)                                                                            \
+    static void aq_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,  \
+                               const void *aux)                                                           \
+    {                                                                                                     \
+        const uint8_t *W = w, *X = x, *A = aux;                                                           \
+        const int64_t nb = n / QK;                                                                        \
+        int64_t i = 0;                                                                                    \
+        for (; i + 8 <= nr; i += 8)                                                                       \
+            aq_rows_tile(IS_Q4, nb, 8, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 1);              \
+        for (; i < nr; i++)                                                                               \
+            aq_rows_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 0);              \
+    }                                                                                                     \
+    static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, \
+                               const void *x, size_t ldx, const void *aux, size_t ldaux)                  \
+    {                                                                                                     \
+        const uint8_t *W = w, *X = x, *A = aux;                                                           \
+        const int64_t nb = n / QK;                                                                        \
+        int jb = gemm_col_block(ldx + aq_aux_bytes(n), AQ_ROWS_C);                                        \
+        GEMM_TILES(nr, nc, jb, AQ_ROWS_R, AQ_ROWS_C, AQ_ROWS_TILE, IS_Q4)                                 \
     }
-    return _mm512_cvtph_ps(_mm512_castsi512_si256(w));
-}
+#define AQ_ROWS_TILE(is_q4, R, C, i, j)                                                                     \
+    aq_rows_tile(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,             \
+                 X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux, 0)
 
-/* The two rows' results of an interleaved accumulator: *ya = row A, *yb = row B. */
-AQ_INLINE void aq_fold(int is_q4, __m512 v, float *ya, float *yb)
-{
-    if (is_q4) /* lanes 4-7 of both rows (zmm lanes 8-15) hold 16 x the value */
-        v = _mm512_mul_ps(v, _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f, 0.0625f,
-                                            0.0625f, 0.0625f));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    __m512 d = _mm512_permutexvar_ps(even, v);
-    *ya = simd_fold8(_mm512_castps512_ps256(d));
-    *yb = simd_fold8(_mm512_extractf32x8_ps(d, 1));
-}
-
-/* RP row pairs x NC columns. Pair p: rows w + 2p ldw (A) and A + dab (B; dab = ldw, or 0 for a single row).
- * Results: s[c * lds + 2p] (A), s[c * lds + 2p + 1] (B, unless dab = 0). pf: prefetch along the rows (gemv).
- * dws: the pairs' weight scales as aq_cols makes them, or NULL; wu: the pairs' blocks as aq_unsigned makes
- * them (64 bytes for block b, pair p at wu + (b RP + p) 64), or NULL. */
-AQ_INLINE void aq_tile(int is_q4, int64_t nb, const int RP, const int NC, float *s, size_t lds, const uint8_t *w,
-                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, int pf, const uint8_t *nxt,
-                       const float *dws, const uint8_t *wu)
-{
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
-    /* this weight type's part of aux (see the top) */
-    const size_t boff = aq_nb8(nb) * 2 * sizeof(float) + (is_q4 ? 0 : (size_t)nb * AQ_BLK);
-    __m512 acc[AQ_PMAX][AQ_CMAX];
-    double tab[AQ_PMAX][AQ_CMAX][8] __attribute__((aligned(64)));
-#pragma GCC unroll 8
-    for (int p = 0; p < RP; p++)
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            acc[p][c] = _mm512_setzero_ps();
-    int64_t b = 0;
-    for (; b + 8 <= nb; b += 8) {
-        if (pf)
-            for (size_t i = 0; i < 8 * 2 * (size_t)RP * bb; i += 64)
-                _mm_prefetch((const char *)w + AQ_PF + (size_t)b * 2 * RP * bb + i, _MM_HINT_T1);
-        if (nxt) /* the next row tile's weights (2 RP rows), as far along as this tile is */
-#pragma GCC unroll 8
-            for (int r = 0; r < 2 * RP; r++)
-                for (size_t i = 0; i <= 8 * bb; i += 64)
-                    _mm_prefetch((const char *)nxt + (size_t)r * ldw + (size_t)b * bb + i, _MM_HINT_T1);
-        __m512 dw[AQ_PMAX];
-#pragma GCC unroll 8
-        for (int p = 0; p < RP; p++)
-            dw[p] = dws ? _mm512_load_ps(dws + ((size_t)(b / 8) * RP + (size_t)p) * 16)
-                        : aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            __m512 d = _mm512_loadu_ps((const float *)(aux + (size_t)c * ldaux) + 2 * b);
-#pragma GCC unroll 8
-            for (int p = 0; p < RP; p++)
-                _mm512_store_pd(tab[p][c], _mm512_castps_pd(_mm512_mul_ps(dw[p], d)));
-        }
-        /* read the table back through memory: the scales are then free broadcast loads, where the compiler,
-         * seeing through the stores, would otherwise extract them from registers with shuffles */
-        const double(*tb)[AQ_CMAX][8] = tab;
-        __asm__ volatile("" : "+r"(tb) : : "memory");
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) {
-            __m512i u[AQ_PMAX];
-#pragma GCC unroll 8
-            for (int p = 0; p < RP; p++)
-                u[p] = wu ? _mm512_load_si512(wu + ((size_t)(b + k) * RP + (size_t)p) * 64)
-                          : aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)(b + k) * bb, dab);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)(b + k) * AQ_BLK;
-                __m512i xd = aq_dup(blk);
-                __m512 m = _mm512_castsi512_ps(aq_dup(blk + 32));
-#pragma GCC unroll 8
-                for (int p = 0; p < RP; p++) {
-                    __m512i q = aq_dot(u[p], xd);
-                    acc[p][c] = _mm512_fmadd_ps(_mm512_castpd_ps(_mm512_set1_pd(tb[p][c][k])), aq_lanes_f32(q, m),
-                                                acc[p][c]);
-                }
-            }
-        }
-    }
-    for (; b < nb; b++) {
-#pragma GCC unroll 8
-        for (int p = 0; p < RP; p++) {
-            const uint8_t *a = w + (size_t)(2 * p) * ldw + (size_t)b * bb;
-            uint16_t ha, hb;
-            memcpy(&ha, a, 2);
-            memcpy(&hb, a + dab, 2);
-            float fa = _cvtsh_ss(ha), fb = _cvtsh_ss(hb);
-            __m512i u = aq_unsigned(is_q4, a, dab);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                const uint8_t *blk = aux + (size_t)c * ldaux + boff + (size_t)b * AQ_BLK;
-                float dx = ((const float *)(aux + (size_t)c * ldaux))[2 * b];
-                __m512 sc = _mm512_mask_blend_ps(0xAAAA, _mm512_set1_ps(fa * dx), _mm512_set1_ps(fb * dx));
-                __m512i q = aq_dot(u, aq_dup(blk));
-                acc[p][c] = _mm512_fmadd_ps(sc, aq_lanes_f32(q, _mm512_castsi512_ps(aq_dup(blk + 32))), acc[p][c]);
-            }
-        }
-    }
-#pragma GCC unroll 8
-    for (int p = 0; p < RP; p++)
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            float ya, yb;
-            aq_fold(is_q4, acc[p][c], &ya, &yb);
-            s[(size_t)c * lds + 2 * p] = ya;
-            if (dab)
-                s[(size_t)c * lds + 2 * p + 1] = yb;
-        }
-}
-
-/* ---- decode ---- */
-
-#define AQ_GEMV(name, IS_Q4, QK)                                                                             \
-    static void aq_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,   \
-                               const void *aux)                                                            \
-    {                                                                                                      \
-        (void)x;                                                                                           \
-        const uint8_t *W = w;                                                                              \
-        int64_t nb = n / QK, i = 0;                                                                        \
-        for (; i + 2 * AQ_GV_RP <= nr; i += 2 * AQ_GV_RP)                                                  \
-            aq_tile(IS_Q4, nb, AQ_GV_RP, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 1, NULL, NULL, NULL);   \
-        for (; i + 2 <= nr; i += 2)                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, (ptrdiff_t)ldw, aux, 0, 0, NULL, NULL, NULL);          \
-        if (i < nr)                                                                                        \
-            aq_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, 0, aux, 0, 0, NULL, NULL, NULL);                       \
-    }
-
-AQ_GEMV(q4_0, 1, QK4_0)
-AQ_GEMV(q8_0, 0, QK8_0)
-
-/* ---- prefill / batched decode ---- */
-
-/* Columns per cache block: a block's aux stays in L2 (2 MiB per core here; half of it) while every row tile
- * passes over it. */
-static int aq_col_block(size_t bytes_per_col)
-{
-    size_t cols = ((size_t)1 << 20) / (bytes_per_col ? bytes_per_col : 1);
-    cols -= cols % AQ_C;
-    return cols < AQ_C ? AQ_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
-}
-
-/* One row tile (RP pairs at w; a single row when dab = 0) against columns j0..j1: tiles of AQ_C columns, then
- * one of the remainder. nxt: the next row tile, prefetched during the last full column tile, or the remainder
- * when there is none (NULL: none). */
-AQ_INLINE void aq_cols(int is_q4, int64_t nb, const int RP, int j0, int j1, float *s, size_t lds, const uint8_t *w,
-                       size_t ldw, ptrdiff_t dab, const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
-{
-    /* the weight scales of the row tile as floats, interleaved per pair (as aq_scales16), made once for all
-     * its column tiles; past 16 KiB of them each tile picks its own */
-    const size_t nws = ((size_t)nb / 8) * (size_t)RP * 16;
-    float wsbuf[nws <= (16u << 10) / sizeof(float) ? nws + 16 : 16] __attribute__((aligned(64)));
-    const float *dws = NULL;
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
-    if (nws <= (16u << 10) / sizeof(float) && j1 - j0 > AQ_C) {
-        for (int64_t b = 0; b + 8 <= nb; b += 8)
-            for (int p = 0; p < RP; p++)
-                _mm512_store_ps(wsbuf + ((size_t)(b / 8) * RP + (size_t)p) * 16,
-                                aq_scales16(w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab, bb));
-        dws = wsbuf;
-    }
-    /* the row tile's weights unpacked once for all its column tiles: the permute and mask per pair and block
-     * were a fifth of the tile's vector instructions (one thread: 1.0-1.14x at n 2048, 1.15-1.2x at n 8192) */
-    const size_t nwu = ((size_t)nb & ~(size_t)7) * (size_t)RP * 64;
-    uint8_t wubuf[nwu <= AQ_WU_MAX ? nwu + 64 : 64] __attribute__((aligned(64)));
-    const uint8_t *wu = NULL;
-    if (nwu <= AQ_WU_MAX && j1 - j0 >= 4 * AQ_C) { /* 2 column tiles (batched decode of 8) measured slower */
-        for (int64_t b = 0; b < (nb & ~(int64_t)7); b++)
-            for (int p = 0; p < RP; p++)
-                _mm512_store_si512(wubuf + ((size_t)b * RP + (size_t)p) * 64,
-                                   aq_unsigned(is_q4, w + (size_t)(2 * p) * ldw + (size_t)b * bb, dab));
-        wu = wubuf;
-    }
-    int j = j0;
-    for (; j + AQ_C <= j1; j += AQ_C)
-        aq_tile(is_q4, nb, RP, AQ_C, s + (size_t)j * lds, lds, w, ldw, dab, aux + (size_t)j * ldaux, ldaux, 0,
-                j + 2 * AQ_C > j1 ? nxt : NULL, dws, wu);
-    float *sj = s + (size_t)j * lds;
-    const uint8_t *aj = aux + (size_t)j * ldaux;
-    /* fewer columns than a tile (a verify pass of 2-3 tokens): the remainder is the only pass over these rows,
-     * so it prefetches the next row tile (without it: 2x the time of 4 columns, 1B Q4_0) */
-    const uint8_t *rnxt = j == j0 ? nxt : NULL;
-    _Static_assert(AQ_C <= 8 && AQ_CMAX >= 8, "remainder cases");
-    switch (j1 - j) { /* constant column counts, so the tile keeps its accumulators in registers */
-    case 7: if (7 < AQ_C) aq_tile(is_q4, nb, RP, 7 < AQ_C ? 7 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 6: if (6 < AQ_C) aq_tile(is_q4, nb, RP, 6 < AQ_C ? 6 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 5: if (5 < AQ_C) aq_tile(is_q4, nb, RP, 5 < AQ_C ? 5 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 4: if (4 < AQ_C) aq_tile(is_q4, nb, RP, 4 < AQ_C ? 4 : 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 3: aq_tile(is_q4, nb, RP, 3, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 2: aq_tile(is_q4, nb, RP, 2, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    case 1: aq_tile(is_q4, nb, RP, 1, sj, lds, w, ldw, dab, aj, ldaux, 0, rnxt, dws, wu); break;
-    default: break;
-    }
-}
-
-AQ_INLINE void aq_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, size_t ldw,
-                       const uint8_t *aux, size_t ldaux)
-{
-    int64_t nb = n / QK8_0;
-    ptrdiff_t d = (ptrdiff_t)ldw;
-    int jb = aq_col_block(aq_aux_bytes(n));
-    for (int j0 = 0; j0 < nc; j0 += jb) {
-        int j1 = nc - j0 < jb ? nc : j0 + jb, i = 0;
-        for (; i + 2 * AQ_RP <= nr; i += 2 * AQ_RP)
-            aq_cols(is_q4, nb, AQ_RP, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux,
-                    i + 4 * AQ_RP <= nr ? w + (size_t)(i + 2 * AQ_RP) * ldw : NULL);
-        /* the remaining rows in one tile of 1-3 pairs (each pass over the columns reads all their aux) */
-        if (nr - i >= 6)
-            aq_cols(is_q4, nb, 3, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 6;
-        else if (nr - i >= 4)
-            aq_cols(is_q4, nb, 2, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 4;
-        else if (nr - i >= 2)
-            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, d, aux, ldaux, NULL), i += 2;
-        if (i < nr) /* an odd last row: a pair with itself */
-            aq_cols(is_q4, nb, 1, j0, j1, s + i, lds, w + (size_t)i * ldw, ldw, 0, aux, ldaux, NULL);
-    }
-}
-
-#define AQ_GEMM(name, IS_Q4, QK)                                                                             \
-    static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
-                               const void *x, size_t ldx, const void *aux, size_t ldaux)                   \
-    {                                                                                                      \
-        (void)x, (void)ldx; /* everything the kernel reads of the activations is in aux */                 \
-        aq_gemm(IS_Q4, n, nr, nc, s, lds, w, ldw, aux, ldaux);                                             \
-    }
-
-AQ_GEMM(q4_0, 1, QK4_0)
-AQ_GEMM(q8_0, 0, QK8_0)
+AQ_ROWS(q4_0, 1, QK4_0)
+AQ_ROWS(q8_0, 0, QK8_0)
 
 /* ---- the R16 layout (quant.h): 16 rows per register, no permutes ----
  *
