@@ -31,6 +31,7 @@
  *   GQ_CORR(is_q4)             the int32 corr of each block, as an offset in bytes into the column's aux to
  *                              an int32 array over blocks (rounded up to 8, zero past the end), or -1: none
  *   GQ_PREFETCH(p, n)          prefetch [p, p + n) (the gemv's stream), GQ_PF its distance in bytes
+ *   GQ_GR, GQ_GC               the gemm's tile (rows, columns), GQ_AUX_BYTES(n) gemv_ops aux_bytes
  * and have float dx[] (the activation's block scales, zero from nb up to nb rounded up to 8) at the start of
  * each column's aux.
  */
@@ -222,3 +223,37 @@ static inline __attribute__((always_inline)) void GQ_TILE(int is_q4, int64_t nb,
         }
     }
 }
+
+/* The kernels built on the tile: <GQ_TILE>_gemv_q4_0 / _q8_0 (decode: tiles of 8 rows in the rows layout, then
+ * single rows) and <GQ_TILE>_gemm_q4_0 / _q8_0 (GQ_GR rows x GQ_GC columns in gemm_tiles.h's blocking; a
+ * column's activations and aux take ldx + GQ_AUX_BYTES(n) bytes), with gemv.h's gemv and gemm signatures. */
+#define GQ_GEMV(name, IS_Q4, QK)                                                                            \
+    static void GQ_GLUE(GQ_TILE, _gemv_##name)(int64_t n, int64_t nr, float *y, const void *w, size_t ldw,  \
+                                               const void *x, const void *aux)                            \
+    {                                                                                                     \
+        const uint8_t *W = w, *X = x, *A = aux;                                                           \
+        const int64_t nb = n / QK;                                                                        \
+        int64_t i = 0;                                                                                    \
+        for (; i + 8 <= nr; i += 8)                                                                       \
+            GQ_TILE(IS_Q4, nb, 8, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 1);                   \
+        for (; i < nr; i++)                                                                               \
+            GQ_TILE(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 0);                   \
+    }
+#define GQ_GEMM(name, IS_Q4, QK)                                                                            \
+    static void GQ_GLUE(GQ_TILE, _gemm_##name)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, \
+                                               size_t ldw, const void *x, size_t ldx, const void *aux,    \
+                                               size_t ldaux)                                              \
+    {                                                                                                     \
+        const uint8_t *W = w, *X = x, *A = aux;                                                           \
+        const int64_t nb = n / QK;                                                                        \
+        int jb = gemm_col_block(ldx + GQ_AUX_BYTES(n), GQ_GC);                                            \
+        GEMM_TILES(nr, nc, jb, GQ_GR, GQ_GC, GQ_GEMM_TILE, IS_Q4)                                         \
+    }
+#define GQ_GEMM_TILE(is_q4, R, C, i, j)                                                                     \
+    GQ_TILE(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,                  \
+            X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux, 0)
+
+GQ_GEMV(q4_0, 1, QK4_0)
+GQ_GEMV(q8_0, 0, QK8_0)
+GQ_GEMM(q4_0, 1, QK4_0)
+GQ_GEMM(q8_0, 0, QK8_0)

@@ -126,39 +126,10 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 #define GQ_CORR(is_q4) ((is_q4) ? (long)(gv_dx_floats(nb) * sizeof(float)) : -1L)
 #define GQ_PREFETCH(p, n) gv_prefetch(p, n)
 #define GQ_PF GV_PF
+#define GQ_GR GV_GR
+#define GQ_GC GV_GC
+#define GQ_AUX_BYTES(n) gv_aux_bytes_q4_0(n)
 #include "engine/cpu/gemm_q8_tile.h"
-
-#define GV_GEMV_Q(name, IS_Q4, QK)                                                                          \
-    static void gv_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,  \
-                               const void *aux)                                                           \
-    {                                                                                                     \
-        const uint8_t *W = w, *X = x, *A = aux;                                                           \
-        const int64_t nb = n / QK;                                                                        \
-        int64_t i = 0;                                                                                    \
-        for (; i + 8 <= nr; i += 8)                                                                       \
-            gv_tile_q(IS_Q4, nb, 8, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 1);                 \
-        for (; i < nr; i++)                                                                               \
-            gv_tile_q(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 0);                 \
-    }
-
-GV_GEMV_Q(q4_0, 1, QK4_0)
-GV_GEMV_Q(q8_0, 0, QK8_0)
-
-#define GV_GEMM(name, IS_Q4, QK)                                                                            \
-    static void gv_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw,  \
-                               const void *x, size_t ldx, const void *aux, size_t ldaux)                    \
-    {                                                                                                       \
-        const uint8_t *W = w, *X = x, *A = aux;                                                             \
-        const int64_t nb = n / QK;                                                                          \
-        int jb = gemm_col_block(ldx + gv_aux_bytes_q4_0(n), GV_GC);                                         \
-        GEMM_TILES(nr, nc, jb, GV_GR, GV_GC, GV_GEMM_TILE, IS_Q4)                                           \
-    }
-#define GV_GEMM_TILE(is_q4, R, C, i, j)                                                                     \
-    gv_tile_q(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,                \
-              X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux, 0)
-
-GV_GEMM(q4_0, 1, QK4_0)
-GV_GEMM(q8_0, 0, QK8_0)
 
 /* ---- Q8_0 / Q4_0 in quant.h's R16 layout: 8 rows per register, no horizontal sums ----
  * A 256-bit load of an R16 dword holds that dword of 8 rows (half h of a 16-row group), so maddubs against the
@@ -488,8 +459,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
-    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q4_0, gv_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
-    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_gemv_q8_0, gv_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0},
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0},
     {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, NULL, NULL},
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, NULL, NULL},
 };

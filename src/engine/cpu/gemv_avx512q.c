@@ -133,34 +133,11 @@ AQ_INLINE void aq_rows_prefetch(const uint8_t *p, size_t n)
 #define GQ_CORR(is_q4) (-1L)
 #define GQ_PREFETCH(p, n) aq_rows_prefetch(p, n)
 #define GQ_PF AQ_PF
+#define GQ_GR AQ_ROWS_R
+#define GQ_GC AQ_ROWS_C
+#define GQ_AUX_BYTES(n) aq_aux_bytes(n)
 #include "engine/cpu/gemm_q8_tile.h"
 
-#define AQ_ROWS(name, IS_Q4, QK)                                                                            \
-    static void aq_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,  \
-                               const void *aux)                                                           \
-    {                                                                                                     \
-        const uint8_t *W = w, *X = x, *A = aux;                                                           \
-        const int64_t nb = n / QK;                                                                        \
-        int64_t i = 0;                                                                                    \
-        for (; i + 8 <= nr; i += 8)                                                                       \
-            aq_rows_tile(IS_Q4, nb, 8, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 1);              \
-        for (; i < nr; i++)                                                                               \
-            aq_rows_tile(IS_Q4, nb, 1, 1, y + i, 0, W + (size_t)i * ldw, ldw, X, 0, A, 0, 0);              \
-    }                                                                                                     \
-    static void aq_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, \
-                               const void *x, size_t ldx, const void *aux, size_t ldaux)                  \
-    {                                                                                                     \
-        const uint8_t *W = w, *X = x, *A = aux;                                                           \
-        const int64_t nb = n / QK;                                                                        \
-        int jb = gemm_col_block(ldx + aq_aux_bytes(n), AQ_ROWS_C);                                        \
-        GEMM_TILES(nr, nc, jb, AQ_ROWS_R, AQ_ROWS_C, AQ_ROWS_TILE, IS_Q4)                                 \
-    }
-#define AQ_ROWS_TILE(is_q4, R, C, i, j)                                                                     \
-    aq_rows_tile(is_q4, nb, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,             \
-                 X + (size_t)(j) * ldx, ldx, A + (size_t)(j) * ldaux, ldaux, 0)
-
-AQ_ROWS(q4_0, 1, QK4_0)
-AQ_ROWS(q8_0, 0, QK8_0)
 
 /* ---- the R16 layout (quant.h): 16 rows per register, no permutes ----
  *
@@ -344,8 +321,8 @@ AQ16_FNS(q4_0, 1)
 AQ16_FNS(q8_0, 0)
 
 static const struct gemv_ops aq_ops[] = {
-    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_gemv_q4_0, aq_gemm_q4_0, aq16_gemv_q4_0, aq16_gemm_q4_0},
-    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_gemv_q8_0, aq_gemm_q8_0, aq16_gemv_q8_0, aq16_gemm_q8_0},
+    {DTYPE_Q4_0, aq_aux_bytes, aq_prep, aq_rows_tile_gemv_q4_0, aq_rows_tile_gemm_q4_0, aq16_gemv_q4_0, aq16_gemm_q4_0},
+    {DTYPE_Q8_0, aq_aux_bytes, aq_prep, aq_rows_tile_gemv_q8_0, aq_rows_tile_gemm_q8_0, aq16_gemv_q8_0, aq16_gemm_q8_0},
 };
 
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t)
