@@ -22,7 +22,7 @@
  * way (query rounded to F16 against an F16 cache, probabilities rounded to F16 before the V product).
  *
  * Kernels are chosen once at create, per weight type: the best kernel_ops and gemv_ops for this CPU
- * (AVX-512, AVX-VNNI, AVX2), or the portable scalar ones with force_scalar (--no-simd).
+ * (AVX-512, AVX2), or the portable scalar ones with force_scalar (--no-simd).
  *
  * Barriers: an op that produces rows split by token (rmsnorm, swiglu) converts the same rows to the
  * activation format in the same thread, so the two need no barrier between them; each thread keeps its own

@@ -1,7 +1,7 @@
 /*
  * gemm_q8_tile: the one register tile of Q4_0 / Q8_0 weights (rows in GGUF order) x Q8_0 activations for the
  * 256-bit kernels: the decode gemv and the prefill / batched-decode gemm of gemv_avx2.c (integer lanes by
- * maddubs + madd), gemv_vnni.c (vpdpbusd) and gemv_avx512q.c's path for matrices not in R16 (256-bit
+ * maddubs + madd) and gemv_avx512q.c's path for matrices not in R16 (256-bit
  * vpdpbusd), written once and instantiated by each file under its own instruction set.
  *
  * Numerics: kernels.c's block sums. Per (row, column, block) the exact int32 sum S of w * x over the block,

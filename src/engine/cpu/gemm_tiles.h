@@ -1,5 +1,5 @@
 /*
- * gemm_tiles: the one loop nest that the x86 gemm kernels (kernels_avx2.c, gemv_avx2.c, gemv_vnni.c) run their
+ * gemm_tiles: the one loop nest that the x86 gemm kernels (kernels_avx2.c, gemv_avx2.c, gemv_avx512q.c) run their
  * register tiles in. Activation columns are taken in cache blocks, so a block's activations (and aux) stay in
  * L2 while every row tile passes over them; within a block, tiles of R weight rows x C columns, then the
  * leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps its own tile, whose

@@ -2,7 +2,7 @@
  * simd_fold: the one horizontal fold of 8 float lanes that every x86 SIMD kernel ends a dot product with.
  * The kernels promise results bit-identical to kernel_ops vec_dot on AVX2 (gemv.h), and the order of this
  * fold is part of that promise: (lane l + lane l+4), then (0+2, 1+3), then the two. One definition keeps the
- * AVX2, AVX-VNNI and AVX-512 files from drifting apart. Beside it, the other small helper those files share
+ * AVX2 and AVX-512 files from drifting apart. Beside it, the other small helper those files share
  * (8 blocks' F16 scales as floats).
  *
  * Declared with its own AVX target so it can be included by files built with -mavx2 or with a wider target
