@@ -21,8 +21,7 @@
  *
  * Include after defining, in the including file (is_q4 a constant after inlining, blk a weight block):
  *   GQ_TILE            the name of the tile function to define
- *   GQ_R               the most rows a tile has (rows layout at most 8 per group; columns layout 2 per group)
- *   GQ_G               the most groups a tile has
+ *   GQ_G               the most groups a tile has (rows layout: 8 rows per group; columns layout: 2)
  *   GQ_SCALES8(p, st)  __m256: the 8 F16 scales at p, p + st, ... as floats
  *   GQ_UNPACK(is_q4, blk)      __m256i: the block's weights as the lanes need them
  *   GQ_LANES(is_q4, u, xq)     __m256i: 8 int32 lanes of one (row, column, block) whose sum is S - corr, or

@@ -117,7 +117,6 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 #define GV_GC 4 /* gemm tile: columns */
 
 #define GQ_TILE gv_tile_q
-#define GQ_R 8
 #define GQ_G 2
 #define GQ_SCALES8(p, st) simd_f16x8_strided(p, st)
 #define GQ_UNPACK(is_q4, blk) gv_unpack(is_q4, blk)

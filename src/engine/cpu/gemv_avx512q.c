@@ -124,7 +124,6 @@ AQ_INLINE void aq_rows_prefetch(const uint8_t *p, size_t n)
 #define AQ_ROWS_C 4
 
 #define GQ_TILE aq_rows_tile
-#define GQ_R 8
 #define GQ_G 2
 #define GQ_SCALES8(p, st) simd_f16x8_strided(p, st)
 #define GQ_UNPACK(is_q4, blk) aq_rows_unpack(is_q4, blk)
