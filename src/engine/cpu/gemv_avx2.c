@@ -178,6 +178,7 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
                         __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
                                                      _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
                         p[c] = k ? _mm256_add_epi16(p[c], t) : t;
+                        SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
                     }
                 }
 #pragma GCC unroll 8
@@ -194,6 +195,7 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
                         memcpy(&xk, ((const struct block_q8_0 *)(x + (size_t)c * ldx) + b)->qs + 4 * k, 4);
                         __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(_mm256_set1_epi32(xk), v)), ones);
                         p[c] = k ? _mm256_add_epi32(p[c], t) : t;
+                        SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
                     }
                 }
             }
