@@ -152,6 +152,7 @@ KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, si
                     __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, y0), slo),
                                                  _mm256_madd_epi16(_mm256_maddubs_epi16(hi, y1), shi));
                     sumi[r][c] = _mm256_add_epi32(sumi[r][c], p);
+                    SIMD_KEEP(sumi[r][c]); /* else GCC regroups the adds and spills */
                 }
             }
         }
@@ -223,6 +224,7 @@ KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, si
                         const struct block_q8_k *bx = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
                         __m256i y = _mm256_loadu_si256((const __m256i *)(bx->qs + 128 * h + 32 * qt));
                         sumi[r][c] = _mm256_add_epi32(sumi[r][c], _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), sv));
+                        SIMD_KEEP(sumi[r][c]);
                     }
                 }
             }
