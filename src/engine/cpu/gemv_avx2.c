@@ -137,9 +137,13 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
  * most 2 x 15 x 128; 8 of them fit in 16 bits) and widens once with madd, so a (row, column, block) costs 1 +
  * 1/8 multiply instructions where the rows layout's tile needs 2 (maddubs + madd) and a share of the tree
  * that adds lanes across registers; Q8_0 (products' pairs up to 2 x 128 x 127) widens every maddubs. Then per
- * 8 rows one convert, one multiply of the scales, one FMA. */
+ * 8 rows one convert, one multiply of the scales, one FMA. Each column's adds are pinned in order (SIMD_KEEP):
+ * left to GCC they were regrouped into a tree over all 48 products of a block and spilled (one Zen 5 core, 64
+ * columns: Q4_0 79 -> 118 GMAC/s, Q8_0 66 -> 84; the Q4_0 tile now runs about 88% of the rate its vector
+ * instructions allow, 22 per (8 rows, column, block) at about 3.3 a cycle). */
 
-#define GV16_C 6 /* gemm tile: columns (of 8 rows) */
+#define GV16_C 6 /* gemm tile: columns (of 8 rows); with SIMD_KEEP, 4: 106, 5: 115, 6: 116-117, 7: 119-120, 8: 111-112
+                   * GMAC/s (Q4_0, 64 columns), all 110-113 at 8 columns but 7 (Q8_0 8 columns: 7 gave 74, the rest 80-82) */
 
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
  * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (the gemv: GV_PF ahead in
