@@ -1,12 +1,13 @@
 /*
- * gemv_avx512k tests: the AVX-512 F16, Q4_K and Q6_K kernels (gemv and gemm) give outputs bit-identical to
+ * gemv_avx512k tests: the AVX-512 F16, Q4_K and Q6_K kernels (gemv and gemm), and the AVX2 Q4_K / Q6_K ones (gemv,
+ * gemv16, gemm16; gemv_avx2.c), give outputs bit-identical to
  * kernel_ops vec_dot on AVX2 for every (weight row, activation row) pair: row counts that leave every tile
  * remainder (1..37, including lone rows paired with themselves), column counts 1..19 (lone columns, partial
  * tiles) and enough columns to cross column cache blocks, F16 lengths with 8-element steps and tails and
  * several conversion chunks, row strides larger than a row, and extreme values (all-max / all-min codes, F16
  * near its largest finite value); for Q4_K and Q6_K also the R16 kernels (gemv16 / gemm16) on the rows in
- * quant.h's R16 layout, with random bits in the codes, scales and mins. Skipped, with a message, on CPUs
- * without AVX-512.
+ * quant.h's R16 layout, with random bits in the codes, scales and mins. A set the CPU lacks is skipped, with a
+ * message (F16: without AVX-512).
  */
 #include "testutil.h"
 
@@ -19,14 +20,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct gemv_ops *ops_or_skip(enum dtype t)
+/* The kernel sets under test: F16 only AVX-512's (test_gemv checks AVX2's F16 gemv), the K-quants also AVX2's
+ * (its R16 gemv16 / gemm16 and rows gemv). */
+static const struct gemv_ops *test_set(int i, enum dtype t)
 {
-    const struct gemv_ops *gv = gemv_ops_avx512k(t);
-    if (!gv || !kernel_ops_avx2(t)) {
-        print_message("[  SKIPPED ] no AVX-512 (F/BW/VL/DQ/VNNI) on this CPU, or WAFER_NO_AVX512 / WAFER_NO_SIMD set\n");
+    return i == 0 ? gemv_ops_avx512k(t) : t == DTYPE_F16 ? NULL : gemv_ops_avx2(t);
+}
+
+static void ops_or_skip(enum dtype t)
+{
+    if ((!test_set(0, t) && !test_set(1, t)) || !kernel_ops_avx2(t)) {
+        print_message("[  SKIPPED ] no %s on this CPU, or WAFER_NO_AVX512 / WAFER_NO_SIMD set\n",
+                      t == DTYPE_F16 ? "AVX-512 (F/BW/VL/DQ/VNNI)" : "AVX2 + FMA + F16C");
         skip();
     }
-    return gv;
+    if (!test_set(0, t))
+        print_message("    %s: no AVX-512 on this CPU: the AVX2 kernels alone\n", dtype_name(t));
 }
 
 /* A weight value: extreme 0 random, 1 alternating +-max, 2 all -max (3: random, then check() overwrites the
@@ -41,9 +50,8 @@ static float wval(int extreme, enum dtype t, int64_t i, int r, uint64_t *seed)
     return test_rand_f32(seed) * (1 + (float)(r % 5));
 }
 
-static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int extreme)
+static void check_set(const struct gemv_ops *gv, enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int extreme)
 {
-    const struct gemv_ops *gv = gemv_ops_avx512k(t);
     const struct kernel_ops *ops = kernel_ops_avx2(t);
     assert_non_null(gv);
     assert_non_null(ops);
@@ -101,14 +109,15 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
                 fail_msg("%s gemv n %lld nr %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n, nr, r, c,
                          y[r], want[(size_t)c * nr + r]);
     }
-    /* gemm, writing into a larger output whose spare entries must stay untouched */
-    assert_non_null(gv->gemm);
+    /* gemm, writing into a larger output whose spare entries must stay untouched (the AVX2 set has none for the
+     * K-quants' rows: kernel_ops gemm, test_kernels, runs those) */
     size_t lds = (size_t)nr + 3;
     float *s = malloc(sizeof(float) * lds * (size_t)nc);
     for (size_t i = 0; i < lds * (size_t)nc; i++)
         s[i] = -7.0f;
-    gv->gemm(n, nr, nc, s, lds, w, ldw, x, ldx, aux, aux ? ldaux : 0);
-    for (int c = 0; c < nc; c++) {
+    if (gv->gemm)
+        gv->gemm(n, nr, nc, s, lds, w, ldw, x, ldx, aux, aux ? ldaux : 0);
+    for (int c = 0; c < nc && gv->gemm; c++) {
         for (int r = 0; r < nr; r++)
             if (memcmp(&want[(size_t)c * nr + r], &s[(size_t)c * lds + r], sizeof(float)))
                 fail_msg("%s gemm n %lld nr %d nc %d (row %d, col %d): %.9g, vec_dot %.9g", dtype_name(t), (long long)n, nr,
@@ -146,6 +155,18 @@ static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int ex
     free(w), free(x), free(f), free(want), free(y), free(s), free(aux);
 }
 
+/* check_set for every kernel set of the CPU that covers t */
+static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int extreme)
+{
+    int ran = 0;
+    for (int i = 0; i < 2; i++)
+        if (test_set(i, t)) {
+            check_set(test_set(i, t), t, n, nr, nc, seed, extreme);
+            ran++;
+        }
+    assert_true(ran > 0);
+}
+
 static void check_shapes(enum dtype t, const int64_t *ns, size_t nn)
 {
     ops_or_skip(t);
@@ -178,13 +199,13 @@ static void test_f16(void **state)
 static void check_r16(enum dtype t)
 {
     for (int g = 1; g <= 4; g++)
-        for (int nc = 1; nc <= 5; nc++)
+        for (int nc = 1; nc <= 9; nc++)
             check(t, 256 * (1 + (g + nc) % 4), 16 * g + nc % 3, nc, 200 + (uint64_t)(g * 7 + nc), nc % 2 ? 3 : 0);
     for (int e = 1; e <= 3; e++)
         check(t, 2048, 32, 9, 8, e);
     check(t, 256 * 60, 48, 37, 9, 3);
-    /* rows of 4096 or more: Q4_K's gemm16 runs those lane by lane (AK16_Q4_K_LANES_N), every column remainder */
-    for (int nc = 1; nc <= 7; nc++)
+    /* long rows, every column remainder of a tile of up to 8 columns */
+    for (int nc = 1; nc <= 17; nc++)
         check(t, 4096 + 256 * (nc % 2), 32, nc, 300 + (uint64_t)nc, nc % 2 ? 3 : 0);
 }
 
@@ -214,6 +235,10 @@ static void test_coverage(void **state)
 {
     (void)state;
     ops_or_skip(DTYPE_F16);
+    for (int i = 0; i < 2; i++) { /* both sets read the K-quants in R16 */
+        assert_non_null(test_set(i, DTYPE_Q4_K)->gemm16);
+        assert_non_null(test_set(i, DTYPE_Q6_K)->gemv16);
+    }
     const enum dtype ts[] = {DTYPE_F16, DTYPE_Q4_K, DTYPE_Q6_K};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         assert_non_null(gemv_ops_avx512k(ts[i]));

@@ -52,10 +52,10 @@ struct gemv_ops {
 };
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel
- * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemm, gemv16 and gemm16 are set for Q4_0 and
- * Q8_0 (see gemv_avx2.c) and NULL for the others, whose kernel_ops gemm tiles are as fast as these numerics allow
- * (measured for F16: other tile shapes, and converting weights to F32 once per column block, were no faster
- * than its 3 x 2 tile). */
+ * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemv16 and gemm16 are set for Q4_0, Q8_0,
+ * Q4_K and Q6_K, gemm for Q4_0 and Q8_0 (see gemv_avx2.c); the others' gemm is kernel_ops gemm, whose tiles
+ * are as fast as their numerics allow (measured for F16: other tile shapes, and converting weights to F32 once
+ * per column block, were no faster than its 3 x 2 tile). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
 /* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
  * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.

@@ -2,7 +2,8 @@
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
  * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; also those with AVX-VNNI alone: the
  * 256-bit VNNI kernels this project had were slower than the R16 ones here, Q4_0 gemm 50-53 against 72-77
- * GMAC/s on a Zen 5 core, so they are gone). Compiled with -mavx2 -mfma -mf16c;
+ * GMAC/s on a Zen 5 core, so they are gone), and the Q4_K / Q6_K gemm in the R16 layout. Compiled with
+ * -mavx2 -mfma -mf16c;
  * gemv_ops_avx2 hands them out only when kernel_cpu_has_avx2() says the CPU has them.
  *
  * Each kernel reproduces the float operations of the kernel_ops vec_dot of its type exactly (kernels_avx2.c):
@@ -10,9 +11,10 @@
  *     acc = fma(float(S), d_w * d_x, acc) in block order. Rows in GGUF order run gemm_q8_tile.h's tile (the
  *     lanes of 8 (row, column) pairs added into one register of block sums); rows in quant.h's R16 layout,
  *     which the backend chooses when these kernels run, the gv16 tile below (8 rows per register).
- *   Q4_K, Q6_K x Q8_K: per 256-element super-block exact int32 lanes, then acc = fma(d_w * d_x, lanes, acc)
- *     (Q4_K: scale then min term with fnmadd) in super-block order, then the 8 lanes folded as (l + l+4),
- *     then (0+2, 1+3), then the two.
+ *   Q4_K, Q6_K x Q8_K: kernels.c's block sums: per 256-element super-block the exact int32 sum S,
+ *     acc = fma(float(S), d_w * d_x, acc), and for Q4_K the mins' sum M, acc = fma(-float(M), dmin_w * d_x,
+ *     acc), in super-block order. Rows in GGUF order sum a row's 8 partial lanes at each block's end; rows in
+ *     the R16 layout (the gvk16 kernels, which the backend chooses) hold 8 rows' block sums in one register.
  *   F16 x F32: 2 chains of 8 lanes over 16-element steps, 8-element steps into chain 0, a zero-padded tail
  *     into chain 0, then chain 0 + chain 1 and the fold.
  * Integer work is free to differ (it is exact): Q4_0 multiplies the unsigned nibbles (0..15) with the
@@ -282,10 +284,7 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
 {
     const size_t bb = sizeof(struct block_q4_k);
     const __m256i m4 = _mm256_set1_epi8(15);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        acc[r] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps(); /* row r in lane r */
     for (int64_t b = 0; b < nb; b++) {
         gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
         const struct block_q8_k *bx = x + b;
@@ -310,21 +309,27 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
                 sumi[r] = _mm256_add_epi32(sumi[r], p);
             }
         }
-        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums);
+        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums), mm[4], z = _mm256_setzero_si256(); /* NR <= 2 */
+        float d[4] = {0}, dmin[4] = {0};
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
             __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn[r]));
-            __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-            __m256i mm = _mm256_madd_epi16(bsums, mins);
-            float d = gv_h2f(bw->d), dmin = gv_h2f(bw->dmin);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * bx->d), _mm256_cvtepi32_ps(sumi[r]), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * bx->d), _mm256_cvtepi32_ps(mm), acc[r]);
+            mm[r] = _mm256_madd_epi16(bsums, _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16)));
+            d[r] = gv_h2f(bw->d);
+            dmin[r] = gv_h2f(bw->dmin);
         }
+        /* [S row 0, S row 1, M row 0, M row 1]: kernels.c's two fmas for both rows at once */
+        __m128i sm = simd_hsum4_epi32(sumi[0], NR > 1 ? sumi[1] : z, mm[0], NR > 1 ? mm[1] : z);
+        __m128 f = _mm_cvtepi32_ps(sm), dx = _mm_set1_ps(bx->d);
+        acc = _mm_fmadd_ps(f, _mm_mul_ps(_mm_loadu_ps(d), dx), acc);
+        acc = _mm_fnmadd_ps(_mm_movehl_ps(f, f), _mm_mul_ps(_mm_loadu_ps(dmin), dx), acc);
     }
+    float v[4];
+    _mm_storeu_ps(v, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = simd_fold8(acc[r]);
+        y[r] = v[r];
 }
 
 GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w, size_t ldw,
@@ -332,10 +337,7 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
 {
     const size_t bb = sizeof(struct block_q6_k);
     const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
-    __m256 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-        acc[r] = _mm256_setzero_ps();
+    __m128 acc = _mm_setzero_ps(); /* row r in lane r */
     for (int64_t b = 0; b < nb; b++) {
         gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
         const struct block_q8_k *bx = x + b;
@@ -364,20 +366,280 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
                 }
             }
         }
-        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums);
+        __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums), t[4], z = _mm256_setzero_si256();
+        float d[4] = {0};
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
             __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bw->scales));
             __m256i off = _mm256_madd_epi16(bsums, sc16);
-            __m256i t = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(off, 5));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(gv_h2f(bw->d) * bx->d), _mm256_cvtepi32_ps(t), acc[r]);
+            t[r] = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(off, 5));
+            d[r] = gv_h2f(bw->d);
         }
+        __m128i S = simd_hsum4_epi32(t[0], NR > 1 ? t[1] : z, NR > 2 ? t[2] : z, NR > 3 ? t[3] : z);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_loadu_ps(d), _mm_set1_ps(bx->d)), acc);
     }
+    float v[4];
+    _mm_storeu_ps(v, acc);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-        y[r] = simd_fold8(acc[r]);
+        y[r] = v[r];
 }
+
+/* ---- Q4_K / Q6_K in quant.h's R16 layout: 8 rows per register, block sums ----
+ * As gemv_avx512k.c's R16 kernels, with 256-bit registers and no VNNI (a Zen 3 has none): a load of an R16
+ * dword at half h holds that dword of 8 rows, so maddubs against the activation's dword broadcast gives each
+ * row's products in its own lanes and kernels.c's block sums come out of vertical adds.
+ *   Q4_K: a sub-block's 8 dwords of nibbles (0..15) x codes: 8 maddubs added in 16 bits (pairs of products at
+ *     most 2 x 15 x 128, 8 of them 30,720 < 2^15), one madd by the rows' scale (an int16 pair per dword,
+ *     picked into place by one vpshufb) into S. So 1 + 1/8 multiply instructions per 32 products of a row,
+ *     where the rows layout needs 2 and horizontal adds. The mins' sum M: 8 madds of (m_j, m_j) by the bsums
+ *     pair j.
+ *   Q6_K: codes 0..63, so two maddubs fit in 16 bits (2 x 2 x 63 x 128 = 32,256): per 16-element group
+ *     2 maddubs, an add, a madd by the signed scale, twice; the codes' +32 comes off as 32 x sum_g sc_g x
+ *     bsums_g (8 madds).
+ * Then per 8 rows and block one convert and one FMA (Q4_K: two of each). Each column's integer chains are
+ * pinned in order (SIMD_KEEP), as in the Q4_0 tile above. */
+
+/* gemm tile: columns (of 8 rows). One Zen 5 core, n 2048 x 512 rows from L2, 8 / 64 columns, GMAC/s (noisy
+ * minutes): Q4_K 2 columns 91-106 / 92-107, 3 89-111 / 98-116, 4 101-119 / 107-126; Q6_K 2 55-70 / 63-74,
+ * 3 63-77 / 73-83, 4 68-87 / 86-91 (the rows layout's tiles: Q4_K 67-72, Q6_K 53-57). */
+#ifndef GVK16_C
+#define GVK16_C 4
+#endif
+
+/* [s, s] int16 per dword: byte j (0-3) of each dword of v, zero-extended. */
+GV_INLINE __m256i gvk_pick(__m256i v, int j)
+{
+    const __m256i off = _mm256_setr_epi32(0, 0x00040004, 0x00080008, 0x000c000c, 0, 0x00040004, 0x00080008, 0x000c000c);
+    return _mm256_shuffle_epi8(v, _mm256_add_epi32(_mm256_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off));
+}
+
+/* [s_j, s_k] int16 per dword: bytes j and k (0-3) of each dword of v, sign-extended (Q6_K's scales). */
+GV_INLINE __m256i gvk_pick_s8(__m256i v, int j, int k)
+{
+    const __m256i off = _mm256_setr_epi32(0, 0x04000400, 0x08000800, 0x0c000c00, 0, 0x04000400, 0x08000800, 0x0c000c00);
+    __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)(0x00800080u | (uint32_t)j << 8 | (uint32_t)k << 24)), off);
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
+}
+
+/* Q4_K block b of half h (8 rows) of the group at grp (nb blocks) x NC columns' blocks bx[c]: acc[c] gets
+ * kernels.c's two fmas. */
+GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
+                                const struct block_q8_k *const *bx, __m256 *acc)
+{
+    const uint8_t *q = grp + quant_r16_dwords(2, 35, nb, b) + 32 * h, *hs = grp + quant_r16_scales(2, 35, nb, b);
+    const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi8(63), m30 = _mm256_set1_epi8(0x30);
+    __m256i a0 = _mm256_loadu_si256((const __m256i *)q), a2 = _mm256_loadu_si256((const __m256i *)(q + 128));
+    /* sub-block scales j (byte j & 3 of sc[j >> 2]), as quant_q4_k_scales8 unpacks them */
+    __m256i sc[2] = {_mm256_and_si256(a0, m6),
+                     _mm256_or_si256(_mm256_and_si256(a2, m4), _mm256_and_si256(_mm256_srli_epi32(a0, 2), m30))};
+    __m256i S[GVK16_C], p[GVK16_C];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) { /* sub-block j: nibbles (j & 1 ? high : low) of dwords 3 + 8 (j / 2) + l */
+        /* Pointers GCC cannot see through, made in order (volatile): else it keeps sub-block j's 8 loads live
+         * for sub-block j + 1 (the same addresses), and hoists every activation broadcast of the block to its
+         * start; both spilled dozens of registers per block. */
+        const uint8_t *qj = q, *xj[GVK16_C];
+        __asm__ volatile("" : "+r"(qj));
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            xj[c] = (const uint8_t *)bx[c]->qs + 32 * j;
+            __asm__ volatile("" : "+r"(xj[c]));
+        }
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qj + 64 * (3 + 8 * (j >> 1) + l)));
+            __m256i v = j & 1 ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                int32_t y;
+                memcpy(&y, xj[c] + 4 * l, 4);
+                __m256i t = _mm256_maddubs_epi16(v, _mm256_set1_epi32(y));
+                p[c] = l ? _mm256_add_epi16(p[c], t) : t;
+                SIMD_KEEP(p[c]);
+            }
+        }
+        __m256i sp = gvk_pick(sc[j >> 2], j & 3);
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++) {
+            __m256i t = _mm256_madd_epi16(p[c], sp);
+            S[c] = j ? _mm256_add_epi32(S[c], t) : t;
+            SIMD_KEEP(S[c]);
+        }
+    }
+    __m256i a1 = _mm256_loadu_si256((const __m256i *)(q + 64));
+    __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
+                                                               _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+    __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m256i M = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * j, 4);
+            M = _mm256_add_epi32(M, _mm256_madd_epi16(gvk_pick(mn[j >> 2], j & 3), _mm256_set1_epi32(bs)));
+        }
+        __m256 dx = _mm256_set1_ps(bx[c]->d);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), acc[c]);
+    }
+}
+
+/* Q6_K block b of half h, as gvk16_block_q4_k: step (hq, qt) is 32 elements, the codes of ql's dword
+ * 16hq + 8(qt & 1) + l (low nibbles for qt < 2) with 2 bits of qh's dword 32 + 8hq + l, against the
+ * activation's bytes 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
+GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
+                                const struct block_q8_k *const *bx, __m256 *acc)
+{
+    const uint8_t *q0 = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
+    const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
+    __m256i S[GVK16_C], p[GVK16_C];
+#pragma GCC unroll 2
+    for (int hq = 0; hq < 2; hq++) {
+#pragma GCC unroll 4
+        for (int qt = 0; qt < 4; qt++) {
+            /* pointers GCC cannot see through, made in order, as in gvk16_block_q4_k: else it keeps quarter qt's
+             * ql loads live for quarter qt + 2, and hoists the activation broadcasts */
+            const uint8_t *q = q0, *xq[GVK16_C];
+            __asm__ volatile("" : "+r"(q));
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                xq[c] = (const uint8_t *)bx[c]->qs + 128 * hq + 32 * qt;
+                __asm__ volatile("" : "+r"(xq[c]));
+            }
+            __m256i sd = _mm256_loadu_si256((const __m256i *)(q + 64 * (48 + 2 * hq + (qt >> 1))));
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                __m256i ql = _mm256_loadu_si256((const __m256i *)(q + 64 * (16 * hq + 8 * (qt & 1) + l)));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * (32 + 8 * hq + l)));
+                __m256i lo = qt < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+                __m256i hb = qt == 0   ? _mm256_slli_epi16(qh, 4)
+                             : qt == 1 ? _mm256_slli_epi16(qh, 2)
+                             : qt == 2 ? qh
+                                       : _mm256_srli_epi16(qh, 2);
+                __m256i qv = _mm256_or_si256(lo, _mm256_and_si256(hb, m2h)); /* 0..63 */
+#pragma GCC unroll 8
+                for (int c = 0; c < NC; c++) {
+                    int32_t y;
+                    memcpy(&y, xq[c] + 4 * l, 4);
+                    __m256i t = _mm256_maddubs_epi16(qv, _mm256_set1_epi32(y));
+                    p[c] = l & 1 ? _mm256_add_epi16(p[c], t) : t;
+                    SIMD_KEEP(p[c]);
+                }
+                if (l & 1) { /* two dwords of group 8hq + 2qt + l / 4 */
+                    int g = (2 * qt + (l >> 2)) & 3;
+                    __m256i sp = gvk_pick_s8(sd, g, g);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        __m256i t = _mm256_madd_epi16(p[c], sp);
+                        S[c] = hq || qt || l > 1 ? _mm256_add_epi32(S[c], t) : t;
+                        SIMD_KEEP(S[c]);
+                    }
+                }
+            }
+        }
+    }
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m256i off = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m256i sp = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * (48 + (l >> 1)))), (2 * l) & 3,
+                                     (2 * l + 1) & 3);
+            off = _mm256_add_epi32(off, _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
+        }
+        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(off, 5));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
+    }
+}
+
+/* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
+ * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (as gv16_tile). */
+GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
+                          int h0, const uint8_t *x, size_t ldx, const uint8_t *pf)
+{
+    const size_t bb = is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k);
+    __m256 acc[2][GVK16_C];
+#pragma GCC unroll 2
+    for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            acc[i][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        if (pf)
+            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb);
+        const struct block_q8_k *bx[GVK16_C];
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
+#pragma GCC unroll 2
+        for (int i = 0; i < NH; i++) {
+            if (is_q6)
+                gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i]);
+            else
+                gvk16_block_q4_k(grp, nb, b, h0 + i, NC, bx, acc[i]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int i = 0; i < NH; i++)
+#pragma GCC unroll 8
+        for (int c = 0; c < NC; c++)
+            _mm256_storeu_ps(s + (size_t)c * lds + 8 * (h0 + i), acc[i][c]);
+}
+
+GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
+                          size_t ldx)
+{
+    int64_t nb = n / QK_K;
+    size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
+    int jb = gemm_col_block(ldx, GVK16_C);
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int j1 = nc - j0 < jb ? nc : j0 + jb;
+        for (int i = 0; i < nr; i += 16) {
+            const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
+            for (int h = 0; h < 2; h++) {
+                int j = j0;
+                for (; j + GVK16_C <= j1; j += GVK16_C)
+                    gvk16_tile(is_q6, nb, 1, GVK16_C, s + (size_t)j * lds + i, lds, g, h, x + (size_t)j * ldx, ldx,
+                               h == 0 && j == j0 ? nxt : NULL);
+                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL; /* fewer columns than a tile */
+                float *sj = s + (size_t)j * lds + i;
+                const uint8_t *xj = x + (size_t)j * ldx;
+                _Static_assert(GVK16_C <= 4, "remainder cases: 1 to 3 columns");
+                switch (j1 - j) { /* constant column counts keep the accumulators in registers */
+                case 3: if (3 < GVK16_C) gvk16_tile(is_q6, nb, 1, 3 < GVK16_C ? 3 : 1, sj, lds, g, h, xj, ldx, rn); break;
+                case 2: if (2 < GVK16_C) gvk16_tile(is_q6, nb, 1, 2 < GVK16_C ? 2 : 1, sj, lds, g, h, xj, ldx, rn); break;
+                case 1: gvk16_tile(is_q6, nb, 1, 1, sj, lds, g, h, xj, ldx, rn); break;
+                default: break;
+                }
+            }
+        }
+    }
+}
+
+#define GVK16_FNS(name, IS_Q6, BS)                                                                           \
+    static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
+    {                                                                                                      \
+        size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
+        for (int64_t i = 0; i < nr; i += 16) {                                                             \
+            const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
+            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + GV_PF);                            \
+        }                                                                                                  \
+    }                                                                                                      \
+    static void gvk16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, \
+                                  size_t ldx, const void *aux, size_t ldaux)                               \
+    {                                                                                                      \
+        gvk16_gemm(IS_Q6, n, nr, nc, s, lds, w, x, ldx);                                                   \
+    }
+
+GVK16_FNS(q4_k, 0, sizeof(struct block_q4_k))
+GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
 
 /* ---- F16 x F32 ---- */
 
@@ -466,8 +728,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
     {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0},
-    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, NULL, NULL},
-    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, NULL, NULL},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, gvk16_gemv_q4_k, gvk16_gemm_q4_k},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k},
 };
 
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL};

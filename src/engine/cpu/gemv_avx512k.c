@@ -4,15 +4,15 @@
  * bit-identical to kernel_ops vec_dot on AVX2 (kernels_avx2.c). The functions are compiled for AVX-512 by the
  * target pragma below and handed out only when gemv_cpu_has_avx512() says the CPU has it.
  *
- * How 512-bit registers keep the AVX2 numerics: vec_dot works in 8 float lanes (and 8 int32 lanes for the
- * K-quants' exact integer sums). Here one zmm holds two such independent 8-lane sets, and each 256-bit half
- * performs exactly the lane math of vec_dot for one (weight row, activation row) pair, folded at the end with
- * vec_dot's fold:
- *   K-quants (gemm): half = activation column c / c+1, the weights broadcast to both halves by one broadcast
- *     load, so the nibble / 6-bit unpacking is done once for two columns. Integer sums are exact whatever the
- *     instruction: vpdpwssd (AVX512-VNNI) replaces vec_dot's madd + add, same int32 lanes. Scale products
- *     d_w * d_x become [d_w * d_x(c) x8 | d_w * d_x(c+1) x8], the same IEEE multiply per lane.
- *   K-quants (gemv): half = weight row r / r+1 against the activation broadcast to both halves; the
+ * How 512-bit registers keep the AVX2 numerics: for F16, vec_dot works in 8 float lanes, and one zmm holds two
+ * such independent 8-lane sets; for the K-quants, kernels.c's block sums (an exact int32 sum per super-block,
+ * then scalar FMAs), which any arrangement of the integer work reproduces:
+ *   K-quants (gemm, GGUF rows): each 256-bit half holds one (weight row, activation column) pair's 8 partial
+ *     int32 lanes, half = column c / c+1, the weights broadcast to both halves by one broadcast load, so the
+ *     nibble / 6-bit unpacking is done once for two columns; vpdpwssd (AVX512-VNNI) replaces vec_dot's madd +
+ *     add. At the block's end each half's lanes are summed (ak_hsum_halves) and the FMAs run on
+ *     [d_w * d_x(c) x8 | d_w * d_x(c+1) x8], the same IEEE operations in every lane of a half.
+ *   K-quants (gemv, GGUF rows): half = weight row r / r+1 against the activation broadcast to both halves; the
  *     per-sub-block scales of both rows are picked into place with one vpermw each.
  *   F16 (gemm): half = vec_dot's chain 0 / chain 1 of one (weight row, activation column): vec_dot's 16-element
  *     step puts elements i..i+7 in chain 0 and i+8..i+15 in chain 1, which is exactly a zmm of 16 consecutive
@@ -27,7 +27,7 @@
  *     stack buffer per column.
  *   F16 gemv: the AVX2 gemv (memory-bound already).
  *   K-quants in the R16 layout (gemv16 / gemm16, see "Q4_K and Q6_K in the R16 layout" below): 16 rows per register,
- *     vec_dot's 8 lanes as 8 registers; what the backend uses for decode, batched decode and prefill.
+ *     one register of block sums per column; what the backend uses for decode, batched decode and prefill.
  * K-quants: a lone row or column is paired with itself and only its low half stored.
  *
  * aux: F16 keeps each activation column's whole 16-element groups as F16 (af_prep); the K-quants need none.
@@ -73,12 +73,21 @@ AK_INLINE __m512i ak_pair256(const void *a, const void *b)
 /* [a x8 | b x8] */
 AK_INLINE __m512 ak_pair_ps(float a, float b) { return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1); }
 
-/* Stores the folds of both halves: lo to *s0, hi to *s1 unless s1 is NULL. */
+/* Each 256-bit half's 8 int32 lanes summed, in every lane of that half: the block sum of the half's
+ * (row, column) pair (kernels.c; integer adds are exact, so the order is free). */
+AK_INLINE __m512i ak_hsum_halves(__m512i v)
+{
+    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+    return _mm512_add_epi32(v, _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* Stores lane 0 of each half (whose lanes all hold the same sum): lo to *s0, hi to *s1 unless s1 is NULL. */
 AK_INLINE void ak_store2(__m512 v, float *s0, float *s1)
 {
-    *s0 = simd_fold8(_mm512_castps512_ps256(v));
+    *s0 = _mm512_cvtss_f32(v);
     if (s1)
-        *s1 = simd_fold8(_mm512_extractf32x8_ps(v, 1));
+        *s1 = _mm_cvtss_f32(_mm512_extractf32x4_ps(v, 2));
 }
 
 /* Columns per cache block: the activations of a block stay in cache (L2 for the K-quants, L3 for F16: AF_XB)
@@ -186,8 +195,8 @@ AK_INLINE void ak_tile_q4_k(int64_t nb, const int NR, const int NP, const uint8_
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) {
                 __m512i mm = _mm512_madd_epi16(bs[p], mins);
-                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(sumi[r][p]), acc[r][p]);
-                acc[r][p] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dd[p]), _mm512_cvtepi32_ps(mm), acc[r][p]);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(ak_hsum_halves(sumi[r][p])), acc[r][p]);
+                acc[r][p] = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, dd[p]), _mm512_cvtepi32_ps(ak_hsum_halves(mm)), acc[r][p]);
             }
         }
     }
@@ -282,7 +291,7 @@ AK_INLINE void ak_tile_q6_k(int64_t nb, const int NR, const int NP, const uint8_
                 /* the codes carry +32: subtract 32 * sum over groups of scale * group sum of x */
                 __m512i off = _mm512_madd_epi16(bs[p], sc16[r]);
                 __m512i t = _mm512_sub_epi32(sumi[r][p], _mm512_slli_epi32(off, 5));
-                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(t), acc[r][p]);
+                acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dd[p]), _mm512_cvtepi32_ps(ak_hsum_halves(t)), acc[r][p]);
             }
         }
     }
@@ -744,8 +753,8 @@ AK_INLINE void ak_gv_q4_k(int64_t nb, const int NP, float *y, const uint8_t *w, 
             ak_h2f_pairs(&ba->d, &bb->d, &d, &dmin);
             d = _mm512_mul_ps(d, dx);
             dmin = _mm512_mul_ps(dmin, dx);
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[p]), acc[p]);
-            acc[p] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[p]);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(ak_hsum_halves(sumi[p])), acc[p]);
+            acc[p] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(ak_hsum_halves(mm)), acc[p]);
         }
     }
 #pragma GCC unroll 4
@@ -808,7 +817,7 @@ AK_INLINE void ak_gv_q6_k(int64_t nb, const int NP, float *y, const uint8_t *w, 
             __m512i t = _mm512_sub_epi32(sumi[p], _mm512_slli_epi32(off, 5));
             __m512 d = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_setr_epi16((short)ba->d, (short)bb->d, 0, 0, 0, 0, 0, 0)));
             d = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), d);
-            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(t), acc[p]);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(ak_hsum_halves(t)), acc[p]);
         }
     }
 #pragma GCC unroll 4
@@ -836,38 +845,32 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 /* ---- Q4_K and Q6_K in the R16 layout (quant.h): 16 rows per register ----
  *
  * A zmm of the layout holds one dword of 16 rows: of the scales (three: the 12 packed bytes) or of qs (32).
- * vec_dot's int32 lane l of a block is, for each 64-element step k, sub-block 2k's and 2k+1's bytes 4l..4l+3
- * (dword 8k + l of qs, low and high nibbles) times the activation's bytes 64k + 4l.. and 64k + 32 + 4l..,
- * weighted by the sub-block scales. So with that activation dword broadcast, maddubs + vpdpwssd (against the
- * 16 rows' scale as an int16 pair per dword) give lane l of 16 rows at once, exactly (integers); the scales are
- * unpacked for 16 rows by a few vector ops per block (as ak_q4_k_scm does per row pair), and each sub-block's
- * is moved into place by one vpshufb. Lane l's mins term is the rows' min l (an int16 pair) times the
- * activation's bsums pair l (one madd). Then each of the 8 lanes is a register of 16 rows' floats, updated by
- * vec_dot's two FMAs per block (d_w * d_x and dmin_w * d_x, one multiply per 16 rows), and folded vertically at
- * the end (simd_fold8_r16). No permutes, no scalar unpacking, one stream of weights. Q6_K likewise
- * (ak16_block_q6_k).
- * Measured (Zen 5, one thread, a program linking libwafer.a, against the interleaved kernels above, same
- * round): Q4_K decode gemv from L2 2.0x (81 GB/s), from 150 MB of memory 1.1-1.3x; gemm of 8 columns
- * 1.4-1.6x, of 256 1.3-1.5x. Q6_K: gemv from L2 1.2x, from memory 1.25x; gemm of 8 columns 1.0-1.1x, of 256
- * 0.95-1.2x. Both gemms are bound by the per-column maddubs + vpdpwssd pair (the unpacking is shared by the
- * columns): 1, 3 or 4 columns per tile measured no faster than 2 (Q6_K with 1: 0.75x) in this order, where
- * every lane's integer sum stays live through the block; Q6_K's gemm now runs lane by lane with 4 columns
- * (AK16_C_Q6_K below: 1.3-1.4x that). */
+ * kernels.c's numerics are block sums: per super-block one exact int32 S per (row, column), then one FMA
+ * (two for Q4_K's mins). So one register per column holds the block sums of 16 rows, and nothing else is
+ * kept per lane:
+ *   Q4_K: a sub-block's 32 elements are dword l = 0..7 of its 64-element step k (low nibbles: sub-block 2k,
+ *     high: 2k+1); with the activation's dword broadcast, vpdpbusd (unsigned codes 0..15 x signed bytes)
+ *     adds 4 products per row into an int32 that sums the sub-block exactly (|sum| <= 32 x 15 x 128), then one
+ *     vpmulld by the 16 rows' scale (picked into place from the packed bytes by one vpshufb) adds it to S. The
+ *     mins term M = sum_j m_j x bsums of sub-block j comes from 8 vpdpwssd of the rows' (m_j, m_j) against the
+ *     activation's bsums pair j.
+ *   Q6_K: likewise per 16-element group (4 dwords; codes 0..63 with their +32 offset), scaled by its signed
+ *     scale; the offset comes off as 32 x sum_g sc_g x bsums_g (8 vpdpwssd).
+ * So a column costs one multiply instruction per 64 products plus one per sub-block, where the 8 partial
+ * lanes of the old numerics cost two (maddubs + vpdpwssd) plus a convert and two FMAs per lane and block.
+ * vpdpbusd adds in a chain: each column keeps one chain per sub-block (two per step), so the columns of a
+ * tile run side by side. */
 
-/* gemm16 tile: columns, at most. Q6_K's tile runs its blocks lane by lane (ak16_block_q6_k_lanes), so 4
- * columns hold 32 float accumulators and 4 integer ones; with every lane's integer sum live at once (the gemv's
- * order) 2 columns already filled the 32 registers. Zen 5, one thread, the matrix in L2, n 2048, 5-256 columns:
- * 1.3-1.4x (8 columns 138-147 -> 197-209 GMAC/s). Q4_K gained 1.03-1.05x from the same there, but in the model
- * (1B Q4_K_M, batched decode of 8: its weights from memory) its products of rows of 2048 took 1.03-1.12x as
- * long: those keep 2 columns in the gemv's order (ak16_block_q4_k), longer rows go lane by lane (below). */
-#define AK16_C 4
-#define AK16_C_Q4_K 2
-#define AK16_C_Q6_K 4
-/* Q4_K rows at least this long (FFN down) run lane by lane with 4 columns too: 1B Q4_K_M, batched decode of 8,
- * five alternations, FFN down (n 8192, half of it Q4_K) 8.55-8.95 -> 8.01-8.24 ms per pass in four of them,
- * while gate and up (n 2048) took 1.03x as long that way. */
-#ifndef AK16_Q4_K_LANES_N
-#define AK16_Q4_K_LANES_N 4096
+/* gemm16 tile: columns, at most (AK16_C_Q4_K / AK16_C_Q6_K, which the gemm passes as constants). One core of
+ * the Zen 5, a program linking libwafer.a, n 2048 x 512 rows from L2, 8 / 64 columns, GMAC/s: Q4_K 4 columns
+ * 270 / 298-306, 6 277-283 / 315-319, 8 294 / 320-330; Q6_K 4 193-197 / 235, 6 189-199 / 241, 8 240-249 /
+ * 264-266 (the 8 partial lanes' kernels before: Q4_K 181 / 186-189, Q6_K 160-168 / 189-191). */
+#define AK16_C 8
+#ifndef AK16_C_Q4_K
+#define AK16_C_Q4_K 8
+#endif
+#ifndef AK16_C_Q6_K
+#define AK16_C_Q6_K 8
 #endif
 /* gemv16 prefetch distance along the stream of groups, into L2. 1B Q4_K_M decode, 2 threads (Zen 5): 2-8 KiB
  * 55-67 tok/s, 16 KiB (AK_PF, which the interleaved gemv uses) 39-41, none 38-42, the interleaved gemv 44-52;
@@ -882,6 +885,17 @@ AK_INLINE __m512i ak16_pick(__m512i v, int j)
     const __m512i off = _mm512_set4_epi32(0x000c000c, 0x00080008, 0x00040004, 0);
     __m512i c = _mm512_add_epi32(_mm512_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off);
     return _mm512_shuffle_epi8(v, c);
+}
+
+/* Byte j (0-3) of each dword of v as an int32: zero-extended, or sign-extended when is_signed. */
+AK_INLINE __m512i ak16_pick32(__m512i v, int j, const int is_signed)
+{
+    if (!is_signed) {
+        const __m512i off = _mm512_set4_epi32((int)0x8080800c, (int)0x80808008, (int)0x80808004, (int)0x80808000);
+        return _mm512_shuffle_epi8(v, _mm512_add_epi32(_mm512_set1_epi32(j), off));
+    }
+    const __m512i off = _mm512_set4_epi32(0x0c808080, 0x08808080, 0x04808080, 0x00808080);
+    return _mm512_srai_epi32(_mm512_shuffle_epi8(v, _mm512_add_epi32(_mm512_set1_epi32(j << 24), off)), 24);
 }
 
 /* The sub-block scales (sc) and mins (mn) of 16 rows of a Q4_K block from its 12 packed bytes (a0, a1, a2: the
@@ -902,80 +916,27 @@ AK_INLINE void ak16_q4_k_mn(__m512i a1, __m512i a2, __m512i mn[2])
     mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8);
 }
 
-/* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]: acc[c][l] as
- * vec_dot's lane l, through sumi (zero on entry: the block's integer lanes). */
+/* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]:
+ * acc[c] (16 rows' floats) gets kernels.c's two FMAs of the block. */
 AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
-                               __m512i sumi[][8], __m512 acc[][8])
+                               __m512 acc[])
 {
     const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *q = qd + 3 * 64; /* after the scales' 3 dwords */
-    /* the 12 scale bytes of 16 rows (ak16_q4_k_sc, ak16_q4_k_mn) */
-    __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
-    __m512i a2 = _mm512_loadu_si512(qd + 128);
-    __m512i sc[2], mn[2];
+    __m512i a0 = _mm512_loadu_si512(qd), a2 = _mm512_loadu_si512(qd + 128);
+    __m512i sc[2], S[AK16_C];
     ak16_q4_k_sc(a0, a2, sc);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        S[c] = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
-        __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
-            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                int32_t y0, y1;
-                memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
-                memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
-                sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
-                sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
-            }
-        }
-    }
-    ak16_q4_k_mn(a1, a2, mn);
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
-    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m512 dx = _mm512_set1_ps(bx[c]->d), d = _mm512_mul_ps(dw, dx), dmin = _mm512_mul_ps(dmw, dx);
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i mm = _mm512_madd_epi16(ak16_pick(mn[l >> 2], l & 3), _mm512_set1_epi32(bs));
-            acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(sumi[c][l]), acc[c][l]);
-            acc[c][l] = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(mm), acc[c][l]);
-        }
-    }
-}
-
-/* ak16_block_q4_k with the lanes outermost (see ak16_block_q6_k_lanes). */
-AK_INLINE void ak16_block_q4_k_lanes(const uint8_t *hs, const uint8_t *qd, const int NC,
-                                     const struct block_q8_k *const *bx, __m512 acc[][8])
-{
-    const __m512i m4 = _mm512_set1_epi8(15);
-    const uint8_t *q = qd + 3 * 64;
-    __m512i a0 = _mm512_loadu_si512(qd), a1 = _mm512_loadu_si512(qd + 64);
-    __m512i a2 = _mm512_loadu_si512(qd + 128);
-    __m512i sc[2], mn[2];
-    ak16_q4_k_sc(a0, a2, sc);
-    ak16_q4_k_mn(a1, a2, mn);
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
-    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
-    __m512 d[AK16_C], dmin[AK16_C];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m512 dx = _mm512_set1_ps(bx[c]->d);
-        d[c] = _mm512_mul_ps(dw, dx), dmin[c] = _mm512_mul_ps(dmw, dx);
-    }
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; l++) {
-        __m512i sumi[AK16_C];
+        __m512i t0[AK16_C], t1[AK16_C];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
-            sumi[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            __m512i slo = ak16_pick(sc[k >> 1], (2 * k) & 3), shi = ak16_pick(sc[k >> 1], (2 * k + 1) & 3);
+            t0[c] = t1[c] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
             __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
             __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 #pragma GCC unroll 8
@@ -983,19 +944,33 @@ AK_INLINE void ak16_block_q4_k_lanes(const uint8_t *hs, const uint8_t *qd, const
                 int32_t y0, y1;
                 memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
                 memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
-                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(lo, _mm512_set1_epi32(y0)), slo);
-                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(hi, _mm512_set1_epi32(y1)), shi);
+                t0[c] = _mm512_dpbusd_epi32(t0[c], lo, _mm512_set1_epi32(y0));
+                t1[c] = _mm512_dpbusd_epi32(t1[c], hi, _mm512_set1_epi32(y1));
             }
         }
-        __m512i mp = ak16_pick(mn[l >> 2], l & 3);
+        __m512i slo = ak16_pick32(sc[k >> 1], (2 * k) & 3, 0), shi = ak16_pick32(sc[k >> 1], (2 * k + 1) & 3, 0);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i mm = _mm512_madd_epi16(mp, _mm512_set1_epi32(bs));
-            acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(sumi[c]), acc[c][l]);
-            acc[c][l] = _mm512_fnmadd_ps(dmin[c], _mm512_cvtepi32_ps(mm), acc[c][l]);
+            S[c] = _mm512_add_epi32(S[c], _mm512_add_epi32(_mm512_mullo_epi32(t0[c], slo), _mm512_mullo_epi32(t1[c], shi)));
+            SIMD_KEEP(S[c]); /* else GCC regroups the adds to the end of the block, with every t live: spills */
         }
+    }
+    __m512i mn[2];
+    ak16_q4_k_mn(_mm512_loadu_si512(qd + 64), a2, mn);
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+    __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m512i M = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * j, 4);
+            M = _mm512_dpwssd_epi32(M, ak16_pick(mn[j >> 2], j & 3), _mm512_set1_epi32(bs));
+        }
+        __m512 dx = _mm512_set1_ps(bx[c]->d);
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[c]), _mm512_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmw, dx), acc[c]);
     }
 }
 
@@ -1007,38 +982,55 @@ AK_INLINE __m512i ak16_pick_s8(__m512i v, int j, int k)
     return _mm512_srai_epi16(_mm512_shuffle_epi8(v, c), 8);
 }
 
-/* One Q6_K block, as ak16_block_q4_k: lane l of vec_dot's step (h, qt) (32 elements, the codes of ql's dword
- * 16h + 8(qt & 1) + l, low nibbles for qt < 2, with 2 bits of qh's dword 8h + l) against the activation's
- * bytes 128h + 32qt + 4l.., weighted by scale 8h + 2qt (lanes 0-3) or 8h + 2qt + 1 (lanes 4-7); the -32 offset
- * of the codes comes off per block as 32 x lane l's pair of scales times the bsums pair l. Its R16 scales at hs,
- * dwords at q (q + 64k: dword k of the 16 rows). */
-AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q, const int NC, const struct block_q8_k *const *bx,
-                               __m512i sumi[][8], __m512 acc[][8])
+/* One Q6_K block, as ak16_block_q4_k: step (h, qt) is 32 elements, the codes of ql's dword 16h + 8(qt & 1) + l
+ * (low nibbles for qt < 2) with 2 bits of qh's dword 8h + l, against the activation's bytes 128h + 32qt + 4l..;
+ * dwords 0-3 are group 8h + 2qt (its scale), 4-7 group 8h + 2qt + 1. The codes' +32 comes off per block as
+ * 32 x sum_g scale_g x bsums_g. Its R16 scales at hs, dwords at q_ (q_ + 64k: dword k of the 16 rows). */
+AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int NC, const struct block_q8_k *const *bx,
+                               __m512 acc[])
 {
     const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512i S[AK16_C];
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        S[c] = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 4
         for (int qt = 0; qt < 4; qt++) {
+            /* A pointer GCC cannot see through: else it keeps the ql / qh loads of quarter 0 live for
+             * quarters 1-3 (the same addresses), which spilled dozens of registers per block. */
+            const uint8_t *q = q_;
+            __asm__("" : "+r"(q));
             __m512i sd = _mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))); /* scales 8h + 4(qt >> 1).. */
-            __m512i sv0 = ak16_pick_s8(sd, (2 * qt) & 3, (2 * qt) & 3);
-            __m512i sv1 = ak16_pick_s8(sd, (2 * qt + 1) & 3, (2 * qt + 1) & 3);
+#pragma GCC unroll 2
+            for (int gi = 0; gi < 2; gi++) { /* the group of dwords 4gi..4gi+3, scale 8h + 2qt + gi */
+                __m512i t[AK16_C];
 #pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) {
-                __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
-                __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
-                __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
-                __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
-                             : qt == 1 ? _mm512_slli_epi16(qh, 2)
-                             : qt == 2 ? qh
-                                       : _mm512_srli_epi16(qh, 2);
-                __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
+                for (int c = 0; c < NC; c++)
+                    t[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+                for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+                    __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
+                    __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
+                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
+                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
+                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
+                                 : qt == 2 ? qh
+                                           : _mm512_srli_epi16(qh, 2);
+                    __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        int32_t yv;
+                        memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
+                        t[c] = _mm512_dpbusd_epi32(t[c], qv, _mm512_set1_epi32(yv));
+                    }
+                }
+                __m512i sg = ak16_pick32(sd, (2 * qt + gi) & 3, 1);
 #pragma GCC unroll 8
                 for (int c = 0; c < NC; c++) {
-                    int32_t yv;
-                    memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
-                    sumi[c][l] = _mm512_dpwssd_epi32(sumi[c][l], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)),
-                                                     l < 4 ? sv0 : sv1);
+                    S[c] = _mm512_add_epi32(S[c], _mm512_mullo_epi32(t[c], sg));
+                    SIMD_KEEP(S[c]);
                 }
             }
         }
@@ -1046,117 +1038,70 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q, const int NC
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
+        __m512i off = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) {
             int32_t bs;
             memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
-            __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
-            __m512i t = _mm512_sub_epi32(sumi[c][l], _mm512_slli_epi32(off, 5));
-            acc[c][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(t), acc[c][l]);
+            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q_ + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
+            off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
         }
-    }
-}
-
-/* ak16_block_q6_k with the lanes outermost: each lane's integer sum is finished (and folded into acc) before the
- * next lane starts, so one sumi register per column is live instead of eight. */
-AK_INLINE void ak16_block_q6_k_lanes(const uint8_t *hs, const uint8_t *q, const int NC,
-                                     const struct block_q8_k *const *bx, __m512 acc[][8])
-{
-    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs)), d[AK16_C];
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++)
-        d[c] = _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d));
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; l++) {
-        __m512i sumi[AK16_C];
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            sumi[c] = _mm512_setzero_si512();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
-#pragma GCC unroll 4
-            for (int qt = 0; qt < 4; qt++) {
-                int j = (2 * qt + (l >= 4)) & 3;
-                __m512i sv = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))), j, j);
-                __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
-                __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
-                __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
-                             : qt == 1 ? _mm512_slli_epi16(qh, 2)
-                             : qt == 2 ? qh
-                                       : _mm512_srli_epi16(qh, 2);
-                __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8);
-#pragma GCC unroll 8
-                for (int c = 0; c < NC; c++) {
-                    int32_t yv;
-                    memcpy(&yv, bx[c]->qs + 128 * h + 32 * qt + 4 * l, 4);
-                    sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_maddubs_epi16(qv, _mm512_set1_epi32(yv)), sv);
-                }
-            }
-        }
-        __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
-#pragma GCC unroll 8
-        for (int c = 0; c < NC; c++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i off = _mm512_madd_epi16(sp, _mm512_set1_epi32(bs));
-            __m512i t = _mm512_sub_epi32(sumi[c], _mm512_slli_epi32(off, 5));
-            acc[c][l] = _mm512_fmadd_ps(d[c], _mm512_cvtepi32_ps(t), acc[c][l]);
-        }
+        __m512i t = _mm512_sub_epi32(S[c], _mm512_slli_epi32(off, 5));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d)), acc[c]);
     }
 }
 
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
  * gemv: AK16_PF bytes ahead), or NULL. */
-AK_INLINE void ak16_tile(const int is_q6, const int lanes, int64_t nb, const int NC, float *s, size_t lds,
-                         const uint8_t *g, const uint8_t *x, size_t ldx, const uint8_t *nxt)
+AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
+                         const uint8_t *x, size_t ldx, const uint8_t *nxt)
 {
     const size_t gb = 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
-    __m512 acc[AK16_C][8];
+    __m512 acc[AK16_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++)
-            acc[c][l] = _mm512_setzero_ps();
+        acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         const struct block_q8_k *bx[AK16_C];
-        __m512i sumi[AK16_C_Q4_K][8]; /* the gemv order's */
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
-        const int by_lane = lanes && NC > 1, ns = by_lane ? 0 : NC; /* the columns with sums in sumi */
-#pragma GCC unroll 8
-        for (int c = 0; c < ns; c++)
-#pragma GCC unroll 8
-            for (int l = 0; l < 8; l++)
-                sumi[c][l] = _mm512_setzero_si512();
         const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
         const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
-        if (by_lane && is_q6)
-            ak16_block_q6_k_lanes(hs, qd, NC, bx, acc);
-        else if (by_lane)
-            ak16_block_q4_k_lanes(hs, qd, NC, bx, acc);
-        else if (is_q6)
-            ak16_block_q6_k(hs, qd, NC, bx, sumi, acc);
+        if (is_q6)
+            ak16_block_q6_k(hs, qd, NC, bx, acc);
         else
-            ak16_block_q4_k(hs, qd, NC, bx, sumi, acc);
+            ak16_block_q4_k(hs, qd, NC, bx, acc);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
-        _mm512_storeu_ps(s + (size_t)c * lds, simd_fold8_r16(acc[c]));
+        _mm512_storeu_ps(s + (size_t)c * lds, acc[c]);
 }
 
-/* gemm16 of a K-quant (is_q6: Q6_K, else Q4_K): tiles of C columns (C <= 4), the blocks lane by lane (lanes,
- * several columns) or in the gemv order (C <= 2). */
-AK_INLINE void ak16_gemm(const int is_q6, const int C, const int lanes, int64_t n, int nr, int nc, float *s,
-                         size_t lds, const uint8_t *W, const uint8_t *X, size_t ldx)
+/* ak16_tile with NC (1 .. C - 1, the last columns of a cache block) as a constant, so the accumulators stay in
+ * registers. */
+AK_INLINE void ak16_tile_tail(const int is_q6, const int C, int NC, int64_t nb, float *s, size_t lds,
+                              const uint8_t *g, const uint8_t *x, size_t ldx, const uint8_t *nxt)
+{
+#define AK16_TAIL(k)                                                                                       \
+    case k:                                                                                                \
+        if (C > k)                                                                                         \
+            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt);                                   \
+        break;
+    switch (NC) {
+        AK16_TAIL(7) AK16_TAIL(6) AK16_TAIL(5) AK16_TAIL(4) AK16_TAIL(3) AK16_TAIL(2) AK16_TAIL(1)
+    default: break;
+    }
+#undef AK16_TAIL
+}
+
+/* gemm16 of a K-quant (is_q6: Q6_K, else Q4_K): tiles of C columns (C <= AK16_C). */
+AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc, float *s, size_t lds,
+                         const uint8_t *W, const uint8_t *X, size_t ldx)
 {
     int64_t nb = n / QK_K;
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
@@ -1167,23 +1112,16 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, const int lanes, int64_t 
             const uint8_t *g = W + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
             int j = j0;
             for (; j + C <= j1; j += C)
-                ak16_tile(is_q6, lanes, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
+                ak16_tile(is_q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
                           j + 2 * C > j1 ? nxt : NULL);
-            /* the last 1-3 columns in one tile: constant column counts keep the accumulators in registers */
-            float *sj = s + (size_t)j * lds + i;
-            const uint8_t *xj = X + (size_t)j * ldx, *rn = j == j0 ? nxt : NULL;
-            if (C > 3 && j1 - j == 3)
-                ak16_tile(is_q6, lanes, nb, 3, sj, lds, g, xj, ldx, rn);
-            else if (C > 2 && j1 - j == 2)
-                ak16_tile(is_q6, lanes, nb, 2, sj, lds, g, xj, ldx, rn);
-            else if (j1 - j == 1)
-                ak16_tile(is_q6, lanes, nb, 1, sj, lds, g, xj, ldx, rn);
+            if (j < j1)
+                ak16_tile_tail(is_q6, C, j1 - j, nb, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
+                               j == j0 ? nxt : NULL);
         }
     }
 }
 
-/* gemv16 of a K-quant: one column, the gemv order (Q4_K from L2 139-145 GMAC/s against 128-131 lane by lane,
- * Q6_K 88-93 against 80-81). */
+/* gemv16 of a K-quant: one column. */
 #define AK16_GEMV(name, IS_Q6, BS)                                                                         \
     static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
@@ -1191,7 +1129,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, const int lanes, int64_t 
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            ak16_tile(IS_Q6, 0, nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                    \
+            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, g + AK16_PF);                                       \
         }                                                                                                  \
     }
 
@@ -1201,16 +1139,13 @@ AK16_GEMV(q6_k, 1, sizeof(struct block_q6_k))
 static void ak16_gemm_q4_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
                            const void *aux, size_t ldaux)
 {
-    if (n >= AK16_Q4_K_LANES_N)
-        ak16_gemm(0, 4, 1, n, nr, nc, s, lds, w, x, ldx);
-    else
-        ak16_gemm(0, AK16_C_Q4_K, 0, n, nr, nc, s, lds, w, x, ldx);
+    ak16_gemm(0, AK16_C_Q4_K, n, nr, nc, s, lds, w, x, ldx);
 }
 
 static void ak16_gemm_q6_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
                            const void *aux, size_t ldaux)
 {
-    ak16_gemm(1, AK16_C_Q6_K, 1, n, nr, nc, s, lds, w, x, ldx);
+    ak16_gemm(1, AK16_C_Q6_K, n, nr, nc, s, lds, w, x, ldx);
 }
 
 static size_t ak_aux_none(int64_t n) { return 0; }

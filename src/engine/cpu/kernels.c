@@ -6,8 +6,13 @@
  * product of the two block scales and added to a float sum. For Q4_0 / Q8_0 that is the numerics every kernel
  * reproduces bit for bit: acc = fmaf(float(block sum), d_w * d_x, acc) in block order, as llama.cpp's
  * repacked Q4_0 kernels accumulate (ggml-cpu-aarch64.cpp, AVX2: one fmadd of the block sums of 8 rows). The
- * K-quants add their per-sub-block scales as integer weights and subtract the mins through the activation's
- * 16-element sums (bsums), so results track llama.cpp's numerics. Float weights (F32/F16/BF16) take float activations and sum in double here: the
+ * K-quants (Q4_K, Q6_K) are block sums too, per 256-element super-block: the exact int32 sum S of the
+ * sub-block scales times their integer dots (Q6_K with the -32 offset of its codes taken off through the
+ * activation's 16-element sums, bsums), then acc = fmaf(float(S), d_w * d_x, acc); Q4_K subtracts its mins
+ * the same way, M = sum of min_j times the bsums of sub-block j, acc = fmaf(-float(M), dmin_w * d_x, acc).
+ * Every kernel of these types reproduces that bit for bit, whatever order its integer work takes: the
+ * fast ones keep 16 rows' block sums in one register (gemv_avx512k.c) instead of 8 partial lanes per row
+ * (the definition before stop 23, which cost a convert and two FMAs per lane). Float weights (F32/F16/BF16) take float activations and sum in double here: the
  * scalar path is the reference the SIMD one is tested against, so it is kept as accurate as is cheap.
  *
  * The scalar gemm just calls vec_dot per pair, which makes it bit-identical to vec_dot by construction.
@@ -159,8 +164,8 @@ static void kern_dot_q4_k(int64_t n, float *s, const void *w, const void *x)
             sumi += sc * p;
             summ += m * (b[k].bsums[2 * j] + b[k].bsums[2 * j + 1]);
         }
-        float d = fp16_to_f32(a[k].d) * b[k].d, dmin = fp16_to_f32(a[k].dmin) * b[k].d;
-        sum += d * (float)sumi - dmin * (float)summ;
+        sum = fmaf((float)sumi, fp16_to_f32(a[k].d) * b[k].d, sum);
+        sum = fmaf(-(float)summ, fp16_to_f32(a[k].dmin) * b[k].d, sum);
     }
     *s = sum;
 }
@@ -186,7 +191,7 @@ static void kern_dot_q6_k(int64_t n, float *s, const void *w, const void *x)
             for (int g = 0; g < 8; g++)
                 sumi += sc[g] * p[g];
         }
-        sum += fp16_to_f32(a[k].d) * b[k].d * (float)sumi;
+        sum = fmaf((float)sumi, fp16_to_f32(a[k].d) * b[k].d, sum);
     }
     *s = sum;
 }

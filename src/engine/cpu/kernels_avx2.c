@@ -16,8 +16,9 @@
  *   fast kernels (gemv*.c) reproduce with the blocks' sums of 8 or 16 rows in one register. These are the
  *   simple ones (vec_dot, the Q8_0 KV cache's products); a gemv_ops gemm runs prefill.
  * K-quants x Q8_K: per 32 (Q4_K) or 16 (Q6_K) elements an integer dot weighted by the sub-block scale,
- *   summed exactly in int32 over the 256-element super-block, then one FMA per super-block; the Q4_K mins and
- *   the Q6_K -32 offset come from the activation's bsums instead of per-element work.
+ *   summed exactly in int32 lanes over the 256-element super-block and then across the lanes (the block sum),
+ *   then kernels.c's scalar FMAs per super-block; the Q4_K mins and the Q6_K -32 offset come from the
+ *   activation's bsums instead of per-element work.
  * Float weights: 2 independent FMA accumulators of 8 lanes (16 elements per step), then single 8-element
  *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step. The tile runs the
  *   two chains one after the other, so its activations stay in registers (ka_tile_float).
@@ -112,15 +113,36 @@ KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, flo
 
 /* ---- Q4_K x Q8_K ---- */
 
+/* [d of column 0's block b, ..., of column NC - 1's, 0...]: the Q8_K activations' scales of a tile. */
+KA_INLINE __m128 ka_q8_k_dx(const uint8_t *x, size_t ldx, int64_t b, const int NC)
+{
+    float d[4] = {0};
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++)
+        d[c] = ((const struct block_q8_k *)(x + (size_t)c * ldx) + b)->d;
+    return _mm_loadu_ps(d);
+}
+
+/* Stores a K-quant tile's sums: row r, column c from lane c of acc[r]. */
+KA_INLINE void ka_store_cols(const int NR, const int NC, const __m128 *acc, float *s, size_t lds)
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        float v[4];
+        _mm_storeu_ps(v, acc[r]);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            s[(size_t)c * lds + r] = v[c];
+    }
+}
+
 KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, size_t lds, const uint8_t *w,
                             size_t ldw, const uint8_t *x, size_t ldx)
 {
-    __m256 acc[KA_MAXR][KA_MAXC];
+    __m128 acc[KA_MAXR]; /* row r, column c in lane c */
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm256_setzero_ps();
+        acc[r] = _mm_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15);
     for (int64_t b = 0; b < nb; b++) {
         uint8_t sc[KA_MAXR][8], mn[KA_MAXR][8];
@@ -156,26 +178,25 @@ KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, si
                 }
             }
         }
+        __m128 dx = ka_q8_k_dx(x, ldx, b, NC);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
             __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn[r]));
             __m256i mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-            float d = ka_h2f(bw->d), dmin = ka_h2f(bw->dmin);
+            __m256i mm[KA_MAXC], z = _mm256_setzero_si256();
 #pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) {
-                const struct block_q8_k *bx = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
-                __m256i mm = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bx->bsums), mins);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * bx->d), _mm256_cvtepi32_ps(sumi[r][c]), acc[r][c]);
-                acc[r][c] = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * bx->d), _mm256_cvtepi32_ps(mm), acc[r][c]);
-            }
+            for (int c = 0; c < NC; c++)
+                mm[c] = _mm256_madd_epi16(
+                    _mm256_loadu_si256((const __m256i *)((const struct block_q8_k *)(x + (size_t)c * ldx) + b)->bsums), mins);
+            /* lane c: column c's block sums S and M; kernels.c's two fmas, four columns at once */
+            __m128i S = simd_hsum4_epi32(sumi[r][0], NC > 1 ? sumi[r][1] : z, NC > 2 ? sumi[r][2] : z, NC > 3 ? sumi[r][3] : z);
+            __m128i M = simd_hsum4_epi32(mm[0], NC > 1 ? mm[1] : z, NC > 2 ? mm[2] : z, NC > 3 ? mm[3] : z);
+            acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_set1_ps(ka_h2f(bw->d)), dx), acc[r]);
+            acc[r] = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), _mm_mul_ps(_mm_set1_ps(ka_h2f(bw->dmin)), dx), acc[r]);
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
+    ka_store_cols(NR, NC, acc, s, lds);
 }
 
 /* ---- Q6_K x Q8_K ---- */
@@ -183,12 +204,10 @@ KA_INLINE void ka_tile_q4_k(int64_t nb, const int NR, const int NC, float *s, si
 KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, size_t lds, const uint8_t *w,
                             size_t ldw, const uint8_t *x, size_t ldx)
 {
-    __m256 acc[KA_MAXR][KA_MAXC];
+    __m128 acc[KA_MAXR]; /* row r, column c in lane c */
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            acc[r][c] = _mm256_setzero_ps();
+        acc[r] = _mm_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
     for (int64_t b = 0; b < nb; b++) {
         __m256i sumi[KA_MAXR][KA_MAXC];
@@ -229,26 +248,24 @@ KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, si
                 }
             }
         }
+        __m128 dx = ka_q8_k_dx(x, ldx, b, NC);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
             __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bw->scales));
-            float d = ka_h2f(bw->d);
+            __m256i t[KA_MAXC], z = _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int c = 0; c < NC; c++) {
                 const struct block_q8_k *bx = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
                 /* the codes carry +32: subtract 32 * sum over groups of scale * group sum of x */
                 __m256i off = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)bx->bsums), sc16);
-                __m256i t = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(off, 5));
-                acc[r][c] = _mm256_fmadd_ps(_mm256_set1_ps(d * bx->d), _mm256_cvtepi32_ps(t), acc[r][c]);
+                t[c] = _mm256_sub_epi32(sumi[r][c], _mm256_slli_epi32(off, 5));
             }
+            __m128i S = simd_hsum4_epi32(t[0], NC > 1 ? t[1] : z, NC > 2 ? t[2] : z, NC > 3 ? t[3] : z);
+            acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_set1_ps(ka_h2f(bw->d)), dx), acc[r]);
         }
     }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = simd_fold8(acc[r][c]);
+    ka_store_cols(NR, NC, acc, s, lds);
 }
 
 /* ---- F32 / F16 / BF16 weights x F32 activations ---- */

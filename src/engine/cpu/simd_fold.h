@@ -2,8 +2,8 @@
  * simd_fold: the one horizontal fold of 8 float lanes that every x86 SIMD kernel ends a dot product with.
  * The kernels promise results bit-identical to kernel_ops vec_dot on AVX2 (gemv.h), and the order of this
  * fold is part of that promise: (lane l + lane l+4), then (0+2, 1+3), then the two. One definition keeps the
- * AVX2 and AVX-512 files from drifting apart. Beside it, the other small helper those files share
- * (8 blocks' F16 scales as floats).
+ * AVX2 and AVX-512 files from drifting apart. Beside it, the other small helpers those files share (the
+ * K-quants' horizontal integer sums, 8 blocks' F16 scales as floats).
  *
  * And SIMD_KEEP, which stops GCC from regrouping a tile's integer adds.
  *
@@ -56,14 +56,14 @@ static inline __attribute__((always_inline, target("avx512f"))) __m256 simd_fold
         _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), f));
 }
 
-/* simd_fold8 of 16 rows at once when each of the 8 lanes is a register of 16 rows (the R16 kernels:
- * a[l] = lane l of rows 0..15): the same adds on the same operands in simd_fold8's order, done vertically.
- * Returns row r's fold in lane r. */
-static inline __attribute__((always_inline, target("avx512f"))) __m512 simd_fold8_r16(const __m512 a[8])
+/* The sums of the 8 int32 lanes of a, b, c and d, as [sum a, sum b, sum c, sum d]: the K-quants' block sums
+ * (kernels.c) from 8 partial lanes, four (row, column) pairs or terms at a time. Integer adds are exact, so
+ * the order is free. */
+static inline __attribute__((always_inline, target("avx2"))) __m128i simd_hsum4_epi32(__m256i a, __m256i b,
+                                                                                     __m256i c, __m256i d)
 {
-    __m512 h0 = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
-    __m512 h1 = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
-    return _mm512_add_ps(h0, h1);
+    __m256i t = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d)); /* [a0-3 b0-3 c0-3 d0-3 | 4-7] */
+    return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
 }
 
 /* The 8 F16 values at p, p + stride, ..., p + 7 * stride as floats: the scales of 8 consecutive blocks of a
