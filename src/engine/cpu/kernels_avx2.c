@@ -113,14 +113,13 @@ KA_INLINE void ka_tile_q8(int is_q4, int64_t nb, const int NR, const int NC, flo
 
 /* ---- Q4_K x Q8_K ---- */
 
-/* [d of column 0's block b, ..., of column NC - 1's, 0...]: the Q8_K activations' scales of a tile. */
+/* [d of column 0's block b, ..., of column NC - 1's, 0...]: the Q8_K activations' scales of a tile, built in
+ * registers (from a float array, a store and a wider load of the same bytes, the store's forwarding stalls). */
 KA_INLINE __m128 ka_q8_k_dx(const uint8_t *x, size_t ldx, int64_t b, const int NC)
 {
-    float d[4] = {0};
-#pragma GCC unroll 4
-    for (int c = 0; c < NC; c++)
-        d[c] = ((const struct block_q8_k *)(x + (size_t)c * ldx) + b)->d;
-    return _mm_loadu_ps(d);
+#define KA_DX(c) (NC > (c) ? ((const struct block_q8_k *)(x + (size_t)(c) * ldx) + b)->d : 0.0f)
+    return _mm_setr_ps(KA_DX(0), KA_DX(1), KA_DX(2), KA_DX(3));
+#undef KA_DX
 }
 
 /* Stores a K-quant tile's sums: row r, column c from lane c of acc[r]. */
