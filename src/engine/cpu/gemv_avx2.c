@@ -229,38 +229,47 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
                   w + (size_t)(i / 16) * gbytes + GV_PF);
 }
 
+/* The R16 gemm's loops, shared by the Q8_0 / Q4_0 and the K-quant kernels: column cache blocks of jb
+ * columns, each 16-row group's two halves (8 rows each), tiles of C columns, then one tile of the last 1 to
+ * C - 1 columns with their count as a constant (which keeps the accumulators in registers). TILE(NC, i, j, h,
+ * g, pf) runs the tile of NC columns from j on half h of the group g of rows i..i+15; pf is the next group
+ * (prefetched while the first column tile of a group's first half reads this one) or NULL. */
+#define GV16_LOOPS(C, jb, nr, nc, gbytes, w, TILE)                                                           \
+    for (int j0 = 0; j0 < (nc); j0 += (jb)) {                                                                \
+        int j1 = (nc) - j0 < (jb) ? (nc) : j0 + (jb);                                                        \
+        for (int i = 0; i < (nr); i += 16) {                                                                 \
+            const uint8_t *g = (w) + (size_t)(i / 16) * (gbytes), *nxt = i + 16 < (nr) ? g + (gbytes) : NULL; \
+            for (int h = 0; h < 2; h++) {                                                                    \
+                int j = j0;                                                                                  \
+                for (; j + (C) <= j1; j += (C))                                                              \
+                    TILE(C, i, j, h, g, h == 0 && j == j0 ? nxt : NULL);                                     \
+                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL;                                          \
+                _Static_assert((C) <= 8, "remainder cases: 1 to 7 columns");                                 \
+                switch (j1 - j) {                                                                            \
+                case 7: if (7 < (C)) TILE(7 < (C) ? 7 : 1, i, j, h, g, rn); break;                          \
+                case 6: if (6 < (C)) TILE(6 < (C) ? 6 : 1, i, j, h, g, rn); break;                          \
+                case 5: if (5 < (C)) TILE(5 < (C) ? 5 : 1, i, j, h, g, rn); break;                          \
+                case 4: if (4 < (C)) TILE(4 < (C) ? 4 : 1, i, j, h, g, rn); break;                          \
+                case 3: if (3 < (C)) TILE(3 < (C) ? 3 : 1, i, j, h, g, rn); break;                          \
+                case 2: if (2 < (C)) TILE(2 < (C) ? 2 : 1, i, j, h, g, rn); break;                          \
+                case 1: TILE(1, i, j, h, g, rn); break;                                                      \
+                default: break;                                                                              \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
 GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
                          size_t ldx, const uint8_t *aux, size_t ldaux)
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     int jb = gemm_col_block(ldx + gv_aux_bytes_q4_0(n), GV16_C);
-    for (int j0 = 0; j0 < nc; j0 += jb) {
-        int j1 = nc - j0 < jb ? nc : j0 + jb;
-        for (int i = 0; i < nr; i += 16) {
-            const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
-            for (int h = 0; h < 2; h++) {
-                int j = j0;
-                for (; j + GV16_C <= j1; j += GV16_C)
-                    gv16_tile(is_q4, nb, 1, GV16_C, s + (size_t)j * lds + i, lds, g, h, x + (size_t)j * ldx, ldx,
-                              aux + (size_t)j * ldaux, ldaux, h == 0 && j == j0 ? nxt : NULL);
-                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL; /* fewer columns than a tile */
-                float *sj = s + (size_t)j * lds + i;
-                const uint8_t *xj = x + (size_t)j * ldx, *aj = aux + (size_t)j * ldaux;
-                _Static_assert(GV16_C <= 8, "remainder cases: 1 to 7 columns");
-                switch (j1 - j) { /* constant column counts keep the accumulators in registers */
-                case 7: if (7 < GV16_C) gv16_tile(is_q4, nb, 1, 7 < GV16_C ? 7 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 6: if (6 < GV16_C) gv16_tile(is_q4, nb, 1, 6 < GV16_C ? 6 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 5: if (5 < GV16_C) gv16_tile(is_q4, nb, 1, 5 < GV16_C ? 5 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 4: if (4 < GV16_C) gv16_tile(is_q4, nb, 1, 4 < GV16_C ? 4 : 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 3: gv16_tile(is_q4, nb, 1, 3, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 2: gv16_tile(is_q4, nb, 1, 2, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                case 1: gv16_tile(is_q4, nb, 1, 1, sj, lds, g, h, xj, ldx, aj, ldaux, rn); break;
-                default: break;
-                }
-            }
-        }
-    }
+#define GV16_TILE(NC, i, j, h, g, pf)                                                                        \
+    gv16_tile(is_q4, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx,             \
+              aux + (size_t)(j) * ldaux, ldaux, pf)
+    GV16_LOOPS(GV16_C, jb, nr, nc, gbytes, w, GV16_TILE)
+#undef GV16_TILE
 }
 
 #define GV16_FNS(name, IS_Q4)                                                                                \
@@ -312,16 +321,15 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
         __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums), mm[2], z = _mm256_setzero_si256();
         /* [d row 0, dmin row 0, d row 1, dmin row 1] as F16, in registers: built in a float array (a store and
          * a wider load of the same bytes: the store's forwarding stalls) the gemv took 1.4x as long */
-        __m128i dd = _mm_setzero_si128();
+        int32_t dm[2] = {0, 0}; /* d, dmin of a row */
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++) { /* NR <= 2 */
             const struct block_q4_k *bw = (const struct block_q4_k *)(w + (size_t)r * ldw) + b;
             __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)mn[r]));
             mm[r] = _mm256_madd_epi16(bsums, _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16)));
-            int32_t dm;
-            memcpy(&dm, &bw->d, 4); /* d, dmin */
-            dd = _mm_insert_epi32(dd, dm, r);
+            memcpy(&dm[r], &bw->d, 4);
         }
+        __m128i dd = _mm_setr_epi32(dm[0], dm[1], 0, 0);
         /* [S row 0, S row 1, M row 0, M row 1]: kernels.c's two fmas for both rows at once */
         __m128i sm = simd_hsum4_epi32(sumi[0], NR > 1 ? sumi[1] : z, mm[0], NR > 1 ? mm[1] : z);
         __m128 f = _mm_cvtepi32_ps(sm), dx = _mm_set1_ps(bx->d);
@@ -371,16 +379,18 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
             }
         }
         __m256i bsums = _mm256_loadu_si256((const __m256i *)bx->bsums), t[4], z = _mm256_setzero_si256();
-        __m128i dh = _mm_setzero_si128(); /* the rows' d as F16 (in registers: a store and a wider load of the
-                                           * same bytes stalls the store's forwarding, 1.4x the gemv's time) */
+        short dr[4] = {0, 0, 0, 0};
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const struct block_q6_k *bw = (const struct block_q6_k *)(w + (size_t)r * ldw) + b;
             __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)bw->scales));
             __m256i off = _mm256_madd_epi16(bsums, sc16);
             t[r] = _mm256_sub_epi32(sumi[r], _mm256_slli_epi32(off, 5));
-            dh = _mm_insert_epi16(dh, bw->d, r);
+            dr[r] = (short)bw->d;
         }
+        /* the rows' d as F16, set in registers (not loaded: a store and a wider load of the same bytes stalls
+         * the store's forwarding, 1.4x the gemv's time) */
+        __m128i dh = _mm_setr_epi16(dr[0], dr[1], dr[2], dr[3], 0, 0, 0, 0);
         __m128i S = simd_hsum4_epi32(t[0], NR > 1 ? t[1] : z, NR > 2 ? t[2] : z, NR > 3 ? t[3] : z);
         acc = _mm_fmadd_ps(_mm_cvtepi32_ps(S), _mm_mul_ps(_mm_cvtph_ps(dh), _mm_set1_ps(bx->d)), acc);
     }
@@ -426,6 +436,20 @@ GV_INLINE __m256i gvk_pick_s8(__m256i v, int j, int k)
     const __m256i off = _mm256_setr_epi32(0, 0x04000400, 0x08000800, 0x0c000c00, 0, 0x04000400, 0x08000800, 0x0c000c00);
     __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)(0x00800080u | (uint32_t)j << 8 | (uint32_t)k << 24)), off);
     return _mm256_srai_epi16(_mm256_shuffle_epi8(v, c), 8);
+}
+
+/* sum over l of the rows' int16 pair p[l] (one per dword) times the activation's bsums pair l (bsums 2l,
+ * 2l + 1): Q4_K's mins term and Q6_K's offset term of a block, per row. */
+GV_INLINE __m256i gvk_dot_bsums(const struct block_q8_k *bx, const __m256i p[8])
+{
+    __m256i t = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) {
+        int32_t bs;
+        memcpy(&bs, bx->bsums + 2 * l, 4);
+        t = _mm256_add_epi32(t, _mm256_madd_epi16(p[l], _mm256_set1_epi32(bs)));
+    }
+    return t;
 }
 
 /* Q4_K block b of half h (8 rows) of the group at grp (nb blocks) x NC columns' blocks bx[c]: acc[c] gets
@@ -478,15 +502,13 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
                                                                _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
     __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
+    __m256i mp[8]; /* (m_j, m_j) */
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        mp[j] = gvk_pick(mn[j >> 2], j & 3);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        __m256i M = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * j, 4);
-            M = _mm256_add_epi32(M, _mm256_madd_epi16(gvk_pick(mn[j >> 2], j & 3), _mm256_set1_epi32(bs)));
-        }
+        __m256i M = gvk_dot_bsums(bx[c], mp);
         __m256 dx = _mm256_set1_ps(bx[c]->d);
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), acc[c]);
@@ -548,18 +570,13 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
         }
     }
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+    __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++)
+        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * (48 + (l >> 1)))), (2 * l) & 3, (2 * l + 1) & 3);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        __m256i off = _mm256_setzero_si256();
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m256i sp = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * (48 + (l >> 1)))), (2 * l) & 3,
-                                     (2 * l + 1) & 3);
-            off = _mm256_add_epi32(off, _mm256_madd_epi16(sp, _mm256_set1_epi32(bs)));
-        }
-        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(off, 5));
+        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(bx[c], sp), 5));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
     }
 }
@@ -604,28 +621,10 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     int64_t nb = n / QK_K;
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = gemm_col_block(ldx, GVK16_C);
-    for (int j0 = 0; j0 < nc; j0 += jb) {
-        int j1 = nc - j0 < jb ? nc : j0 + jb;
-        for (int i = 0; i < nr; i += 16) {
-            const uint8_t *g = w + (size_t)(i / 16) * gbytes, *nxt = i + 16 < nr ? g + gbytes : NULL;
-            for (int h = 0; h < 2; h++) {
-                int j = j0;
-                for (; j + GVK16_C <= j1; j += GVK16_C)
-                    gvk16_tile(is_q6, nb, 1, GVK16_C, s + (size_t)j * lds + i, lds, g, h, x + (size_t)j * ldx, ldx,
-                               h == 0 && j == j0 ? nxt : NULL);
-                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL; /* fewer columns than a tile */
-                float *sj = s + (size_t)j * lds + i;
-                const uint8_t *xj = x + (size_t)j * ldx;
-                _Static_assert(GVK16_C <= 4, "remainder cases: 1 to 3 columns");
-                switch (j1 - j) { /* constant column counts keep the accumulators in registers */
-                case 3: if (3 < GVK16_C) gvk16_tile(is_q6, nb, 1, 3 < GVK16_C ? 3 : 1, sj, lds, g, h, xj, ldx, rn); break;
-                case 2: if (2 < GVK16_C) gvk16_tile(is_q6, nb, 1, 2 < GVK16_C ? 2 : 1, sj, lds, g, h, xj, ldx, rn); break;
-                case 1: gvk16_tile(is_q6, nb, 1, 1, sj, lds, g, h, xj, ldx, rn); break;
-                default: break;
-                }
-            }
-        }
-    }
+#define GVK16_TILE(NC, i, j, h, g, pf) \
+    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf)
+    GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, w, GVK16_TILE)
+#undef GVK16_TILE
 }
 
 #define GVK16_FNS(name, IS_Q6, BS)                                                                           \

@@ -994,7 +994,6 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
         S[c] = _mm512_setzero_si512();
-#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 4
         for (int qt = 0; qt < 4; qt++) {
