@@ -57,3 +57,18 @@ bool cpu_is_amd(void)
     }
     return is;
 }
+
+unsigned cpu_family(void)
+{
+    static int fam = -1;
+    if (fam < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        fam = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d)) {
+            fam = (int)((a >> 8) & 0xf);
+            if (fam == 0xf)
+                fam += (int)((a >> 20) & 0xff);
+        }
+    }
+    return (unsigned)fam;
+}

@@ -21,4 +21,8 @@ bool gemv_cpu_has_avx512(void);
 /* true on an AMD CPU (cpuid vendor "AuthenticAMD"): for the few kernel shapes measured to differ by vendor. */
 bool cpu_is_amd(void);
 
+/* The x86 display family (cpuid leaf 1: base family, plus the extended family when the base is 15): AMD 0x19
+ * is Zen 3 and Zen 4, 0x1a Zen 5; Intel's recent cores are 6. 0 when cpuid has no leaf 1. */
+unsigned cpu_family(void);
+
 #endif
