@@ -171,11 +171,10 @@ static void test_f16(void **state)
     for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
         for (int64_t nr = 1; nr <= 9; nr += 4) {
             check_type(DTYPE_F16, ns[b], nr + (int64_t)b, 300 + b, 0);
-            /* every layout whatever this CPU (4-row tiles; 4 streams with and without prefetch: nr 9-15
-             * gives 2-3 rows per stream and 0-3 left over) */
-            for (int layout = 0; layout < GEMV_F16_LAYOUTS; layout++)
-                check_ops(gemv_ops_avx2_f16((enum gemv_f16_layout)layout), DTYPE_F16, ns[b], nr + (int64_t)b,
-                          400 + b, 0);
+            /* both layouts whatever this CPU's vendor (4-row tiles; 4 streams: nr 9-15 gives 2-3 rows per
+             * stream and 0-3 left over) */
+            for (int streams = 0; streams < 2; streams++)
+                check_ops(gemv_ops_avx2_f16(streams), DTYPE_F16, ns[b], nr + (int64_t)b, 400 + b, 0);
         }
 
 }

@@ -57,11 +57,10 @@ struct gemv_ops {
  * are as fast as their numerics allow (measured for F16: other tile shapes, and converting weights to F32 once
  * per column block, were no faster than its 3 x 2 tile). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
-/* The AVX2 F16 decode kernels whatever the CPU (gemv_ops_avx2 picks one by vendor and family, see
- * gemv_avx2.c): 4-row tiles, 4 sequential streams, 4 streams with software prefetch. Same sums in each.
- * NULL without AVX2+FMA+F16C or for a layout out of range. For tests, which check all on every CPU. */
-enum gemv_f16_layout { GEMV_F16_ROWS, GEMV_F16_STREAMS, GEMV_F16_STREAMS_PF, GEMV_F16_LAYOUTS };
-const struct gemv_ops *gemv_ops_avx2_f16(enum gemv_f16_layout layout);
+/* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
+ * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.
+ * For tests, which check both on every CPU. */
+const struct gemv_ops *gemv_ops_avx2_f16(bool streams);
 /* AVX-512 kernels (512-bit registers; AVX512F/BW/VL/DQ + AVX512-VNNI) when the CPU has them: Q4_0 and Q8_0
  * in gemv_avx512q.c, F16 and the K-quants (Q4_K, Q6_K) in gemv_avx512k.c. NULL for other types or without
  * AVX-512. Same numerics contract as every gemv_ops: bit-identical to kernel_ops vec_dot on AVX2. */

@@ -26,7 +26,7 @@
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
  * (tile start + the fraction of the tile done), one prefetch per cache line, into L2. Measured on the 2-core
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
- * this. F16 (little work per byte) did best with the hardware prefetcher alone on Zen 5, not on Zen 4 (below).
+ * this. F16 (little work per byte) does best with the hardware prefetcher alone.
  *
  * F16 rows per tile, by vendor: 4 adjacent rows elsewhere (Intel), 4 streams on AMD: the call's rows cut into
  * 4 consecutive quarters, and a tile takes row i of each, so each quarter is read from start to end as one
@@ -35,11 +35,7 @@
  * one row is bound by its two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of
  * the bandwidth needs). With the weights on huge pages (core/bigmem.h), on Zen 5 against llama.cpp in the same
  * rounds: one stream 1.06-1.43x, 4 streams 1.41-1.69x, 2 streams a little below 4 (docs/performance.md,
- * stop 9). On AMD family 0x19 (Zen 3 / Zen 4) the 4 streams also prefetch 2 KiB ahead into L2: on a Zen 4,
- * 2 threads over the 1B model's F16 shapes from memory (huge pages), alternating each pass, 1.04-1.12x the
- * speed without, which left 1-3% to a plain read of the same bytes (the hardware prefetcher alone fell
- * behind whenever the machine's bandwidth rose above ~35 GB/s); Zen 5 keeps the measured no-prefetch choice.
- * The sums are the same either way (rows are independent).
+ * stop 9). The sums are the same either way (rows are independent).
  */
 #include "engine/cpu/gemv.h"
 
@@ -651,10 +647,8 @@ GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
 
 /* ---- F16 x F32 ---- */
 
-/* PF: 0, or how many bytes ahead of each row's position to prefetch into L2, one line per 64 bytes read
- * (see the top: which CPUs do better with it). */
 GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
-                           const void *aux, const int PF)
+                           const void *aux)
 {
     __m256 a0[4], a1[4];
 #pragma GCC unroll 4
@@ -662,12 +656,12 @@ GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, 
         a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
+        /* no software prefetch: F16 rows are whole pages read in order, which the hardware prefetcher
+         * follows best (measured: 95-97% of the read probe with L2 prefetches, 100%+ without) */
         __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint16_t *wr = (const uint16_t *)(w + (size_t)r * ldw) + i;
-            if (PF && (i & 31) == 0) /* every other 16-element step: one 64-byte line */
-                _mm_prefetch((const char *)wr + PF, _MM_HINT_T1);
             a0[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wr)), x0, a0[r]);
             a1[r] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wr + 8))), x1, a1[r]);
         }
@@ -713,43 +707,25 @@ static void gv_prep_none(int64_t n, const void *x, void *aux) {}
 
 GV_DEFINE(q4_k, gv_tile_q4_k, 2, n / QK_K)
 GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
-GV_INLINE void gv_tile_f16_rows(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
-                                const void *aux)
-{
-    gv_tile_f16(n, NR, y, w, ldw, x, aux, 0);
-}
-GV_DEFINE(f16, gv_tile_f16_rows, 4, n)
+GV_DEFINE(f16, gv_tile_f16, 4, n)
 
 #define GV_STREAMS 4
-#define GV_F16_PF 2048 /* bytes ahead of each stream (Zen 4: 2 KiB 1.09-1.12x, 1 KiB 1.02-1.05x, 4 KiB 1.03-1.09x) */
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
  * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last
- * rows one at a time; each stream prefetched PF bytes ahead (0: not at all). */
-GV_INLINE void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
-                                   const void *aux, const int PF)
+ * rows one at a time. */
+static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
+                                const void *aux)
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
-        gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux, PF);
+        gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux);
         for (int k = 0; k < GV_STREAMS; k++)
             y[k * h + i] = t[k];
     }
     for (int64_t i = GV_STREAMS * h; i < nr; i++)
-        gv_tile_f16(n, 1, y + i, W + (size_t)i * ldw, ldw, x, aux, PF);
-}
-
-static void gv_gemv_f16_streams_nopf(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
-                                     const void *aux)
-{
-    gv_gemv_f16_streams(n, nr, y, w, ldw, x, aux, 0);
-}
-
-static void gv_gemv_f16_streams_pf(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
-                                   const void *aux)
-{
-    gv_gemv_f16_streams(n, nr, y, w, ldw, x, aux, GV_F16_PF);
+        gv_tile_f16(n, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);
 }
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
@@ -760,25 +736,15 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k},
 };
 
-static const struct gemv_ops gv_ops_f16[GEMV_F16_LAYOUTS] = {
-    [GEMV_F16_ROWS] = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL},
-    [GEMV_F16_STREAMS] = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams_nopf, NULL, NULL, NULL},
-    [GEMV_F16_STREAMS_PF] = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams_pf, NULL, NULL, NULL},
-};
+static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL};
+static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams,
+                                                   NULL, NULL, NULL};
 
-const struct gemv_ops *gemv_ops_avx2_f16(enum gemv_f16_layout layout)
+const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
 {
-    if (!kernel_cpu_has_avx2() || (unsigned)layout >= GEMV_F16_LAYOUTS)
+    if (!kernel_cpu_has_avx2())
         return NULL;
-    return &gv_ops_f16[layout];
-}
-
-/* The F16 decode layout by CPU family (see the top). */
-static enum gemv_f16_layout gv_f16_layout(void)
-{
-    if (!cpu_is_amd())
-        return GEMV_F16_ROWS;
-    return cpu_family() == 0x19 ? GEMV_F16_STREAMS_PF : GEMV_F16_STREAMS;
+    return streams ? &gv_ops_f16_streams : &gv_ops_f16_rows;
 }
 
 const struct gemv_ops *gemv_ops_avx2(enum dtype t)
@@ -786,7 +752,7 @@ const struct gemv_ops *gemv_ops_avx2(enum dtype t)
     if (!kernel_cpu_has_avx2())
         return NULL;
     if (t == DTYPE_F16)
-        return gemv_ops_avx2_f16(gv_f16_layout());
+        return gemv_ops_avx2_f16(cpu_is_amd());
     for (size_t i = 0; i < sizeof gv_ops / sizeof gv_ops[0]; i++)
         if (gv_ops[i].type == t)
             return &gv_ops[i];
