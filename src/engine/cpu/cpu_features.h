@@ -25,4 +25,9 @@ bool cpu_is_amd(void);
  * is Zen 3 and Zen 4, 0x1a Zen 5; Intel's recent cores are 6. 0 when cpuid has no leaf 1. */
 unsigned cpu_family(void);
 
+/* true on AMD family 0x19 (Zen 3 / Zen 4; of these only Zen 4 runs the AVX-512 kernels that ask), where the
+ * Q4_0 / Q8_0 / Q4_K decode gemv16 run faster without their software prefetch (gemv_avx512q.c has the
+ * figures). Cheap to call per product: both answers are cached. */
+bool cpu_gemv16_skip_prefetch(void);
+
 #endif

@@ -881,8 +881,7 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 /* Whether the Q4_K gemv16 prefetches: not on Zen 4 (AMD family 0x19 with AVX-512), where 2 threads over the
  * 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1: 0.99-1.02x), as Q4_0's do
  * (gemv_avx512q.c). Q6_K keeps its prefetch everywhere: without it the same test read 0.44-0.46x as fast, with
- * T0 0.63-0.96x. Set by gemv_ops_avx512k. */
-static int ak16_gemv_pf_q4_k = 1;
+ * T0 0.63-0.96x (cpu_gemv16_skip_prefetch). */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
@@ -1131,7 +1130,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        bool pf = IS_Q6 || __atomic_load_n(&ak16_gemv_pf_q4_k, __ATOMIC_RELAXED);                          \
+        bool pf = IS_Q6 || !cpu_gemv16_skip_prefetch();                                                   \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + AK16_PF : NULL);                           \
@@ -1173,7 +1172,6 @@ const struct gemv_ops *gemv_ops_avx512k(enum dtype t)
     if (!gemv_cpu_has_avx512() || !gemv_ops_avx2(DTYPE_F16))
         return NULL;
     __atomic_store_n(&af_gemv_avx2, gemv_ops_avx2(DTYPE_F16)->gemv, __ATOMIC_RELAXED);
-    __atomic_store_n(&ak16_gemv_pf_q4_k, !(cpu_is_amd() && cpu_family() == 0x19), __ATOMIC_RELAXED);
     for (size_t i = 0; i < sizeof ak_ops / sizeof ak_ops[0]; i++)
         if (ak_ops[i].type == t)
             return &ak_ops[i];

@@ -61,8 +61,7 @@
  * 2 threads over the 1B model's matrices from memory (huge pages), with and without alternating each pass:
  * without, Q4_0 1.10-1.36x (1.36x in a minute whose plain read reached 47 GB/s), Q8_0 1.12-1.14x; T0 instead
  * of T1, Q4_0 1.11x, Q8_0 0.98-1.03x. From L2 alone (no memory to hide) the loop without them ran 1.2-1.35x
- * faster, so the prefetch instructions themselves are what costs. Set by gemv_ops_avx512q. */
-static int aq16_gemv_pf = 1;
+ * faster, so the prefetch instructions themselves are what costs (cpu_gemv16_skip_prefetch). */
 #ifndef AQ16_PF_Q8
 #define AQ16_PF_Q8 (4 << 10)
 #endif
@@ -250,7 +249,7 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    bool pf = __atomic_load_n(&aq16_gemv_pf, __ATOMIC_RELAXED);
+    bool pf = !cpu_gemv16_skip_prefetch();
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
         aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, pf ? g + (is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8) : NULL);
@@ -335,7 +334,6 @@ const struct gemv_ops *gemv_ops_avx512q(enum dtype t)
 {
     if (!gemv_cpu_has_avx512())
         return NULL;
-    __atomic_store_n(&aq16_gemv_pf, !(cpu_is_amd() && cpu_family() == 0x19), __ATOMIC_RELAXED);
     for (size_t i = 0; i < sizeof aq_ops / sizeof aq_ops[0]; i++)
         if (aq_ops[i].type == t)
             return &aq_ops[i];
