@@ -73,4 +73,4 @@ unsigned cpu_family(void)
     return (unsigned)fam;
 }
 
-bool cpu_gemv16_skip_prefetch(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+bool cpu_gemv16_sparse_prefetch(void) { return cpu_is_amd() && cpu_family() == 0x19; }

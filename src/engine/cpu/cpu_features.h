@@ -26,8 +26,9 @@ bool cpu_is_amd(void);
 unsigned cpu_family(void);
 
 /* true on AMD family 0x19 (Zen 3 / Zen 4; of these only Zen 4 runs the AVX-512 kernels that ask), where the
- * Q4_0 / Q8_0 / Q4_K decode gemv16 run faster without their software prefetch (gemv_avx512q.c has the
+ * Q4_0 / Q8_0 decode gemv16 prefetch sparsely (one line per pair of blocks, far ahead) and the Q4_K one not at
+ * all, instead of every line, which cost more than it won there (gemv_avx512q.c and gemv_avx512k.c have the
  * figures). Cheap to call per product: both answers are cached. */
-bool cpu_gemv16_skip_prefetch(void);
+bool cpu_gemv16_sparse_prefetch(void);
 
 #endif

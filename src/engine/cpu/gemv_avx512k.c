@@ -878,10 +878,12 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #ifndef AK16_PF
 #define AK16_PF (4 << 10)
 #endif
-/* Whether the Q4_K gemv16 prefetches: not on Zen 4 (AMD family 0x19 with AVX-512), where 2 threads over the
- * 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1: 0.99-1.02x), as Q4_0's do
- * (gemv_avx512q.c). Q6_K keeps its prefetch everywhere: without it the same test read 0.44-0.46x as fast, with
- * T0 0.63-0.96x (cpu_gemv16_skip_prefetch). */
+/* Whether the Q4_K gemv16 prefetches: not on Zen 4 (AMD family 0x19 with AVX-512; cpu_gemv16_sparse_prefetch),
+ * where 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
+ * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576
+ * bytes 16 KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K keeps its prefetch
+ * everywhere: without it the same test read 0.44-0.46x as fast, with T0 0.63-0.96x, with one line per 576 or
+ * 1,152 bytes 0.44-0.57x. */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
@@ -1130,7 +1132,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        bool pf = IS_Q6 || !cpu_gemv16_skip_prefetch();                                                   \
+        bool pf = IS_Q6 || !cpu_gemv16_sparse_prefetch();                                                 \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + AK16_PF : NULL);                           \

@@ -57,13 +57,21 @@
 #ifndef AQ16_PF_Q4
 #define AQ16_PF_Q4 (8 << 10)
 #endif
-/* Zen 4 (AMD family 0x19 with AVX-512) is the other way round: there the prefetches cost more than they win.
- * 2 threads over the 1B model's matrices from memory (huge pages), with and without alternating each pass:
- * without, Q4_0 1.10-1.36x (1.36x in a minute whose plain read reached 47 GB/s), Q8_0 1.12-1.14x; T0 instead
- * of T1, Q4_0 1.11x, Q8_0 0.98-1.03x. From L2 alone (no memory to hide) the loop without them ran 1.2-1.35x
- * faster, so the prefetch instructions themselves are what costs (cpu_gemv16_skip_prefetch). */
 #ifndef AQ16_PF_Q8
 #define AQ16_PF_Q8 (4 << 10)
+#endif
+/* Zen 4 (AMD family 0x19 with AVX-512) is the other way round: there a prefetch per line costs more than it
+ * wins. 2 threads over the 1B model's matrices from memory (huge pages), variants alternated pass by pass:
+ * none against one per line, Q4_0 1.10-1.36x (1.36x in a minute whose plain read reached 47 GB/s), Q8_0
+ * 1.12-1.14x; T0 instead of T1, Q4_0 1.11x, Q8_0 0.98-1.03x; from L2 alone (no memory to hide) the loop
+ * without them ran 1.2-1.35x faster, so the prefetch instructions themselves are what costs (stop 24). One
+ * line per pair of blocks (Q4_0 576 bytes, Q8_0 1,088), 32 KiB ahead, against none (stop 25, same test, each
+ * run the median of 20 alternations): Q4_0 1.00-1.30x, median 1.03x in 28 runs (1.03-1.08x in the minutes
+ * whose plain read reached 45-60 GB/s), Q8_0 1.00-1.19x, median 1.02x in 18; one per block, or 16 KiB ahead,
+ * no better; one per 4 blocks 1.0-1.05x; T0 0.97-1.04x. The hardware prefetcher fetches the lines between
+ * (cpu_gemv16_sparse_prefetch). */
+#ifndef AQ16_PF_SPARSE
+#define AQ16_PF_SPARSE (32 << 10)
 #endif
 
 static size_t aq_nb8(int64_t nb) { return (size_t)((nb + 7) & ~(int64_t)7); }
@@ -208,9 +216,10 @@ AQ_INLINE __m512i aq16_bsum(const __m512i u[8], const uint8_t *xq, int32_t c)
 #define AQ16_CMAX 16 /* bound of the tile's column arrays */
 
 /* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: memory prefetched as far along as
- * this group is read (gemm: the next group; gemv: AQ16_PF_Q4 / AQ16_PF_Q8 bytes ahead), or NULL. */
+ * this group is read (gemm: the next group; gemv: AQ16_PF_Q4 / AQ16_PF_Q8 bytes ahead, or AQ16_PF_SPARSE
+ * when sparse), or NULL; every line of it, or (sparse) the first of each pair of blocks. */
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
+                         const uint8_t *aux, size_t ldaux, const uint8_t *nxt, const int sparse)
 {
     /* a block's bytes in the group (the prefetch's step; quant.h says where its scales and dwords are) */
     const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)), nd = is_q4 ? 4 : 8;
@@ -222,7 +231,9 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += AQ_REC) {
         const uint8_t *q = g + quant_r16_dwords(1, nd, nb, b), *hs = g + quant_r16_scales(1, nd, nb, b);
-        if (nxt)
+        if (nxt && sparse && !(b & 1))
+            _mm_prefetch((const char *)nxt + (size_t)b * gb, _MM_HINT_T1);
+        else if (nxt && !sparse)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         __m512i u[8];
@@ -249,10 +260,13 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    bool pf = !cpu_gemv16_skip_prefetch();
+    bool sparse = cpu_gemv16_sparse_prefetch();
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
-        aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, pf ? g + (is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8) : NULL);
+        if (sparse) /* two calls so that each inlined tile has its prefetch loop fixed */
+            aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, g + AQ16_PF_SPARSE, 1);
+        else
+            aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, g + (is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8), 0);
     }
 }
 
@@ -270,7 +284,7 @@ AQ_INLINE void aq16_tile_k(int is_q4, int64_t nb, int k, float *s, size_t lds, c
 #define AQ16_K(K)                                                                                            \
     case K:                                                                                                  \
         if (K <= AQ16_C)                                                                                     \
-            aq16_tile(is_q4, nb, K <= AQ16_C ? K : 1, s, lds, g, aux, ldaux, nxt);                           \
+            aq16_tile(is_q4, nb, K <= AQ16_C ? K : 1, s, lds, g, aux, ldaux, nxt, 0);                           \
         break;
     switch (k) {
         AQ16_K(16) AQ16_K(15) AQ16_K(14) AQ16_K(13) AQ16_K(12) AQ16_K(11) AQ16_K(10) AQ16_K(9) AQ16_K(8) AQ16_K(7)
