@@ -28,11 +28,13 @@
  * within a minute. The probe lives in a child process (bench_probe), so its 1 GiB buffer never shows in this
  * process's peak RSS.
  *
- * `wafer bench --membw` runs only the probe.
+ * `wafer bench --membw` runs only the probe; `wafer bench --stream TYPE` measures the decode kernels alone
+ * against a plain read (gemv_stream.h).
  */
 #include "bench/bench_model.h"
 
 #include "bench/bench_spec.h"
+#include "bench/gemv_stream.h"
 #include "bench/membw.h"
 #include "core/flags.h"
 #include "core/clock.h"
@@ -60,7 +62,8 @@ static void bench_model_usage(FILE *f)
 {
     fprintf(f,
             "usage: wafer bench --model M.gguf [options]\n"
-            "       wafer bench --membw [--threads N] [--membw-mib MIB] [--json]\n\n"
+            "       wafer bench --membw [--threads N] [--membw-mib MIB] [--json]\n"
+            "       wafer bench --stream TYPE [--threads N] [--repeat R] [--json]\n\n"
             "Measures the engine on a GGUF model as llama-bench does: prompt processing (ppN: N tokens in\n"
             "one sequence) and generation (tgN: N tokens decoded one at a time), in tokens/s, mean +- stddev\n"
             "over repetitions after one warm-up run. Generation is also given as GB/s of weights read and as a\n"
@@ -85,6 +88,11 @@ static void bench_model_usage(FILE *f)
             "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
             "      --membw           measure only the read bandwidth\n"
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
+            "      --stream TYPE     instead of a model: the decode kernels for TYPE (f16, q8_0, q4_0, q4_k,\n"
+            "                        q6_k) over a 1B model's matrices (dim 2048, FFN 8192, 16 layers) from\n"
+            "                        memory, as decode runs them, alternated pass by pass with a plain read of\n"
+            "                        the same bytes; reports both GB/s and the kernels' share of the read\n"
+            "                        (-r passes of each, default 20)"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
             "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
@@ -101,8 +109,9 @@ static void bench_model_usage(FILE *f)
 struct bench_opts {
     const char *model_path;
     long n_prompt, n_gen, threads, batch, repeat, membw_mib, ubatch, verify, depth;
-    bool json, no_membw, membw_only, use_mmap, draft_fixed;
+    bool json, no_membw, membw_only, use_mmap, draft_fixed, repeat_set;
     const char *spec, *draft_model; /* --spec SRC, --draft-model FILE */
+    const char *stream;             /* --stream TYPE */
     struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
 
@@ -378,7 +387,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"backend", required_argument, 0, 8},   {"verify", required_argument, 0, 9},
         {"spec", required_argument, 0, 10},     {"draft-model", required_argument, 0, 11},
         {"draft-fixed", no_argument, 0, 12},    {"depth", required_argument, 0, 'd'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"stream", required_argument, 0, 13},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
     o->n_prompt = 512;
@@ -398,7 +408,11 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 'n': if (flags_parse_int("bench", "--n-gen", optarg, 0, 1 << 20, &o->n_gen)) return 2; break;
         case 't': if (flags_parse_int("bench", "--threads", optarg, 1, 1024, &o->threads)) return 2; break;
         case 'b': if (flags_parse_int("bench", "--batch", optarg, 1, 4096, &o->batch)) return 2; break;
-        case 'r': if (flags_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat)) return 2; break;
+        case 'r':
+            if (flags_parse_int("bench", "--repeat", optarg, 1, 1000, &o->repeat))
+                return 2;
+            o->repeat_set = true;
+            break;
         case 'u': if (flags_parse_int("bench", "--ubatch", optarg, 1, 65536, &o->ubatch)) return 2; break;
         case 'd': if (flags_parse_int("bench", "--depth", optarg, 0, 1 << 20, &o->depth)) return 2; break;
         case 1:
@@ -429,6 +443,7 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
             break;
         case 11: o->draft_model = optarg; break;
         case 12: o->draft_fixed = true; break;
+        case 13: o->stream = optarg; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -438,8 +453,15 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         bench_model_usage(stderr);
         return 2;
     }
+    if (o->stream && (o->model_path || o->membw_only)) {
+        fprintf(stderr, "wafer bench: --stream measures the kernels without a model; leave out --model and --membw\n");
+        return 2;
+    }
+    if (o->stream)
+        return 0;
     if (!o->membw_only && !o->model_path) {
-        fprintf(stderr, "wafer bench: --model is required (or --membw to measure only the read bandwidth)\n\n");
+        fprintf(stderr, "wafer bench: --model is required (or --membw to measure only the read bandwidth, or "
+                        "--stream TYPE the decode kernels alone)\n\n");
         bench_model_usage(stderr);
         return 2;
     }
@@ -480,6 +502,58 @@ static int bench_membw_only(const struct bench_opts *o)
     return 0;
 }
 
+/* --stream TYPE: the decode kernels against a plain read (gemv_stream.h). */
+static int bench_stream_only(const struct bench_opts *o)
+{
+    char err[ERR_MSG_MAX], cpu[256];
+    enum dtype t;
+    if (dtype_from_name(o->stream, &t)) {
+        fprintf(stderr, "wafer bench: --stream: '%s' is not a weight type (f16, q8_0, q4_0, q4_k, q6_k)\n", o->stream);
+        return 2;
+    }
+    struct gemv_stream_opts so;
+    struct gemv_stream_result r;
+    gemv_stream_opts_default(&so, t);
+    so.n_threads = (int)o->threads;
+    if (o->repeat_set)
+        so.passes = (int)o->repeat;
+    sysinfo_cpu_name(cpu, sizeof cpu);
+    fprintf(stderr, "cpu: %s\nstream: %s decode kernels over %d layers (dim %d, FFN %d, KV %d), writing the weights...\n",
+            cpu, dtype_name(t), so.layers, so.dim, so.ffn, so.kv_dim);
+    int rc = gemv_stream_run(&so, &r, err);
+    if (rc) {
+        fprintf(stderr, "wafer bench: %s\n", err);
+        return rc == ERR_UNSUPPORTED || rc == ERR_INVALID_ARG ? 2 : 1;
+    }
+    printf("%s decode kernels (%s layout), %d threads, %.1f MB per pass: plain read %.1f GB/s, kernels %.1f GB/s "
+           "(medians of %d passes each, alternated); kernels / read %.2f (median of the pairs, %.2f-%.2f)\n",
+           dtype_name(t), r.layout, r.threads, r.bytes / 1e6, r.read_gbs, r.kernel_gbs, r.passes, r.share,
+           r.share_lo, r.share_hi);
+    if (o->json) {
+        json_t *j = json_object();
+        if (!j)
+            return 1;
+        json_object_set_new(j, "cpu", json_string(cpu));
+        json_object_set_new(j, "type", json_string(dtype_name(t)));
+        json_object_set_new(j, "layout", json_string(r.layout));
+        json_object_set_new(j, "threads", json_integer(r.threads));
+        json_object_set_new(j, "passes", json_integer(r.passes));
+        json_object_set_new(j, "bytes_per_pass", json_integer((json_int_t)r.bytes));
+        json_object_set_new(j, "read_gbs", json_real(r.read_gbs));
+        json_object_set_new(j, "kernel_gbs", json_real(r.kernel_gbs));
+        json_object_set_new(j, "kernel_share", json_real(r.share));
+        json_object_set_new(j, "kernel_share_lo", json_real(r.share_lo));
+        json_object_set_new(j, "kernel_share_hi", json_real(r.share_hi));
+        char *txt = json_dumps(j, JSON_COMPACT);
+        json_decref(j);
+        if (!txt)
+            return 1;
+        printf("%s\n", txt);
+        free(txt);
+    }
+    return 0;
+}
+
 int bench_model_main(int argc, char **argv)
 {
     struct bench_opts o;
@@ -488,6 +562,8 @@ int bench_model_main(int argc, char **argv)
         return prc < 0 ? 0 : prc;
     if (o.membw_only)
         return bench_membw_only(&o);
+    if (o.stream)
+        return bench_stream_only(&o);
 
     int rc = 1;
     struct bench_ctx c = {.rng = 0x2545F4914F6CDD1Dull, .bos = -1};

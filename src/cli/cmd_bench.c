@@ -28,7 +28,8 @@ static void bench_usage(FILE *f)
             "  wafer bench compare A.json B.json   compare two `bench serve --json` results side by side\n"
             "  wafer bench grammar --model M       per-token mask cost of constrained decoding (JSON schemas, GBNF)\n"
             "  wafer bench --model M ...           benchmark the engine on a GGUF model (as llama-bench)\n"
-            "  wafer bench --membw                 measure this machine's memory read bandwidth\n\n"
+            "  wafer bench --membw                 measure this machine's memory read bandwidth\n"
+            "  wafer bench --stream TYPE           the decode kernels alone against a plain read of their bytes\n\n"
             "wafer bench <tool> --help shows each tool's options; docs/bench.md has a walk-through.\n");
 }
 

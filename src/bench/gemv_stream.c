@@ -1,0 +1,254 @@
+/*
+ * gemv_stream: the decode kernels against a plain read of the same bytes (see gemv_stream.h).
+ *
+ * The weights are real quantized rows (a pool of random rows per row length, quantized by quant.h and
+ * copied over every matrix), so the kernels see the scales and values a model has, in the layout the engine
+ * gives them (quant_r16_convert where the kernel set has R16 kernels). All the layers' matrices lie one after
+ * another in one huge-page buffer, each at a 64-byte boundary, as a model's do after gguf_open_mem, so a pass
+ * streams them from memory in the order decode does.
+ *
+ * Why the engine's thread pool and a barrier after each matrix: decode waits for every thread at each
+ * product, and a harness that sleeps there instead (pthread barriers) measured its own wake-ups (stop 25:
+ * a plain read matrix by matrix with sleeping barriers read 0.74x of one read of the whole buffer, with
+ * spinning ones 0.96-0.98x).
+ */
+#include "bench/gemv_stream.h"
+
+#include "bench/membw.h"
+#include "core/bigmem.h"
+#include "core/clock.h"
+#include "core/err.h"
+#include "core/stats.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/threadpool.h"
+#include "engine/gguf/quant.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GS_POOL 32 /* distinct quantized rows per row length */
+
+struct gs_mat {
+    const uint8_t *w; /* rows x row_bytes, in the kernel's layout */
+    int64_t rows, cols;
+    size_t row_bytes;
+    const uint8_t *x; /* the activation row for cols (vec_type) */
+};
+
+struct gs_job {
+    struct threadpool *tp;
+    const struct gemv_ops *g;
+    bool r16;
+    bool read;             /* this pass: plain read instead of the kernel */
+    struct gs_mat *mats;
+    int n_mats;
+    float *y;              /* [max rows] */
+    uint8_t *aux;          /* [threads][aux_stride] */
+    size_t aux_stride;
+    _Atomic uint64_t sink; /* keeps the reads alive */
+};
+
+static void gs_job_fn(void *ctx, int ith, int nth)
+{
+    struct gs_job *j = ctx;
+    uint8_t *aux = j->aux + (size_t)ith * j->aux_stride;
+    uint64_t sink = 0;
+    for (int m = 0; m < j->n_mats; m++) {
+        const struct gs_mat *a = &j->mats[m];
+        int64_t unit = j->r16 ? QUANT_R16_ROWS : 1, r0, r1;
+        threadpool_split(a->rows / unit, ith, nth, &r0, &r1);
+        r0 *= unit, r1 *= unit;
+        const uint8_t *w = a->w + (size_t)r0 * a->row_bytes;
+        if (r1 > r0 && j->read) {
+            size_t n = (size_t)(r1 - r0) * a->row_bytes;
+            /* membw_read's wide loads want 32-byte alignment, which every share here has (16 rows of an
+             * even row size, or whole F16 rows); the scalar loop covers anything else */
+            sink ^= ((uintptr_t)w & 31) ? membw_read_scalar(w, n) : membw_read(w, n);
+        } else if (r1 > r0) {
+            j->g->prep(a->cols, a->x, aux);
+            if (j->r16)
+                j->g->gemv16(a->cols, r1 - r0, j->y + r0, w, a->x, aux);
+            else
+                j->g->gemv(a->cols, r1 - r0, j->y + r0, w, a->row_bytes, a->x, aux);
+        }
+        threadpool_barrier(j->tp);
+    }
+    atomic_fetch_xor_explicit(&j->sink, sink, memory_order_relaxed);
+}
+
+static int gs_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (sorted in place). */
+static double gs_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, gs_cmp);
+    return stats_percentile_sorted(v, (size_t)n, 50);
+}
+
+void gemv_stream_opts_default(struct gemv_stream_opts *o, enum dtype t)
+{
+    memset(o, 0, sizeof *o);
+    o->type = t;
+    o->passes = 20;
+    o->dim = 2048;
+    o->ffn = 8192;
+    o->kv_dim = 512;
+    o->layers = 16;
+}
+
+/* Quantizes GS_POOL random rows of n elements into pool (GS_POOL x dtype_row_bytes(t, n) bytes). */
+static int gs_pool_fill(enum dtype t, int64_t n, uint8_t *pool, uint64_t *rng, char *err)
+{
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f)
+        return err_set(err, ERR_NOMEM, "stream: out of memory");
+    size_t rb = dtype_row_bytes(t, n);
+    int rc = 0;
+    for (int i = 0; i < GS_POOL && !rc; i++) {
+        for (int64_t k = 0; k < n; k++) {
+            *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+            f[k] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        }
+        rc = quant_row_from_f32(t, f, pool + (size_t)i * rb, n);
+    }
+    free(f);
+    return rc ? err_set(err, rc, "stream: cannot quantize rows of %s", dtype_name(t)) : 0;
+}
+
+int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result *out, char *err)
+{
+    int rc = ERR_NOMEM;
+    const struct gemv_ops *g = gemv_ops_best(o->type);
+    const struct kernel_ops *ko = kernel_ops_get(o->type);
+    if (!g || !ko || !g->gemv)
+        return err_set(err, ERR_UNSUPPORTED, "stream: no decode kernel for %s on this CPU (F16, Q8_0, Q4_0, Q4_K "
+                                             "and Q6_K have them where AVX2 is)", dtype_name(o->type));
+    int dim = o->dim, ffn = o->ffn, kv = o->kv_dim, layers = o->layers, passes = o->passes > 0 ? o->passes : 20;
+    if (dim <= 0 || ffn <= 0 || kv <= 0 || dim % 256 || ffn % 256 || kv % 256 || layers <= 0 || layers > 1024 ||
+        passes > 10000)
+        return err_set(err, ERR_INVALID_ARG, "stream: shapes must be positive multiples of 256 (dim %d, ffn %d, "
+                                              "kv %d), layers 1-1024 (%d), passes at most 10000 (%d)",
+                       dim, ffn, kv, layers, passes);
+    bool r16 = g->gemv16 && quant_r16_supported(o->type);
+    /* the 7 products of a layer: q, k, v, o, gate, up (rows x cols), down */
+    const int64_t shp[7][2] = {{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}};
+    int n_mats = 7 * layers;
+    size_t total = 0, largest = 0;
+    for (int s = 0; s < 7; s++) {
+        size_t b = (size_t)shp[s][0] * dtype_row_bytes(o->type, shp[s][1]);
+        total += (b + 63) & ~(size_t)63;
+        largest = b > largest ? b : largest;
+    }
+    total *= (size_t)layers;
+
+    struct gs_job j = {.g = g, .r16 = r16, .n_mats = n_mats};
+    uint8_t *buf = bigmem_alloc(total), *tmp = malloc(largest);
+    size_t rb_dim = dtype_row_bytes(o->type, dim), rb_ffn = dtype_row_bytes(o->type, ffn);
+    uint8_t *pool_dim = malloc(GS_POOL * rb_dim), *pool_ffn = malloc(GS_POOL * rb_ffn);
+    enum dtype vt = ko->vec_type;
+    uint8_t *x_dim = aligned_alloc(64, (dtype_row_bytes(vt, dim) + 63) & ~(size_t)63);
+    uint8_t *x_ffn = aligned_alloc(64, (dtype_row_bytes(vt, ffn) + 63) & ~(size_t)63);
+    float *xf = malloc((size_t)ffn * sizeof *xf);
+    double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
+    double *pair = malloc((size_t)passes * sizeof(double));
+    j.mats = calloc((size_t)n_mats, sizeof *j.mats);
+    j.y = malloc((size_t)(ffn > dim ? ffn : dim) * sizeof(float));
+    j.tp = threadpool_create(o->n_threads);
+    if (!buf || !tmp || !pool_dim || !pool_ffn || !x_dim || !x_ffn || !xf || !t_read || !t_kern || !pair || !j.mats ||
+        !j.y || !j.tp) {
+        err_set(err, ERR_NOMEM, "stream: cannot allocate %.0f MB of weights and buffers", total / 1e6);
+        goto out;
+    }
+    int nth = threadpool_size(j.tp);
+    size_t ab = g->aux_bytes(ffn) > g->aux_bytes(dim) ? g->aux_bytes(ffn) : g->aux_bytes(dim);
+    j.aux_stride = (ab + 63) & ~(size_t)63;
+    j.aux = aligned_alloc(64, j.aux_stride * (size_t)nth + 64);
+    if (!j.aux) {
+        err_set(err, ERR_NOMEM, "stream: out of memory");
+        goto out;
+    }
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    if ((rc = gs_pool_fill(o->type, dim, pool_dim, &rng, err)) || (rc = gs_pool_fill(o->type, ffn, pool_ffn, &rng, err)))
+        goto out;
+    for (int64_t k = 0; k < ffn; k++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        xf[k] = (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    ko->from_f32(xf, x_dim, dim);
+    ko->from_f32(xf, x_ffn, ffn);
+
+    /* every matrix: pool rows (a different order in each), then the kernel's layout */
+    size_t off = 0;
+    for (int m = 0; m < n_mats; m++) {
+        struct gs_mat *a = &j.mats[m];
+        a->rows = shp[m % 7][0];
+        a->cols = shp[m % 7][1];
+        a->row_bytes = a->cols == dim ? rb_dim : rb_ffn;
+        a->x = a->cols == dim ? x_dim : x_ffn;
+        const uint8_t *pool = a->cols == dim ? pool_dim : pool_ffn;
+        uint8_t *dst = buf + off;
+        for (int64_t r = 0; r < a->rows; r++)
+            memcpy((r16 ? tmp : dst) + (size_t)r * a->row_bytes, pool + (size_t)((r * 7 + m) % GS_POOL) * a->row_bytes,
+                   a->row_bytes);
+        if (r16 && (rc = quant_r16_convert(o->type, tmp, dst, a->rows, a->cols, true))) {
+            err_set(err, rc, "stream: cannot lay %s out in R16 groups", dtype_name(o->type));
+            goto out;
+        }
+        a->w = dst;
+        off += ((size_t)a->rows * a->row_bytes + 63) & ~(size_t)63;
+    }
+
+    /* one untimed pass of each (threads awake, pages and TLB warm), then alternated timed passes */
+    for (int p = -1; p < passes; p++)
+        for (int v = 0; v < 2; v++) {
+            j.read = v == 0;
+            double t0 = clock_now_s();
+            threadpool_run(j.tp, gs_job_fn, &j);
+            double t = clock_now_s() - t0;
+            if (p >= 0)
+                (v == 0 ? t_read : t_kern)[p] = t;
+        }
+    double bytes = 0;
+    for (int m = 0; m < n_mats; m++)
+        bytes += (double)j.mats[m].rows * (double)j.mats[m].row_bytes;
+    for (int p = 0; p < passes; p++)
+        pair[p] = t_read[p] / t_kern[p];
+    memset(out, 0, sizeof *out);
+    out->bytes = (size_t)bytes;
+    out->passes = passes;
+    out->threads = nth;
+    out->layout = r16 ? "R16" : "rows";
+    out->share = gs_median(pair, passes);
+    out->share_lo = pair[0];
+    out->share_hi = pair[passes - 1];
+    out->read_gbs = bytes / gs_median(t_read, passes) / 1e9;
+    out->kernel_gbs = bytes / gs_median(t_kern, passes) / 1e9;
+    rc = 0;
+out:
+    if (j.tp)
+        threadpool_destroy(j.tp);
+    volatile uint64_t keep = atomic_load(&j.sink); /* the reads' checksum, so they cannot be dropped */
+    (void)keep;
+    bigmem_free(buf, total);
+    free(tmp);
+    free(pool_dim);
+    free(pool_ffn);
+    free(x_dim);
+    free(x_ffn);
+    free(xf);
+    free(t_read);
+    free(t_kern);
+    free(pair);
+    free(j.mats);
+    free(j.y);
+    free(j.aux);
+    return rc;
+}

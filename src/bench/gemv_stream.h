@@ -1,0 +1,47 @@
+/*
+ * gemv_stream: how close the decode kernels come to a plain read of the same bytes (`wafer bench --stream`).
+ *
+ * Decode reads every weight once per token, so its ceiling is the machine's read bandwidth; `wafer bench`
+ * compares a model's generation with the membw probe, but that mixes the kernels with everything else a
+ * token does. This measures the kernels alone, the way decode runs them: the matrices of a llama model's
+ * layers (by default the 1B shapes of docs/performance.md: dim 2048, FFN 8192, KV 512, 16 layers) in the
+ * layout and kernel the engine picks for the type (gemv_ops_best; R16 groups where it has them), one
+ * activation row, the engine's thread pool, each thread one contiguous share of each matrix and a barrier
+ * after each. Passes of the kernel alternate with passes of a plain read (membw_read) of the same bytes
+ * split the same way, so both see the same minute of a machine whose bandwidth moves; the figure that
+ * counts is the median over adjacent pairs of read time / kernel time.
+ */
+#ifndef WAFER_BENCH_GEMV_STREAM_H
+#define WAFER_BENCH_GEMV_STREAM_H
+
+#include "engine/dtype.h"
+
+#include <stddef.h>
+
+struct gemv_stream_opts {
+    enum dtype type;       /* weight type: F16, Q8_0, Q4_0, Q4_K or Q6_K (one with a gemv kernel here) */
+    int n_threads;         /* <= 0: one per CPU */
+    int passes;            /* passes of each of the two, alternated (<= 0: 20) */
+    int dim, ffn, kv_dim;  /* model shapes (0: the 1B defaults); multiples of 256 */
+    int layers;            /* 0: 16 */
+};
+
+struct gemv_stream_result {
+    size_t bytes;          /* weight bytes per pass */
+    int passes, threads;
+    const char *layout;    /* "R16" or "rows" */
+    double read_gbs;       /* median over the plain-read passes, GB/s */
+    double kernel_gbs;     /* median over the kernel passes */
+    double share;          /* median over adjacent (read, kernel) pairs of read time / kernel time */
+    double share_lo, share_hi; /* lowest and highest pair */
+};
+
+/* Fills o with the defaults for type t. */
+void gemv_stream_opts_default(struct gemv_stream_opts *o, enum dtype t);
+
+/* Runs the measurement. 0, or ERR_UNSUPPORTED (no decode kernel for the type on this CPU), ERR_INVALID_ARG
+ * (bad shapes or counts) or ERR_NOMEM, with a message in err. Needs the weights of every layer in memory
+ * (about 600 MB for the 1B Q4_0 shapes). */
+int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result *out, char *err);
+
+#endif

@@ -1,0 +1,82 @@
+/*
+ * gemv_stream tests (`wafer bench --stream`): on small shapes, every weight type with a decode kernel here
+ * runs, reads the bytes its matrices hold, in the layout the engine would give them, and reports sane
+ * figures; a type without a kernel and bad shapes are refused with a message.
+ */
+#include "testutil.h"
+
+#include "bench/gemv_stream.h"
+#include "core/err.h"
+#include "engine/cpu/gemv.h"
+#include "engine/gguf/quant.h"
+
+#include <string.h>
+
+static void stream_small(enum dtype t, struct gemv_stream_opts *o)
+{
+    gemv_stream_opts_default(o, t);
+    o->dim = 256;
+    o->ffn = 512;
+    o->kv_dim = 256;
+    o->layers = 2;
+    o->passes = 3;
+    o->n_threads = 2;
+}
+
+static void test_every_type(void **state)
+{
+    (void)state;
+    const enum dtype types[] = {DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const struct gemv_ops *g = gemv_ops_best(types[i]);
+        if (!g)
+            continue; /* no AVX2 here, or WAFER_NO_SIMD */
+        struct gemv_stream_opts o;
+        struct gemv_stream_result r;
+        char err[ERR_MSG_MAX] = "";
+        stream_small(types[i], &o);
+        assert_int_equal(gemv_stream_run(&o, &r, err), 0);
+        /* q, k, v, o (256 rows of 256), gate and up (512 of 256), down (256 of 512), twice */
+        size_t want = 2 * ((size_t)(4 * 256 + 2 * 512) * dtype_row_bytes(types[i], 256) +
+                           256 * dtype_row_bytes(types[i], 512));
+        assert_int_equal(r.bytes, want);
+        assert_int_equal(r.passes, 3);
+        assert_int_equal(r.threads, 2);
+        assert_string_equal(r.layout, g->gemv16 && quant_r16_supported(types[i]) ? "R16" : "rows");
+        assert_true(r.read_gbs > 0 && r.kernel_gbs > 0);
+        assert_true(r.share_lo > 0 && r.share_lo <= r.share && r.share <= r.share_hi);
+        ran++;
+    }
+    if (!ran)
+        skip();
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct gemv_stream_opts o;
+    struct gemv_stream_result r;
+    char err[ERR_MSG_MAX] = "";
+    stream_small(DTYPE_Q5_0, &o); /* no decode kernel anywhere */
+    assert_int_equal(gemv_stream_run(&o, &r, err), ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "no decode kernel for q5_0"));
+    if (!gemv_ops_best(DTYPE_Q4_0))
+        skip();
+    stream_small(DTYPE_Q4_0, &o);
+    o.dim = 100;
+    assert_int_equal(gemv_stream_run(&o, &r, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "dim 100"));
+    stream_small(DTYPE_Q4_0, &o);
+    o.layers = 0;
+    assert_int_equal(gemv_stream_run(&o, &r, err), ERR_INVALID_ARG);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_type),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
