@@ -80,16 +80,10 @@ static void gs_job_fn(void *ctx, int ith, int nth)
     atomic_fetch_xor_explicit(&j->sink, sink, memory_order_relaxed);
 }
 
-static int gs_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median of v[0..n) (sorted in place). */
 static double gs_median(double *v, int n)
 {
-    qsort(v, (size_t)n, sizeof *v, gs_cmp);
+    stats_sort(v, (size_t)n);
     return stats_percentile_sorted(v, (size_t)n, 50);
 }
 
@@ -104,6 +98,13 @@ void gemv_stream_opts_default(struct gemv_stream_opts *o, enum dtype t)
     o->layers = 16;
 }
 
+/* A uniform float in [-1, 1) from the xorshift64 state *rng (never 0). */
+static float gs_rand(uint64_t *rng)
+{
+    *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
+    return (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
 /* Quantizes GS_POOL random rows of n elements into pool (GS_POOL x dtype_row_bytes(t, n) bytes). */
 static int gs_pool_fill(enum dtype t, int64_t n, uint8_t *pool, uint64_t *rng, char *err)
 {
@@ -113,10 +114,8 @@ static int gs_pool_fill(enum dtype t, int64_t n, uint8_t *pool, uint64_t *rng, c
     size_t rb = dtype_row_bytes(t, n);
     int rc = 0;
     for (int i = 0; i < GS_POOL && !rc; i++) {
-        for (int64_t k = 0; k < n; k++) {
-            *rng ^= *rng << 13, *rng ^= *rng >> 7, *rng ^= *rng << 17;
-            f[k] = (float)((double)(*rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        }
+        for (int64_t k = 0; k < n; k++)
+            f[k] = gs_rand(rng);
         rc = quant_row_from_f32(t, f, pool + (size_t)i * rb, n);
     }
     free(f);
@@ -178,10 +177,8 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     if ((rc = gs_pool_fill(o->type, dim, pool_dim, &rng, err)) || (rc = gs_pool_fill(o->type, ffn, pool_ffn, &rng, err)))
         goto out;
-    for (int64_t k = 0; k < ffn; k++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        xf[k] = (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-    }
+    for (int64_t k = 0; k < ffn; k++)
+        xf[k] = gs_rand(&rng);
     ko->from_f32(xf, x_dim, dim);
     ko->from_f32(xf, x_ffn, ffn);
 
