@@ -80,13 +80,6 @@ static void gs_job_fn(void *ctx, int ith, int nth)
     atomic_fetch_xor_explicit(&j->sink, sink, memory_order_relaxed);
 }
 
-/* Median of v[0..n) (sorted in place). */
-static double gs_median(double *v, int n)
-{
-    stats_sort(v, (size_t)n);
-    return stats_percentile_sorted(v, (size_t)n, 50);
-}
-
 void gemv_stream_opts_default(struct gemv_stream_opts *o, enum dtype t)
 {
     memset(o, 0, sizeof *o);
@@ -218,16 +211,20 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         bytes += (double)j.mats[m].rows * (double)j.mats[m].row_bytes;
     for (int p = 0; p < passes; p++)
         pair[p] = t_read[p] / t_kern[p];
+    struct stats_summary sp, sr, sk;
+    stats_summarize(pair, (size_t)passes, &sp);
+    stats_summarize(t_read, (size_t)passes, &sr);
+    stats_summarize(t_kern, (size_t)passes, &sk);
     memset(out, 0, sizeof *out);
     out->bytes = (size_t)bytes;
     out->passes = passes;
     out->threads = nth;
     out->layout = r16 ? "R16" : "rows";
-    out->share = gs_median(pair, passes);
-    out->share_lo = pair[0];
-    out->share_hi = pair[passes - 1];
-    out->read_gbs = bytes / gs_median(t_read, passes) / 1e9;
-    out->kernel_gbs = bytes / gs_median(t_kern, passes) / 1e9;
+    out->share = sp.p50;
+    out->share_lo = sp.min;
+    out->share_hi = sp.max;
+    out->read_gbs = bytes / sr.p50 / 1e9;
+    out->kernel_gbs = bytes / sk.p50 / 1e9;
     rc = 0;
 out:
     if (j.tp)

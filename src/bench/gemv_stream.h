@@ -21,9 +21,9 @@
 struct gemv_stream_opts {
     enum dtype type;       /* weight type: F16, Q8_0, Q4_0, Q4_K or Q6_K (one with a gemv kernel here) */
     int n_threads;         /* <= 0: one per CPU */
-    int passes;            /* passes of each of the two, alternated (<= 0: 20) */
-    int dim, ffn, kv_dim;  /* model shapes (0: the 1B defaults); multiples of 256 */
-    int layers;            /* 0: 16 */
+    int passes;            /* passes of each of the two, alternated (<= 0: 20; at most 10000) */
+    int dim, ffn, kv_dim;  /* model shapes: positive multiples of 256 (the defaults: the 1B model's) */
+    int layers;            /* 1-1024 (default 16) */
 };
 
 struct gemv_stream_result {

@@ -66,8 +66,8 @@
  * 1.12-1.14x; T0 instead of T1, Q4_0 1.11x, Q8_0 0.98-1.03x; from L2 alone (no memory to hide) the loop
  * without them ran 1.2-1.35x faster, so the prefetch instructions themselves are what costs (stop 24). One
  * line per pair of blocks (Q4_0 576 bytes, Q8_0 1,088), 32 KiB ahead, against none (stop 25, same test, each
- * run the median of 20 alternations): Q4_0 1.00-1.30x, median 1.03x in 28 runs (1.03-1.08x in the minutes
- * whose plain read reached 45-60 GB/s), Q8_0 1.00-1.19x, median 1.02x in 18; one per block, or 16 KiB ahead,
+ * run the median of 20 alternations): Q4_0 1.00-1.30x, median 1.03x in 28 runs (fast-memory minutes as slow
+ * ones), Q8_0 1.00-1.19x, median 1.02x in 18; one per block, or 16 KiB ahead,
  * no better; one per 4 blocks 1.0-1.05x; T0 0.97-1.04x. The hardware prefetcher fetches the lines between
  * (cpu_gemv16_sparse_prefetch). */
 #ifndef AQ16_PF_SPARSE
