@@ -214,6 +214,9 @@ static void test_r16_layout(void **state)
         {DTYPE_Q4_K, 144, 2, 0, 35, 4},
         {DTYPE_Q6_K, 210, 1, 208, 52, 0},
     };
+    /* Q6_K's run of dwords 4j..4j + 3 at each place: the scales (48-51), then per half of the block and
+     * sub-group: ql, ql + 8 and qh (0-3, 8-11, 32-35; 4-7, 12-15, 36-39; 16-19, ..) */
+    static const size_t q6_runs[13] = {12, 0, 2, 8, 1, 3, 9, 4, 6, 10, 5, 7, 11};
     /* Q4_0, 2 blocks: scales of block 0 at 0, of block 1 at 32, dwords of block 0 at 64, of block 1 at 320 */
     assert_int_equal(quant_r16_scales(1, 4, 2, 0), 0);
     assert_int_equal(quant_r16_scales(1, 4, 2, 1), 32);
@@ -251,7 +254,12 @@ static void test_r16_layout(void **state)
                         seen[at]++, seen[at + 1]++;
                     }
                     for (size_t k = 0; k < ty[i].nd; k++) {
-                        size_t at = qd + (k * R + r) * 4;
+                        size_t place = k;
+                        if (ty[i].t == DTYPE_Q6_K) /* its runs of 4 dwords in decode's reading order */
+                            for (size_t j = 0; j < 13; j++)
+                                if (q6_runs[j] == k / 4)
+                                    place = 4 * j + k % 4;
+                        size_t at = qd + (place * R + r) * 4;
                         assert_memory_equal(g + at, blk + ty[i].doff + 4 * k, 4);
                         for (int j = 0; j < 4; j++)
                             seen[at + (size_t)j]++;

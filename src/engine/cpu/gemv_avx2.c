@@ -537,11 +537,12 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
                 xq[c] = (const uint8_t *)bx[c]->qs + 128 * hq + 32 * qt;
                 __asm__ volatile("" : "+r"(xq[c]));
             }
-            __m256i sd = _mm256_loadu_si256((const __m256i *)(q + 64 * (48 + 2 * hq + (qt >> 1))));
+            __m256i sd = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + 2 * hq + (qt >> 1))));
 #pragma GCC unroll 8
             for (int l = 0; l < 8; l++) {
-                __m256i ql = _mm256_loadu_si256((const __m256i *)(q + 64 * (16 * hq + 8 * (qt & 1) + l)));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * (32 + 8 * hq + l)));
+                __m256i ql =
+                    _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 * (qt & 1) + l)));
+                __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
                 __m256i lo = qt < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
                 __m256i hb = qt == 0   ? _mm256_slli_epi16(qh, 4)
                              : qt == 1 ? _mm256_slli_epi16(qh, 2)
@@ -573,12 +574,63 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
     __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
 #pragma GCC unroll 8
     for (int l = 0; l < 8; l++)
-        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * (48 + (l >> 1)))), (2 * l) & 3, (2 * l + 1) & 3);
+        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * quant_r16_q6_k_dword(48 + (l >> 1)))),
+                            (2 * l) & 3, (2 * l + 1) & 3);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
         __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(bx[c], sp), 5));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
     }
+}
+
+/* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
+ * stored order (quant_r16_q6_k_dword): each step l loads ql's dwords 16hq + l and 16hq + 8 + l and qh's
+ * 32 + 8hq + l once and feeds all four quarters qt from them. The int16 pair sums (steps l - 1 and l) and their
+ * scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too. */
+GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int h, const struct block_q8_k *bx,
+                                  __m256 *acc)
+{
+    const uint8_t *q = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
+    const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
+    __m256i S = _mm256_setzero_si256(), p[4];
+#pragma GCC unroll 2
+    for (int hq = 0; hq < 2; hq++) {
+        /* scales 8hq.. (quarters 0, 1) and 8hq + 4.. (quarters 2, 3) */
+        __m256i sd[2] = {_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + 2 * hq))),
+                         _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(49 + 2 * hq)))};
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + l)));
+            __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 + l)));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
+            __m256i qv[4] = {
+                _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2h)),
+                _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2h)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2h)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2h)),
+            };
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++) {
+                int32_t y;
+                memcpy(&y, bx->qs + 128 * hq + 32 * qt + 4 * l, 4);
+                __m256i t = _mm256_maddubs_epi16(qv[qt], _mm256_set1_epi32(y));
+                p[qt] = l & 1 ? _mm256_add_epi16(p[qt], t) : t;
+                if (l & 1) { /* two dwords of group 8hq + 2qt + l / 4 */
+                    int g = (2 * qt + (l >> 2)) & 3;
+                    S = _mm256_add_epi32(S, _mm256_madd_epi16(p[qt], gvk_pick_s8(sd[qt >> 1], g, g)));
+                }
+            }
+        }
+    }
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+    __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++)
+        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1)))),
+                            (2 * l) & 3, (2 * l + 1) & 3);
+    __m256i t = _mm256_sub_epi32(S, _mm256_slli_epi32(gvk_dot_bsums(bx, sp), 5));
+    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx->d)), acc[0]);
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
@@ -602,7 +654,9 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
 #pragma GCC unroll 2
         for (int i = 0; i < NH; i++) {
-            if (is_q6)
+            if (is_q6 && NC == 1)
+                gvk16_block_q6_k_1(grp, nb, b, h0 + i, bx[0], acc[i]);
+            else if (is_q6)
                 gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i]);
             else
                 gvk16_block_q4_k(grp, nb, b, h0 + i, NC, bx, acc[i]);

@@ -878,12 +878,15 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #ifndef AK16_PF
 #define AK16_PF (4 << 10)
 #endif
-/* Whether the Q4_K gemv16 prefetches: not on Zen 4 (AMD family 0x19 with AVX-512; cpu_gemv16_sparse_prefetch),
- * where 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
+/* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; cpu_gemv16_sparse_prefetch). Q4_K not at
+ * all: 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
  * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576
- * bytes 16 KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K keeps its prefetch
- * everywhere: without it the same test read 0.44-0.46x as fast, with T0 0.63-0.96x, with one line per 576 or
- * 1,152 bytes 0.44-0.57x. */
+ * bytes 16 KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K, read in its stored order
+ * since stop 26 (ak16_block_q6_k_1), one line per AK16_PF_SPARSE bytes: one thread (`wafer bench --stream q6_k
+ * -t 1`, shares of a plain read) 0.73-0.86 with one line per 576 or 1,152 bytes 4-8 KiB ahead, 0.78-0.81 with
+ * none, 0.70 with every line; 2 threads 0.96-1.01, 0.93-0.99, 0.92-0.94 (the GGUF order had needed every line:
+ * 0.44-0.46x without). Elsewhere both prefetch every line, as measured on the Zen 5. */
+#define AK16_PF_SPARSE 576
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
@@ -1000,6 +1003,7 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
         S[c] = _mm512_setzero_si512();
+#pragma GCC unroll 2 /* so quant_r16_q6_k_dword's places are constants: a lookup per load cost the gemm 1.3x */
     for (int h = 0; h < 2; h++) {
 #pragma GCC unroll 4
         for (int qt = 0; qt < 4; qt++) {
@@ -1007,7 +1011,8 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
              * quarters 1-3 (the same addresses), which spilled dozens of registers per block. */
             const uint8_t *q = q_;
             __asm__("" : "+r"(q));
-            __m512i sd = _mm512_loadu_si512(q + 64 * (48 + 2 * h + (qt >> 1))); /* scales 8h + 4(qt >> 1).. */
+            /* scales 8h + 4(qt >> 1).. */
+            __m512i sd = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(48 + 2 * h + (qt >> 1)));
 #pragma GCC unroll 2
             for (int gi = 0; gi < 2; gi++) { /* the group of dwords 4gi..4gi+3, scale 8h + 2qt + gi */
                 __m512i t[AK16_C];
@@ -1016,8 +1021,8 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
                     t[c] = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int l = 4 * gi; l < 4 * gi + 4; l++) {
-                    __m512i ql = _mm512_loadu_si512(q + 64 * (16 * h + 8 * (qt & 1) + l));
-                    __m512i qh = _mm512_loadu_si512(q + 64 * (32 + 8 * h + l));
+                    __m512i ql = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 * (qt & 1) + l));
+                    __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
                     __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
                     __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
                                  : qt == 1 ? _mm512_slli_epi16(qh, 2)
@@ -1048,7 +1053,8 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
         for (int l = 0; l < 8; l++) {
             int32_t bs;
             memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q_ + 64 * (48 + (l >> 1))), (2 * l) & 3, (2 * l + 1) & 3);
+            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q_ + 64 * quant_r16_q6_k_dword(48 + (l >> 1))), (2 * l) & 3,
+                                      (2 * l + 1) & 3);
             off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
         }
         __m512i t = _mm512_sub_epi32(S[c], _mm512_slli_epi32(off, 5));
@@ -1056,11 +1062,70 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
     }
 }
 
+/* One Q6_K block against one column (decode), as ak16_block_q6_k but reading the block once in its stored
+ * order (quant_r16_q6_k_dword): per half h and sub-group gi, each step l loads ql's dwords 16h + l and
+ * 16h + 8 + l and qh's 32 + 8h + l once and feeds all four quarters qt from them, one vpdpbusd chain per
+ * quarter. The same exact int32 products go into S per group (8h + 2qt + gi), so the bits equal
+ * ak16_block_q6_k's, which read ql twice and qh four times, a quarter after another. */
+AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const struct block_q8_k *bx, __m512 *acc)
+{
+    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    __m512i S = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        /* scales 8h.. (quarters 0, 1) and 8h + 4.. (quarters 2, 3) */
+        __m512i sd0 = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(48 + 2 * h));
+        __m512i sd1 = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(49 + 2 * h));
+#pragma GCC unroll 2
+        for (int gi = 0; gi < 2; gi++) {
+            __m512i t[4];
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++)
+                t[qt] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+                __m512i qa = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + l));
+                __m512i qb = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 + l));
+                __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
+                __m512i qv[4] = {
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(qa, m4), _mm512_slli_epi16(qh, 4), m2h, 0xf8),
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(qb, m4), _mm512_slli_epi16(qh, 2), m2h, 0xf8),
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), qh, m2h, 0xf8),
+                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_srli_epi16(qh, 2),
+                                              m2h, 0xf8),
+                };
+#pragma GCC unroll 4
+                for (int qt = 0; qt < 4; qt++) {
+                    int32_t yv;
+                    memcpy(&yv, bx->qs + 128 * h + 32 * qt + 4 * l, 4);
+                    t[qt] = _mm512_dpbusd_epi32(t[qt], qv[qt], _mm512_set1_epi32(yv));
+                }
+            }
+#pragma GCC unroll 4
+            for (int qt = 0; qt < 4; qt++)
+                S = _mm512_add_epi32(S,
+                                     _mm512_mullo_epi32(t[qt], ak16_pick32(qt < 2 ? sd0 : sd1, (2 * qt + gi) & 3, 1)));
+        }
+    }
+    __m512i off = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) {
+        int32_t bs;
+        memcpy(&bs, bx->bsums + 2 * l, 4);
+        __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1))), (2 * l) & 3,
+                                  (2 * l + 1) & 3);
+        off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
+    }
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+    __m512i t = _mm512_sub_epi32(S, _mm512_slli_epi32(off, 5));
+    acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(bx->d)), acc[0]);
+}
+
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
- * gemv: AK16_PF bytes ahead), or NULL. */
+ * gemv: AK16_PF bytes ahead), or NULL; one line every pfs bytes of it (64: every line). */
 AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *x, size_t ldx, const uint8_t *nxt)
+                         const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs)
 {
     const size_t gb = 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     __m512 acc[AK16_C];
@@ -1069,7 +1134,7 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         if (nxt)
-            for (size_t i = 0; i < gb; i += 64)
+            for (size_t i = 0; i < gb; i += pfs)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         const struct block_q8_k *bx[AK16_C];
 #pragma GCC unroll 8
@@ -1077,7 +1142,9 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
         const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
         const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
-        if (is_q6)
+        if (is_q6 && NC == 1)
+            ak16_block_q6_k_1(hs, qd, bx[0], acc);
+        else if (is_q6)
             ak16_block_q6_k(hs, qd, NC, bx, acc);
         else
             ak16_block_q4_k(hs, qd, NC, bx, acc);
@@ -1095,7 +1162,7 @@ AK_INLINE void ak16_tile_tail(const int is_q6, const int C, int NC, int64_t nb, 
 #define AK16_TAIL(k)                                                                                       \
     case k:                                                                                                \
         if (C > k)                                                                                         \
-            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt);                                   \
+            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt, 64);                               \
         break;
     switch (NC) {
         AK16_TAIL(7) AK16_TAIL(6) AK16_TAIL(5) AK16_TAIL(4) AK16_TAIL(3) AK16_TAIL(2) AK16_TAIL(1)
@@ -1118,7 +1185,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
             int j = j0;
             for (; j + C <= j1; j += C)
                 ak16_tile(is_q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
-                          j + 2 * C > j1 ? nxt : NULL);
+                          j + 2 * C > j1 ? nxt : NULL, 64);
             if (j < j1)
                 ak16_tile_tail(is_q6, C, j1 - j, nb, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
                                j == j0 ? nxt : NULL);
@@ -1132,10 +1199,11 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        bool pf = IS_Q6 || !cpu_gemv16_sparse_prefetch();                                                 \
+        bool sparse = cpu_gemv16_sparse_prefetch(), pf = IS_Q6 || !sparse;                                 \
+        size_t pfs = sparse ? AK16_PF_SPARSE : 64;                                                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + AK16_PF : NULL);                           \
+            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + AK16_PF : NULL, pfs);                      \
         }                                                                                                  \
     }
 

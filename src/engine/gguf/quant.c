@@ -527,6 +527,12 @@ static struct quant_r16_shape quant_r16_shape_of(enum dtype t)
     }
 }
 
+/* Where dword k of a block of shape sh sits among its R16 dwords (runs of 4 stay together). */
+static inline __attribute__((always_inline)) size_t quant_r16_dword_at(struct quant_r16_shape sh, size_t k)
+{
+    return sh.nd == 52 ? quant_r16_q6_k_dword(k) : k;
+}
+
 /* dst row j, dword i = src row i, dword j for a 4 x 4 tile of dwords (rows ss and ds bytes apart): the R16
  * layout is such tiles transposed, 16 bytes at a time (1B Q4_K_M re-laid in 90 ms with 4-byte copies). */
 static inline __attribute__((always_inline)) void quant_r16_t4(const uint8_t *src, size_t ss, uint8_t *dst, size_t ds)
@@ -563,7 +569,7 @@ static inline __attribute__((always_inline)) void quant_r16_row_block(struct qua
             memcpy(blk + sh.hoff + 2 * h, hs + (h * R + lr) * 2, 2);
     }
     for (size_t k = k0; k < sh.nd; k++) {
-        uint8_t *d = blk + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
+        uint8_t *d = blk + sh.doff + 4 * k, *qs = q + (quant_r16_dword_at(sh, k) * R + lr) * 4;
         if (to_r16)
             memcpy(qs, d, 4);
         else
@@ -583,7 +589,8 @@ static inline __attribute__((always_inline)) void quant_r16_group(struct quant_r
         uint8_t *blk = plain + (size_t)b * sh.bb;
         for (size_t k = 0; k < nd4; k += 4) /* q[k][lr] = dword k of row lr */
             for (size_t lr = 0; lr < R; lr += 4) {
-                uint8_t *rows = blk + lr * row_bytes + sh.doff + 4 * k, *qs = q + (k * R + lr) * 4;
+                uint8_t *rows = blk + lr * row_bytes + sh.doff + 4 * k;
+                uint8_t *qs = q + (quant_r16_dword_at(sh, k) * R + lr) * 4;
                 if (to_r16)
                     quant_r16_t4(rows, row_bytes, qs, 4 * R);
                 else

@@ -106,7 +106,8 @@ int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
  * each as 16 rows in row order, and its other bytes as dwords, q[k][r] = dword k of row r's:
  *   Q4_0, Q8_0: scales uint16_t d[16]; dwords uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): the dwords of qs
  *   Q4_K:       scales uint16_t d[16], dmin[16]; dwords uint32_t q[35][16]: the 3 of scales, then the 32 of qs
- *   Q6_K:       scales uint16_t d[16]; dwords uint32_t q[52][16]: the 32 of ql, the 16 of qh, the 4 of scales
+ *   Q6_K:       scales uint16_t d[16]; dwords uint32_t q[52][16]: the 32 of ql, the 16 of qh, the 4 of scales,
+ *               in runs of 4 stored in the order one-column decode reads them (quant_r16_q6_k_dword)
  * Q4_K's blocks come one after another, each its scales then its dwords. The others' scales are 32 bytes, so
  * their blocks come in pairs, 0 and 1, 2 and 3, .. (the last alone when nb is odd): the scales of the pair's
  * first block, of its second, then the dwords of its first and of its second, so the dwords start on 64-byte
@@ -134,6 +135,18 @@ static inline size_t quant_r16_dwords(size_t nh, size_t nd, int64_t nb, int64_t 
     int64_t p0 = b & ~(int64_t)1;
     size_t m = nb - p0 < 2 ? 1 : 2; /* blocks in b's pair */
     return ((size_t)p0 * (2 * nh + 4 * nd) + m * 2 * nh + (size_t)(b & 1) * 4 * nd) * QUANT_R16_ROWS;
+}
+/* Where dword k (0-51: ql 0-31, qh 32-47, scales 48-51) of a Q6_K block sits among the block's 52 R16 dwords.
+ * Decode reads a block once, in order: the scales run, then per half h (128 elements) and sub-group gi the runs
+ * of ql 16h + 4gi.., ql 16h + 8 + 4gi.. and qh 32 + 8h + 4gi.. together (each 32-element step needs one dword
+ * of each). In the GGUF order (ql, then qh) those reads jumped between three places of the 3.3 KB block,
+ * which the hardware prefetcher does not follow: one core read 0.70-0.76x of a plain read from memory with
+ * 4 KiB software prefetch, 0.45x with 2 KiB (Zen 4, stop 26). Runs of 4 keep the repacking's 4 x 4 tiles.
+ * Constant-folded where k is a constant (the kernels' unrolled loops). */
+static inline size_t quant_r16_q6_k_dword(size_t k)
+{
+    static const unsigned char at[13] = {1, 4, 2, 5, 7, 10, 8, 11, 3, 6, 9, 12, 0}; /* run -> place */
+    return (size_t)at[k / 4] * 4 + k % 4;
 }
 /* Whether type t has an R16 layout (Q4_0, Q8_0, Q4_K, Q6_K). */
 bool quant_r16_supported(enum dtype t);
