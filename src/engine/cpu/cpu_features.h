@@ -25,10 +25,11 @@ bool cpu_is_amd(void);
  * is Zen 3 and Zen 4, 0x1a Zen 5; Intel's recent cores are 6. 0 when cpuid has no leaf 1. */
 unsigned cpu_family(void);
 
-/* true on AMD family 0x19 (Zen 3 / Zen 4; of these only Zen 4 runs the AVX-512 kernels that ask), where the
- * Q4_0 / Q8_0 decode gemv16 prefetch sparsely (one line per pair of blocks, far ahead) and the Q4_K one not at
- * all, instead of every line, which cost more than it won there (gemv_avx512q.c and gemv_avx512k.c have the
- * figures). Cheap to call per product: both answers are cached. */
+/* true on AMD family 0x19 (Zen 3 / Zen 4), where the decode gemv16 prefetch sparsely or not at all instead of
+ * every line, which cost more than it won there: with AVX-512 (Zen 4) Q4_0 / Q8_0 one line per pair of blocks
+ * far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c, gemv_avx512k.c); with AVX2 alone (Zen 3's
+ * kernels, measured on a Zen 4) one line per 576 bytes (gemv_avx2.c). Cheap to call per product: both answers
+ * are cached. */
 bool cpu_gemv16_sparse_prefetch(void);
 
 #endif

@@ -26,7 +26,8 @@
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
  * (tile start + the fraction of the tile done), one prefetch per cache line, into L2. Measured on the 2-core
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
- * this. F16 (little work per byte) does best with the hardware prefetcher alone.
+ * this. F16 (little work per byte) does best with the hardware prefetcher alone; on AMD family 0x19 the R16
+ * gemv prefetch one line in 9 (GV_PF_SPARSE).
  *
  * F16 rows per tile, by vendor: 4 adjacent rows elsewhere (Intel), 4 streams on AMD: the call's rows cut into
  * 4 consecutive quarters, and a tile takes row i of each, so each quarter is read from start to end as one
@@ -51,12 +52,23 @@
 #define GV_INLINE static inline __attribute__((always_inline))
 #define GV_PF (16 << 10) /* prefetch distance in bytes ahead along the stream of rows */
 
-/* Prefetches [p, p + n) into L2, one cache line at a time. Into L2 rather than L1: an L1 prefetch holds one
- * of the core's few L1 miss buffers for a whole DRAM latency, which caps a core's bandwidth; measured with two
- * threads streaming (fraction of the read probe's bandwidth): Q4_K 69% with T0, 77-78% with T1. */
-GV_INLINE void gv_prefetch(const uint8_t *p, size_t n)
+/* On AMD family 0x19 (cpu_gemv16_sparse_prefetch) the R16 gemv prefetch one line per GV_PF_SPARSE bytes,
+ * GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these kernels
+ * (WAFER_NO_AVX512=1 wafer bench --stream TYPE; shares of a plain read, every line / none / sparse): one thread
+ * Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
+ * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 /
+ * 1.00, Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them, has
+ * the same prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured,
+ * keeps it. */
+#define GV_PF_SPARSE 576
+#define GV_PF_SPARSE_AHEAD (4 << 10)
+
+/* Prefetches [p, p + n) into L2, one cache line every step bytes. Into L2 rather than L1: an L1 prefetch holds
+ * one of the core's few L1 miss buffers for a whole DRAM latency, which caps a core's bandwidth; measured with
+ * two threads streaming (fraction of the read probe's bandwidth): Q4_K 69% with T0, 77-78% with T1. */
+GV_INLINE void gv_prefetch(const uint8_t *p, size_t n, size_t step)
 {
-    for (size_t i = 0; i < n; i += 64)
+    for (size_t i = 0; i < n; i += step)
         _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
@@ -125,7 +137,7 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 #define GQ_LANES(is_q4, u, xq) gv_lanes(is_q4, u, xq)
 #define GQ_LANES16(is_q4) (is_q4)
 #define GQ_CORR(is_q4) ((is_q4) ? (long)(gv_dx_floats(nb) * sizeof(float)) : -1L)
-#define GQ_PREFETCH(p, n) gv_prefetch(p, n)
+#define GQ_PREFETCH(p, n) gv_prefetch(p, n, 64)
 #define GQ_PF GV_PF
 #define GQ_GR GV_GR
 #define GQ_GC GV_GC
@@ -149,9 +161,11 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
  * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (the gemv: GV_PF ahead in
- * the stream of groups; the gemm: the next group, during the first column tile of a group's first half). */
+ * the stream of groups, or GV_PF_SPARSE_AHEAD; the gemm: the next group, during the first column tile of a
+ * group's first half), one line every pfs bytes of it. */
 GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
-                         int h0, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf)
+                         int h0, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf,
+                         size_t pfs)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
     const size_t c4off = gv_dx_floats(nb) * sizeof(float);
@@ -165,7 +179,7 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = grp + quant_r16_dwords(1, nd, nb, b), *hs = grp + quant_r16_scales(1, nd, nb, b);
         if (pf)
-            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb);
+            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs);
 #pragma GCC unroll 2
         for (int i = 0; i < NH; i++) {
             const int h = h0 + i;
@@ -224,9 +238,11 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    bool sparse = cpu_gemv16_sparse_prefetch();
+    size_t ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF, pfs = sparse ? GV_PF_SPARSE : 64;
     for (int64_t i = 0; i < nr; i += 16)
         gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0,
-                  w + (size_t)(i / 16) * gbytes + GV_PF);
+                  w + (size_t)(i / 16) * gbytes + ahead, pfs);
 }
 
 /* The R16 gemm's loops, shared by the Q8_0 / Q4_0 and the K-quant kernels: column cache blocks of jb
@@ -267,7 +283,7 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
     int jb = gemm_col_block(ldx + gv_aux_bytes_q4_0(n), GV16_C);
 #define GV16_TILE(NC, i, j, h, g, pf)                                                                        \
     gv16_tile(is_q4, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx,             \
-              aux + (size_t)(j) * ldaux, ldaux, pf)
+              aux + (size_t)(j) * ldaux, ldaux, pf, 64)
     GV16_LOOPS(GV16_C, jb, nr, nc, gbytes, w, GV16_TILE)
 #undef GV16_TILE
 }
@@ -295,7 +311,7 @@ GV_INLINE void gv_tile_q4_k(int64_t nb, const int NR, float *y, const uint8_t *w
     const __m256i m4 = _mm256_set1_epi8(15);
     __m128 acc = _mm_setzero_ps(); /* row r in lane r */
     for (int64_t b = 0; b < nb; b++) {
-        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
+        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb, 64);
         const struct block_q8_k *bx = x + b;
         uint8_t sc[4][8], mn[4][8];
         __m256i sumi[4];
@@ -351,7 +367,7 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
     const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
     __m128 acc = _mm_setzero_ps(); /* row r in lane r */
     for (int64_t b = 0; b < nb; b++) {
-        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb);
+        gv_prefetch(w + GV_PF + (size_t)b * NR * bb, NR * bb, 64);
         const struct block_q8_k *bx = x + b;
         __m256i sumi[4];
 #pragma GCC unroll 4
@@ -634,9 +650,9 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (as gv16_tile). */
+ * pf, pfs: what to prefetch into L2, as gv16_tile. */
 GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
-                          int h0, const uint8_t *x, size_t ldx, const uint8_t *pf)
+                          int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs)
 {
     const size_t bb = is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k);
     __m256 acc[2][GVK16_C];
@@ -647,7 +663,7 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             acc[i][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         if (pf)
-            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb);
+            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs);
         const struct block_q8_k *bx[GVK16_C];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
@@ -676,7 +692,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = gemm_col_block(ldx, GVK16_C);
 #define GVK16_TILE(NC, i, j, h, g, pf) \
-    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf)
+    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 64)
     GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, w, GVK16_TILE)
 #undef GVK16_TILE
 }
@@ -685,9 +701,11 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
+        bool sparse = cpu_gemv16_sparse_prefetch();                                                        \
+        size_t ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF, pfs = sparse ? GV_PF_SPARSE : 64;              \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + GV_PF);                            \
+            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs);                       \
         }                                                                                                  \
     }                                                                                                      \
     static void gvk16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, \
