@@ -183,16 +183,23 @@ static void check_shapes(enum dtype t, const int64_t *ns, size_t nn)
 static void test_f16(void **state)
 {
     (void)state;
-    const int64_t ns[] = {32, 48, 8, 13, 24, 2048, 2056, 2053, 1040};
-    check_shapes(DTYPE_F16, ns, sizeof ns / sizeof ns[0]);
-    /* several conversion chunks with a tail, and many columns (column cache blocks) */
-    check(DTYPE_F16, 3000, 7, 13, 5, 0);
-    check(DTYPE_F16, 256, 5, 300, 6, 0);
-    check(DTYPE_F16, 16384 + 24, 3, 90, 9, 0); /* a column block smaller than the column count */
-    for (int e = 1; e <= 2; e++) {
-        check(DTYPE_F16, 2053, 6, 7, 1, e);
-        check(DTYPE_F16, 40, 5, 3, 2, e);
+    /* both ways of converting the weights (whole rows where cpu_f16_gemm_whole_rows says so, chunks of 512) */
+    for (int chunks = 0; chunks < 2; chunks++) {
+        if (chunks)
+            setenv("WAFER_F16_GEMM_CHUNKS", "1", 1);
+        const int64_t ns[] = {32, 48, 8, 13, 24, 2048, 2056, 2053, 1040};
+        check_shapes(DTYPE_F16, ns, sizeof ns / sizeof ns[0]);
+        /* several conversion chunks with a tail (rows of up to 8,192 elements at once), and many columns (column
+         * cache blocks) */
+        check(DTYPE_F16, 3000, 7, 13, 5, 0);
+        check(DTYPE_F16, 256, 5, 300, 6, 0);
+        check(DTYPE_F16, 16384 + 24, 3, 90, 9, 0); /* a column block smaller than the column count */
+        for (int e = 1; e <= 2; e++) {
+            check(DTYPE_F16, 2053, 6, 7, 1, e);
+            check(DTYPE_F16, 40, 5, 3, 2, e);
+        }
     }
+    unsetenv("WAFER_F16_GEMM_CHUNKS");
 }
 
 /* The R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks. */

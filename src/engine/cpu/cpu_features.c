@@ -74,3 +74,11 @@ unsigned cpu_family(void)
 }
 
 bool cpu_gemv16_sparse_prefetch(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+
+bool cpu_f16_gemm_whole_rows(void)
+{
+    const char *e = getenv("WAFER_F16_GEMM_CHUNKS");
+    if (e && *e && strcmp(e, "0") != 0)
+        return false;
+    return cpu_is_amd() && cpu_family() == 0x19;
+}

@@ -32,4 +32,9 @@ unsigned cpu_family(void);
  * are cached. */
 bool cpu_gemv16_sparse_prefetch(void);
 
+/* true on AMD family 0x19 (with AVX-512: Zen 4, one 512-bit FMA a cycle), where the AVX-512 F16 gemm converts
+ * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures); false when
+ * WAFER_F16_GEMM_CHUNKS=1 (read at every call: tests run both; the sums are the same bits either way). */
+bool cpu_f16_gemm_whole_rows(void);
+
 #endif

@@ -365,7 +365,13 @@ AK_KGEMM(q6_k, ak_tile_q6_k)
  * product 1.20-1.27x faster on the Zen 5 (WAFER_PROFILE, 1B F16 pp512), n 2048 unchanged. The integer kernels
  * keep theirs in L2: larger blocks were slower there. */
 #define AF_XB (4 << 20)
-#define AF_KC 512   /* elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32 */
+/* Elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32, in L1. On Zen 4
+ * (cpu_f16_gemm_whole_rows) a chunk is the whole row, up to AF_KC_MAX: saving and reloading each column tile's
+ * chains at every chunk's end cost more there than the converted rows' reads from L2 (one core, 1,024 rows x
+ * 256 columns: n 2048 101 -> 110 GFLOP/s, n 8192 99.5 -> 107, of the 117 one 512-bit FMA a cycle allows;
+ * chunks of 256: 88-93, 1,024: 98-106; stop 26). The Zen 5 measured 512 best (256 and 1,024 slower). */
+#define AF_KC 512
+#define AF_KC_MAX 8192
 #define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
 
 /* Converts elements [k0, k1) of F16 row a to F32 in wb; a partial last 16-element group is zero-padded (as
@@ -417,11 +423,11 @@ AK_INLINE void af_fold_tile(const int R, const int NC, const __m512 *acc, const 
             s[(size_t)c * lds + r] = f[c * R + r];
 }
 
-/* R weight rows (converted chunk wb: [R][AF_KC] floats) x NC columns over elements [k0, k1) of n; one zmm per
+/* R weight rows (converted chunk wb: [R][kc] floats) x NC columns over elements [k0, k1) of n; one zmm per
  * (row, column) = [vec_dot chain 0 | chain 1]. The chains of column c start from ch[c] (zero when k0 == 0)
  * and are saved back there unless this is the last chunk, where they are added (chain 0 + chain 1, vec_dot's
  * last add) and folded into s[c * lds + r]. */
-AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb,
+AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t k1, const float *wb, size_t kc,
                        const float *const *xc, const uint16_t *const *xh, __m512 (*ch)[AF_R], float *s, size_t lds)
 {
     __m512 acc[AF_R][AF_C];
@@ -436,7 +442,7 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
         __m512 w[AF_R];
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
-            w[r] = _mm512_load_ps(g + r * AF_KC);
+            w[r] = _mm512_load_ps(g + r * kc);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
             __m512 x = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(xh[c] + i)));
@@ -460,7 +466,7 @@ AK_INLINE void af_tile(const int R, const int NC, int64_t n, int64_t k0, int64_t
             __m512 x = _mm512_castps256_ps512(_mm256_maskz_loadu_ps(m, xc[c] + i));
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_load_ps(g + r * AF_KC)), x, acc[r][c],
+                acc[r][c] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(_mm256_load_ps(g + r * kc)), x, acc[r][c],
                                                   0x00ff);
         }
     }
@@ -588,16 +594,12 @@ static void af_prep(int64_t n, const void *x, void *aux)
         _mm256_store_si256((__m256i *)(h + i), _mm512_cvtps_ph(_mm512_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
 }
 
-static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
-                        size_t ldx, const void *aux, size_t ldaux)
+/* The gemm of more than AF_NCOLS columns in chunks of kc elements (a constant where inlined: the chunk's row
+ * stride as a variable cost 1-2%), the converted chunk in wb ([AF_R][kc] floats). */
+AK_INLINE void af_gemm_f16_chunks(int64_t kc, float *wb, int64_t n, int nr, int nc, float *s, size_t lds,
+                                  const void *w, size_t ldw, const void *x, size_t ldx, const uint16_t *XH,
+                                  size_t ldaux)
 {
-    _Static_assert(AF_C == 4 && AF_R == 6 && AF_KC % 16 == 0, "af_tile dispatch");
-    const uint16_t *XH = aux;
-    if (nc <= AF_NCOLS) {
-        af_gemm_f16_narrow(n, nr, nc, s, lds, w, ldw, x, ldx, XH, ldaux / 2);
-        return;
-    }
-    float wb[AF_R][AF_KC] __attribute__((aligned(64)));
     __m512 ch[AF_JB][AF_R];
     const uint8_t *W = w, *X = x;
     int jb = ak_col_block(AF_XB, ldaux, AF_C, AF_JB);
@@ -606,10 +608,10 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
         int tiles = (j1 - j0 + AF_C - 1) / AF_C;
         for (int i = 0; i < nr; i += AF_R) {
             int rows = nr - i < AF_R ? nr - i : AF_R;
-            for (int64_t k0 = 0; k0 < n; k0 += AF_KC) {
-                int64_t k1 = n - k0 < AF_KC ? n : k0 + AF_KC;
+            for (int64_t k0 = 0; k0 < n; k0 += kc) {
+                int64_t k1 = n - k0 < kc ? n : k0 + kc;
                 for (int r = 0; r < rows; r++)
-                    af_convert((const uint16_t *)(W + (size_t)(i + r) * ldw), k0, k1, wb[r]);
+                    af_convert((const uint16_t *)(W + (size_t)(i + r) * ldw), k0, k1, wb + r * kc);
                 /* The weights of the next chunk (these rows' next elements, or the next tile's first) are
                  * prefetched into L2 a share per column tile: they come from memory, and for long rows (FFN
                  * down, n 8192) waiting for them cost 10-20%. */
@@ -619,11 +621,11 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                 if (k1 < n) {
                     pf = W + (size_t)i * ldw + (size_t)k1 * 2;
                     pf_rows = rows;
-                    pf_lines = (size_t)((n - k1 < AF_KC ? n - k1 : AF_KC) * 2 + 63) / 64;
+                    pf_lines = (size_t)((n - k1 < kc ? n - k1 : kc) * 2 + 63) / 64;
                 } else if (i + AF_R < nr) {
                     pf = W + (size_t)(i + AF_R) * ldw;
                     pf_rows = nr - i - AF_R < AF_R ? nr - i - AF_R : AF_R;
-                    pf_lines = (size_t)((n < AF_KC ? n : AF_KC) * 2 + 63) / 64;
+                    pf_lines = (size_t)((n < kc ? n : kc) * 2 + 63) / 64;
                 }
                 size_t pf_per = (pf_lines * (size_t)pf_rows + (size_t)tiles - 1) / (size_t)tiles;
                 size_t pf_line = 0; /* the next line to prefetch: line pf_line of row pf_row */
@@ -641,11 +643,28 @@ static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
                         xc[c] = (const float *)(X + (size_t)(j + c) * ldx);
                         xh[c] = XH + (size_t)(j + c) * (ldaux / 2);
                     }
-                    AF_TILE(rows, m, n, k0, k1, wb[0], xc, xh, ch + (j - j0), s + (size_t)j * lds + i, lds);
+                    AF_TILE(rows, m, n, k0, k1, wb, (size_t)kc, xc, xh, ch + (j - j0), s + (size_t)j * lds + i, lds);
                 }
             }
         }
     }
+}
+
+static void af_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
+                        size_t ldx, const void *aux, size_t ldaux)
+{
+    _Static_assert(AF_C == 4 && AF_R == 6 && AF_KC % 16 == 0 && AF_KC_MAX % 16 == 0, "af_tile dispatch");
+    const uint16_t *XH = aux;
+    if (nc <= AF_NCOLS) {
+        af_gemm_f16_narrow(n, nr, nc, s, lds, w, ldw, x, ldx, XH, ldaux / 2);
+        return;
+    }
+    float wb[AF_R * AF_KC_MAX] __attribute__((aligned(64))); /* 192 KiB of stack; kc x 24 bytes touched */
+    if (cpu_f16_gemm_whole_rows())
+        af_gemm_f16_chunks(n < AF_KC_MAX ? (n + 15) / 16 * 16 : AF_KC_MAX, wb, n, nr, nc, s, lds, w, ldw, x, ldx, XH,
+                           ldaux);
+    else
+        af_gemm_f16_chunks(AF_KC, wb, n, nr, nc, s, lds, w, ldw, x, ldx, XH, ldaux);
 }
 
 /* ---- gemv ---- */
