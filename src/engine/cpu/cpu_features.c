@@ -73,12 +73,15 @@ unsigned cpu_family(void)
     return (unsigned)fam;
 }
 
-bool cpu_gemv16_sparse_prefetch(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+/* AMD family 0x19 (Zen 3, Zen 4): what the per-CPU decisions below were measured on (a Zen 4). */
+static bool cpu_is_amd_family_19(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+
+bool cpu_gemv16_sparse_prefetch(void) { return cpu_is_amd_family_19(); }
 
 bool cpu_f16_gemm_whole_rows(void)
 {
     const char *e = getenv("WAFER_F16_GEMM_CHUNKS");
     if (e && *e && strcmp(e, "0") != 0)
         return false;
-    return cpu_is_amd() && cpu_family() == 0x19;
+    return cpu_is_amd_family_19();
 }

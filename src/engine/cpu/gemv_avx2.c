@@ -63,6 +63,14 @@
 #define GV_PF_SPARSE 576
 #define GV_PF_SPARSE_AHEAD (4 << 10)
 
+/* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes. */
+GV_INLINE size_t gv16_prefetch_rule(size_t *ahead)
+{
+    bool sparse = cpu_gemv16_sparse_prefetch();
+    *ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF;
+    return sparse ? GV_PF_SPARSE : 64;
+}
+
 /* Prefetches [p, p + n) into L2, one cache line every step bytes. Into L2 rather than L1: an L1 prefetch holds
  * one of the core's few L1 miss buffers for a whole DRAM latency, which caps a core's bandwidth; measured with
  * two threads streaming (fraction of the read probe's bandwidth): Q4_K 69% with T0, 77-78% with T1. */
@@ -238,8 +246,7 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    bool sparse = cpu_gemv16_sparse_prefetch();
-    size_t ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF, pfs = sparse ? GV_PF_SPARSE : 64;
+    size_t ahead, pfs = gv16_prefetch_rule(&ahead);
     for (int64_t i = 0; i < nr; i += 16)
         gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0,
                   w + (size_t)(i / 16) * gbytes + ahead, pfs);
@@ -531,6 +538,25 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
     }
 }
 
+/* A Q6_K block's end for half h and NC columns (its R16 scales at hs, dwords of the half at q): S[c] (8 rows'
+ * sums of codes 0..63 times the activation) less the codes' +32, 32 x sum_g scale_g x bsums_g, then kernels.c's
+ * FMA into acc[c]. */
+GV_INLINE void gvk16_q6_k_end(const uint8_t *hs, int h, const uint8_t *q, const int NC,
+                              const struct block_q8_k *const *bx, const __m256i *S, __m256 *acc)
+{
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+    __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++)
+        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1)))),
+                            (2 * l) & 3, (2 * l + 1) & 3);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(bx[c], sp), 5));
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
+    }
+}
+
 /* Q6_K block b of half h, as gvk16_block_q4_k: step (hq, qt) is 32 elements, the codes of ql's dword
  * 16hq + 8(qt & 1) + l (low nibbles for qt < 2) with 2 bits of qh's dword 32 + 8hq + l, against the
  * activation's bytes 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
@@ -586,17 +612,7 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
             }
         }
     }
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
-    __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; l++)
-        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q0 + 64 * quant_r16_q6_k_dword(48 + (l >> 1)))),
-                            (2 * l) & 3, (2 * l + 1) & 3);
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(bx[c], sp), 5));
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
-    }
+    gvk16_q6_k_end(hs, h, q0, NC, bx, S, acc);
 }
 
 /* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
@@ -639,14 +655,7 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
             }
         }
     }
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
-    __m256i sp[8]; /* (scale 2l, scale 2l + 1) */
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; l++)
-        sp[l] = gvk_pick_s8(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1)))),
-                            (2 * l) & 3, (2 * l + 1) & 3);
-    __m256i t = _mm256_sub_epi32(S, _mm256_slli_epi32(gvk_dot_bsums(bx, sp), 5));
-    acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx->d)), acc[0]);
+    gvk16_q6_k_end(hs, h, q, 1, &bx, &S, acc);
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
@@ -701,8 +710,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
-        bool sparse = cpu_gemv16_sparse_prefetch();                                                        \
-        size_t ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF, pfs = sparse ? GV_PF_SPARSE : 64;              \
+        size_t ahead, pfs = gv16_prefetch_rule(&ahead);                                                   \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs);                       \

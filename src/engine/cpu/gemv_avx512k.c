@@ -1010,6 +1010,28 @@ AK_INLINE __m512i ak16_pick_s8(__m512i v, int j, int k)
     return _mm512_srai_epi16(_mm512_shuffle_epi8(v, c), 8);
 }
 
+/* A Q6_K block's end for NC columns (its R16 scales at hs, dwords at q): S[c] (16 rows' sums of codes 0..63
+ * times the activation) less the codes' +32, 32 x sum_g scale_g x bsums_g, then kernels.c's FMA into acc[c]. */
+AK_INLINE void ak16_q6_k_end(const uint8_t *hs, const uint8_t *q, const int NC, const struct block_q8_k *const *bx,
+                             const __m512i *S, __m512 *acc)
+{
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m512i off = _mm512_setzero_si512();
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            int32_t bs;
+            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
+            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1))), (2 * l) & 3,
+                                      (2 * l + 1) & 3);
+            off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
+        }
+        __m512i t = _mm512_sub_epi32(S[c], _mm512_slli_epi32(off, 5));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d)), acc[c]);
+    }
+}
+
 /* One Q6_K block, as ak16_block_q4_k: step (h, qt) is 32 elements, the codes of ql's dword 16h + 8(qt & 1) + l
  * (low nibbles for qt < 2) with 2 bits of qh's dword 8h + l, against the activation's bytes 128h + 32qt + 4l..;
  * dwords 0-3 are group 8h + 2qt (its scale), 4-7 group 8h + 2qt + 1. The codes' +32 comes off per block as
@@ -1064,21 +1086,7 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
             }
         }
     }
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m512i off = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            int32_t bs;
-            memcpy(&bs, bx[c]->bsums + 2 * l, 4);
-            __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q_ + 64 * quant_r16_q6_k_dword(48 + (l >> 1))), (2 * l) & 3,
-                                      (2 * l + 1) & 3);
-            off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
-        }
-        __m512i t = _mm512_sub_epi32(S[c], _mm512_slli_epi32(off, 5));
-        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(bx[c]->d)), acc[c]);
-    }
+    ak16_q6_k_end(hs, q_, NC, bx, S, acc);
 }
 
 /* One Q6_K block against one column (decode), as ak16_block_q6_k but reading the block once in its stored
@@ -1126,18 +1134,7 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
                                      _mm512_mullo_epi32(t[qt], ak16_pick32(qt < 2 ? sd0 : sd1, (2 * qt + gi) & 3, 1)));
         }
     }
-    __m512i off = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int l = 0; l < 8; l++) {
-        int32_t bs;
-        memcpy(&bs, bx->bsums + 2 * l, 4);
-        __m512i sp = ak16_pick_s8(_mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(48 + (l >> 1))), (2 * l) & 3,
-                                  (2 * l + 1) & 3);
-        off = _mm512_dpwssd_epi32(off, sp, _mm512_set1_epi32(bs));
-    }
-    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
-    __m512i t = _mm512_sub_epi32(S, _mm512_slli_epi32(off, 5));
-    acc[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(dw, _mm512_set1_ps(bx->d)), acc[0]);
+    ak16_q6_k_end(hs, q, 1, &bx, &S, acc);
 }
 
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
