@@ -102,8 +102,8 @@ static void check_gemm(const struct gemv_ops *gv, enum dtype t, int64_t n, int n
  * blocks. */
 static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
 {
-    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0};
-    for (size_t a = 0; a < 2; a++) {
+    const enum dtype ts[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_F16};
+    for (size_t a = 0; a < sizeof ts / sizeof ts[0]; a++) {
         const struct gemv_ops *gv = set(ts[a]);
         assert_non_null(gv->gemm);
         for (int nr = 1; nr <= 7; nr++)
@@ -113,6 +113,13 @@ static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
         check_gemm(gv, ts[a], 8192, 4, 40, 9);
         check_gemm(gv, ts[a], 256, 7, 8, 6);
     }
+    /* F16 rows with an 8-element step and a tail (chain 0's end), for every tile shape and leftover column
+     * count, and both decode layouts' sets (they share the gemm) */
+    const int64_t ns[] = {5, 8, 13, 24, 2053, 2056, 2060};
+    for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+        for (int nr = 1; nr <= 7; nr += 3)
+            for (int nc = 1; nc <= 9; nc++)
+                check_gemm(set(DTYPE_F16), DTYPE_F16, ns[b], nr + (int)b % 2, nc, 500 + b * 16 + (uint64_t)nc);
 }
 
 static void test_avx2_gemm(void **state)

@@ -1,7 +1,7 @@
 /*
  * gemv: matrix-vector kernels for decode (one activation row against a block of weight rows), the product
- * that decides generation speed, and matrix-matrix kernels for prefill and batched decode of Q4_0 and Q8_0
- * weights (AVX2, AVX-512) and of F16 and the K-quants (AVX-512).
+ * that decides generation speed, and matrix-matrix kernels for prefill and batched decode of Q4_0, Q8_0
+ * and F16 weights (AVX2, AVX-512) and of the K-quants (AVX-512; AVX2 in the R16 layout).
  *
  * Decode reads every weight once per token, so the gemv kernels are built to stream weights at the memory's
  * speed: they prefetch linearly through the contiguous block of rows they are given (the kernel_ops gemm
@@ -53,9 +53,8 @@ struct gemv_ops {
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel
  * for the type, or the CPU lacks them, or WAFER_NO_SIMD is set). gemv16 and gemm16 are set for Q4_0, Q8_0,
- * Q4_K and Q6_K, gemm for Q4_0 and Q8_0 (see gemv_avx2.c); the others' gemm is kernel_ops gemm, whose tiles
- * are as fast as their numerics allow (measured for F16: other tile shapes, and converting weights to F32 once
- * per column block, were no faster than its 3 x 2 tile). */
+ * Q4_K and Q6_K, gemm for Q4_0, Q8_0 and F16 (see gemv_avx2.c; F16's on activations kept as F16 in aux,
+ * exact since they are F16 values); the K-quants' gemm is gemm16 (the backend lays their rows out in R16). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
 /* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
  * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.

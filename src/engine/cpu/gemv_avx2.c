@@ -2,7 +2,8 @@
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
  * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; also those with AVX-VNNI alone: the
  * 256-bit VNNI kernels this project had were slower than the R16 ones here, Q4_0 gemm 50-53 against 72-77
- * GMAC/s on a Zen 5 core, so they are gone), and the Q4_K / Q6_K gemm in the R16 layout. Compiled with
+ * GMAC/s on a Zen 5 core, so they are gone), the Q4_K / Q6_K gemm in the R16 layout, and the F16 gemm on F16
+ * activations (below: "F16 x F16 gemm"). Compiled with
  * -mavx2 -mfma -mf16c;
  * gemv_ops_avx2 hands them out only when kernel_cpu_has_avx2() says the CPU has them.
  *
@@ -43,6 +44,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_float_tile.h"
 #include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
@@ -808,6 +810,52 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
         gv_tile_f16(n, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);
 }
 
+/* ---- F16 x F16 gemm (prefill, batched decode) ----
+ *
+ * The activations are F16 values (kernel_ops' F16 from_f32 rounds them), so prep stores them as F16 in aux,
+ * exactly, zero-padded to a multiple of 16, and gemm_float_tile.h's tile (vec_dot's operations in its order:
+ * the same bits as kernel_ops gemm) converts both operands: 16 bytes a vector instead of 32 for an F32
+ * activation. GH_R x GH_C holds 12 accumulators, the 3 weight vectors of a step and one activation. Measured on a Zen 4 running these
+ * kernels (one core, 1,024 rows x 256 columns, GFLOP/s against kernel_ops gemm's 6 x 2 tile on F32
+ * activations, the same bits): 3 x 4 97 / 73 at n 2048 and 78 / 51 at n 8192, 4 x 3 105 / 74 and 76 / 54,
+ * 6 x 2 96 / 69, 5 x 2 97 / 73, 2 x 4 85 / 74; with 8 columns (batched decode) 3 x 4 100 / 73. 4 x 3 leads by
+ * a little at n 2048 only, and 3 x 4 tiles batches of 4 and 8 whole; the 1-3 columns a multiple of 4 leaves
+ * take 6 x 2 and 6 x 1 tiles (a batch of 2 ran 45 GFLOP/s in 3 x 1 tiles, 91 in 6 x 2). */
+#define GH_R 3
+#define GH_C 4
+#define GH_R2 6 /* rows of the tiles of the last 1-3 columns */
+
+static size_t gv_aux_bytes_f16(int64_t n) { return (size_t)((n + 15) / 16) * 32; }
+
+static void gv_prep_f16(int64_t n, const void *x, void *aux)
+{
+    const float *f = x;
+    uint16_t *h = aux;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < (n + 15) / 16 * 16; i++)
+        h[i] = i < n ? _cvtss_sh(f[i], _MM_FROUND_TO_NEAREST_INT) : 0;
+}
+
+#define GH_TILE(arg, R, C, i, j)                                                                                     \
+    gemm_float_tile(GFT_F16, GFT_F16, 0, n, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,     \
+                    XH + (size_t)(j) * ldaux, ldaux)
+_Static_assert(GH_R <= GFT_MAXR && GH_C <= GFT_MAXC && GH_R2 <= GFT_MAXR, "gemm_float_tile holds the F16 tiles");
+
+static void gv_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, size_t ldw, const void *x,
+                        size_t ldx, const void *aux, size_t ldaux)
+{
+    const uint8_t *W = w, *XH = aux;
+    int nc4 = nc - nc % GH_C;
+    GEMM_TILES(nr, nc4, gemm_col_block(ldaux, GH_C), GH_R, GH_C, GH_TILE, 0)
+    if (nc4 < nc) { /* the last 1-3 columns: their aux stays in L1 */
+        s += (size_t)nc4 * lds;
+        XH += (size_t)nc4 * ldaux;
+        GEMM_TILES(nr, nc - nc4, nc - nc4, GH_R2, 2, GH_TILE, 0)
+    }
+}
+
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
@@ -816,9 +864,10 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k},
 };
 
-static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16, NULL, NULL, NULL};
-static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_none, gv_prep_none, gv_gemv_f16_streams,
-                                                   NULL, NULL, NULL};
+static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16, gv_gemm_f16,
+                                                NULL, NULL};
+static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16_streams,
+                                                   gv_gemm_f16, NULL, NULL};
 
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
 {

@@ -21,12 +21,13 @@
  *   activation's bsums instead of per-element work.
  * Float weights: 2 independent FMA accumulators of 8 lanes (16 elements per step), then single 8-element
  *   steps into the first; a tail of fewer than 8 elements is zero-padded into one more step. The tile runs the
- *   two chains one after the other, so its activations stay in registers (ka_tile_float).
+ *   two chains one after the other, so its activations stay in registers (gemm_float_tile.h).
  */
 #include "engine/cpu/kernels.h"
 
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_float_tile.h"
 #include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
@@ -267,103 +268,7 @@ KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, si
     ka_store_cols(NR, NC, acc, s, lds);
 }
 
-/* ---- F32 / F16 / BF16 weights x F32 activations ---- */
-
-enum { KA_F32, KA_F16, KA_BF16 };
-
-KA_INLINE __m256 ka_load8(int kind, const void *p)
-{
-    if (kind == KA_F32)
-        return _mm256_loadu_ps(p);
-    __m128i h = _mm_loadu_si128(p);
-    if (kind == KA_F16)
-        return _mm256_cvtph_ps(h);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* Float weights: vec_dot's sums are 2 chains of 8 lanes (2 accumulators per (row, column), as ggml's AVX2
- * F16 dot): chain k sums elements 16m + 8k .. 16m + 8k + 7 over the full 16-element steps in order, chain 0
- * then takes the last 8-element step and the zero-padded tail, and the end is chain 0 + chain 1, folded. The
- * chains never meet before the end, so the tile runs chain 1 over the whole row, then chain 0: with one chain
- * live the tile keeps its activation vectors in registers, NR x NC accumulators + NC activations + 1 weight
- * vector, NR + NC loads per NR x NC FMAs (both chains side by side, every FMA loaded its activation: NR x
- * (NC + 1)). The 1 x 1 tile (vec_dot) reads its row twice, the second time from cache; decode's F16 gemv is
- * gemv_avx2.c's. */
-#define KA_CMAXR 6
-KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, float *s, size_t lds,
-                             const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
-{
-    const size_t es = kind == KA_F32 ? 4 : 2;
-    const int64_t nfull = n / 16 * 16;
-    __m256 acc[KA_CMAXR][KA_MAXC], ch1[KA_CMAXR][KA_MAXC];
-#pragma GCC unroll 2
-    for (int k = 1; k >= 0; k--) { /* chain 1 first: chain 0 then ends with the row's tail */
-#pragma GCC unroll 6
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++)
-                acc[r][c] = _mm256_setzero_ps();
-        int64_t i = 8 * k;
-        for (; i < nfull; i += 16) {
-            __m256 xv[KA_MAXC];
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++)
-                xv[c] = _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i);
-#pragma GCC unroll 6
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *wr = w + (size_t)r * ldw + (size_t)i * es;
-                if (k == 1)
-                    ka_prefetch(wr);
-                __m256 wv = ka_load8(kind, wr);
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++)
-                    acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
-            }
-        }
-        if (k == 1) {
-#pragma GCC unroll 6
-            for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++)
-                    ch1[r][c] = acc[r][c];
-            continue;
-        }
-        /* chain 0's end: at most one 8-element step, then the tail (zero-padded copies: the padding adds
-         * exact zeros) */
-        i = nfull;
-        if (i + 8 <= n) {
-#pragma GCC unroll 6
-            for (int r = 0; r < NR; r++) {
-                __m256 w0 = ka_load8(kind, w + (size_t)r * ldw + (size_t)i * es);
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++)
-                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps((const float *)(x + (size_t)c * ldx) + i),
-                                                acc[r][c]);
-            }
-            i += 8;
-        }
-        if (i < n) {
-            size_t rem = (size_t)(n - i);
-#pragma GCC unroll 6
-            for (int r = 0; r < NR; r++) {
-                uint8_t wt[32] = {0};
-                memcpy(wt, w + (size_t)r * ldw + (size_t)i * es, rem * es);
-                __m256 w0 = ka_load8(kind, wt);
-#pragma GCC unroll 4
-                for (int c = 0; c < NC; c++) {
-                    float xt[8] = {0};
-                    memcpy(xt, (const float *)(x + (size_t)c * ldx) + i, rem * 4);
-                    acc[r][c] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[r][c]);
-                }
-            }
-        }
-    }
-#pragma GCC unroll 6
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(acc[r][c], ch1[r][c]));
-}
+/* ---- F32 / F16 / BF16 weights x F32 activations: gemm_float_tile.h ---- */
 
 /* ---- vec_dot and gemm per type ---- */
 
@@ -387,23 +292,24 @@ KA_INLINE void ka_tile_float(int kind, int64_t n, const int NR, const int NC, fl
 
 #define KA_TILE_Q8_0(...) ka_tile_q8(0, __VA_ARGS__)
 #define KA_TILE_Q4_0(...) ka_tile_q8(1, __VA_ARGS__)
-#define KA_TILE_F32(...) ka_tile_float(KA_F32, __VA_ARGS__)
-#define KA_TILE_F16(...) ka_tile_float(KA_F16, __VA_ARGS__)
-#define KA_TILE_BF16(...) ka_tile_float(KA_BF16, __VA_ARGS__)
+#define KA_TILE_F32(...) gemm_float_tile(GFT_F32, GFT_F32, KA_PF, __VA_ARGS__)
+#define KA_TILE_F16(...) gemm_float_tile(GFT_F16, GFT_F32, KA_PF, __VA_ARGS__)
+#define KA_TILE_BF16(...) gemm_float_tile(GFT_BF16, GFT_F32, KA_PF, __VA_ARGS__)
 
 /* Tile shapes (rows x columns), picked by measuring gemm at nc = 64 on the reference machine: for the
  * quantized types every shape from 2x4 to 4x4 was within noise of the best (3x4 keeps batches of 4 on the fast
- * path). Float weights (ka_tile_float), 1B F16 with AVX2 alone on a Zen 5, 2 threads: prefill 6x2 and 4x3
+ * path). Float weights (gemm_float_tile.h), 1B F16 with AVX2 alone on a Zen 5, 2 threads: prefill 6x2 and 4x3
  * alike (103-106 tokens/s; both chains side by side in a 3x2 tile, before, 93-95), 3x3 and 3x4 91, 5x2
  * 76-81, 2x4 63; batched decode of 8 6x2 73-74 tokens/s against 4x3's 65-66 (8 columns are 3 + 3 + 1 + 1
- * there). */
+ * there). The backend's F16 prefill and batched decode run gemv_avx2.c's gemm on F16 activations instead (1.3-1.4x
+ * this tile on a Zen 4); this one serves F32 and BF16 weights and the tests' reference. */
 #define KA_QR 3
 #define KA_QC 4
 #define KA_KR 3
 #define KA_KC 4
 #define KA_FR 6
 #define KA_FC 2
-_Static_assert(KA_FR <= KA_CMAXR && KA_FC <= KA_MAXC, "ka_tile_float's accumulators hold the float tile");
+_Static_assert(KA_FR <= GFT_MAXR && KA_FC <= GFT_MAXC, "gemm_float_tile's accumulators hold the float tile");
 KA_DEFINE(q8_0, KA_TILE_Q8_0, KA_QR, KA_QC, n / QK8_0)
 KA_DEFINE(q4_0, KA_TILE_Q4_0, KA_QR, KA_QC, n / QK4_0)
 KA_DEFINE(q4_k, ka_tile_q4_k, KA_KR, KA_KC, n / QK_K)
@@ -524,7 +430,7 @@ static void ka_to_f32_bf16(const void *src, float *dst, int64_t n)
     const uint16_t *h = src;
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, ka_load8(KA_BF16, h + i));
+        _mm256_storeu_ps(dst + i, gft_load8(GFT_BF16, h + i));
     for (; i < n; i++)
         dst[i] = bf16_to_f32(h[i]);
 }

@@ -1,0 +1,128 @@
+/*
+ * gemm_float_tile: the one register tile of float weights (F32, F16, BF16) for the 256-bit kernels: vec_dot and
+ * the gemm of kernels_avx2.c (F32 activations) and the F16 gemm of gemv_avx2.c (activations kept as F16 in
+ * aux: exact, they are F16 values), included by both (each compiled with -mavx2 -mfma -mf16c).
+ *
+ * Numerics: vec_dot's sums are 2 chains of 8 lanes (2 accumulators per (row, column), as ggml's AVX2 F16 dot):
+ * chain k sums elements 16m + 8k .. 16m + 8k + 7 over the full 16-element steps in order, chain 0 then takes
+ * the last 8-element step and the zero-padded tail, and the end is chain 0 + chain 1, folded (simd_fold8).
+ * The chains never meet before the end, so the tile runs chain 1 over the whole row, then chain 0: with one
+ * chain live it holds NR x NC accumulators and either the NC activation vectors of a step (NR > NC: a weight
+ * vector at a time) or its NR weight vectors (an activation vector at a time), NR + NC loads per NR x NC FMAs
+ * (both chains side by side, every FMA loaded its activation: NR x (NC + 1)). Every (row, column) pair gets
+ * the same operations in the same order whatever the tile's shape, so gemm equals vec_dot (the 1 x 1 tile) bit
+ * for bit. The 1 x 1 tile reads its row twice, the second time from cache.
+ */
+#ifndef WAFER_ENGINE_GEMM_FLOAT_TILE_H
+#define WAFER_ENGINE_GEMM_FLOAT_TILE_H
+
+#include "engine/cpu/simd_fold.h"
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GFT_INLINE static inline __attribute__((always_inline))
+#define GFT_MAXR 6 /* the largest tile: rows x columns */
+#define GFT_MAXC 4
+
+enum { GFT_F32, GFT_F16, GFT_BF16 };
+
+/* 8 values of format kind at p as floats (exact) */
+GFT_INLINE __m256 gft_load8(int kind, const void *p)
+{
+    if (kind == GFT_F32)
+        return _mm256_loadu_ps(p);
+    __m128i h = _mm_loadu_si128(p);
+    if (kind == GFT_F16)
+        return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* s[c * lds + r] = vec_dot(w row r, x row c) for r < NR, c < NC (constants after inlining, at most GFT_MAXR x
+ * GFT_MAXC): weights of format wk ldw bytes apart, activations of format xk ldx bytes apart, n elements each.
+ * pf > 0: chain 1's pass prefetches each weight row pf bytes ahead (into L1). */
+GFT_INLINE void gemm_float_tile(int wk, int xk, int pf, int64_t n, const int NR, const int NC, float *s, size_t lds,
+                                const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
+{
+    const size_t we = wk == GFT_F32 ? 4 : 2, xe = xk == GFT_F32 ? 4 : 2;
+    const int64_t nfull = n / 16 * 16;
+    __m256 acc[GFT_MAXR][GFT_MAXC], ch1[GFT_MAXR][GFT_MAXC];
+#pragma GCC unroll 2
+    for (int k = 1; k >= 0; k--) { /* chain 1 first: chain 0 then ends with the row's tail */
+#pragma GCC unroll 6
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++)
+                acc[r][c] = _mm256_setzero_ps();
+        for (int64_t i = 8 * k; i < nfull; i += 16) {
+            if (NR > NC) {
+                __m256 xv[GFT_MAXC];
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    xv[c] = gft_load8(xk, x + (size_t)c * ldx + (size_t)i * xe);
+#pragma GCC unroll 6
+                for (int r = 0; r < NR; r++) {
+                    const uint8_t *wr = w + (size_t)r * ldw + (size_t)i * we;
+                    if (pf && k == 1)
+                        _mm_prefetch((const char *)wr + pf, _MM_HINT_T0);
+                    __m256 wv = gft_load8(wk, wr);
+#pragma GCC unroll 4
+                    for (int c = 0; c < NC; c++)
+                        acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+                }
+            } else {
+                __m256 wv[GFT_MAXR];
+#pragma GCC unroll 6
+                for (int r = 0; r < NR; r++) {
+                    const uint8_t *wr = w + (size_t)r * ldw + (size_t)i * we;
+                    if (pf && k == 1)
+                        _mm_prefetch((const char *)wr + pf, _MM_HINT_T0);
+                    wv[r] = gft_load8(wk, wr);
+                }
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++) {
+                    __m256 xv = gft_load8(xk, x + (size_t)c * ldx + (size_t)i * xe);
+#pragma GCC unroll 6
+                    for (int r = 0; r < NR; r++)
+                        acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+                }
+            }
+        }
+        if (k == 1) {
+#pragma GCC unroll 6
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+                for (int c = 0; c < NC; c++)
+                    ch1[r][c] = acc[r][c];
+        }
+    }
+    /* chain 0's end: an 8-element step, then the tail, from zero-padded copies (the padding adds exact zeros) */
+    for (int64_t i = nfull; i < n; i += 8) {
+        size_t rem = n - i < 8 ? (size_t)(n - i) : 8;
+        __m256 xv[GFT_MAXC];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) {
+            uint8_t xt[32] = {0};
+            memcpy(xt, x + (size_t)c * ldx + (size_t)i * xe, rem * xe);
+            xv[c] = gft_load8(xk, xt);
+        }
+#pragma GCC unroll 6
+        for (int r = 0; r < NR; r++) {
+            uint8_t wt[32] = {0};
+            memcpy(wt, w + (size_t)r * ldw + (size_t)i * we, rem * we);
+            __m256 wv = gft_load8(wk, wt);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++)
+                acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            s[(size_t)c * lds + r] = simd_fold8(_mm256_add_ps(acc[r][c], ch1[r][c]));
+}
+
+#endif
