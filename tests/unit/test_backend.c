@@ -174,6 +174,34 @@ static double max_diff_rel_range(const float *a, const float *b, int rows, int n
  *   Q8_0 cache) an ulp can flip one rounding step, which a random network amplifies: measured up to ~1e-2 of
  *   the logits' range (F32 / F16 / BF16 weights with an F32 or F16 cache: ~1e-6). Tolerance 3e-2 of the
  *   range (per type below), while a wrong rope, layout, scale or mask is an O(1) error. */
+/* The comparison above on model m (label names it in messages) for nkv KV types. */
+static void backends_compare(const struct model *m, const char *label, const enum dtype *kvs, size_t nkv, double tol)
+{
+    int nv = m->hp.n_vocab;
+    int32_t toks[CMP_N];
+    uint64_t st = 11;
+    for (int i = 0; i < CMP_N; i++)
+        toks[i] = (int32_t)(test_rand_u64(&st) % (uint64_t)nv);
+    size_t n = (size_t)CMP_N * nv;
+    float *simd = malloc(n * 4), *portable = malloc(n * 4), *scalar = malloc(n * 4);
+    for (size_t k = 0; k < nkv; k++) {
+        logits_of(m, "scalar", false, kvs[k], toks, scalar);
+        logits_of(m, "cpu", true, kvs[k], toks, portable);
+        logits_of(m, "cpu", false, kvs[k], toks, simd);
+        double d = max_diff_rel_range(simd, scalar, CMP_N, nv);
+        print_message("    %-8s kv %-4s cpu (simd) vs scalar: max |diff| %.2e of the logits' range (tolerance %.0e); "
+                      "cpu (portable kernels) vs scalar: %s\n", label, dtype_name(kvs[k]), d, tol,
+                      memcmp(portable, scalar, n * 4) ? "DIFFERENT" : "bit-identical");
+        if (!(d < tol))
+            fail_msg("%s, kv %s: cpu and scalar backends differ by %.3e of the logits' range (tolerance %.1e)",
+                     label, dtype_name(kvs[k]), d, tol);
+        if (memcmp(portable, scalar, n * 4))
+            fail_msg("%s, kv %s: the cpu backend with portable kernels and the scalar backend differ (max %.3e of the "
+                     "range)", label, dtype_name(kvs[k]), max_diff_rel_range(portable, scalar, CMP_N, nv));
+    }
+    free(simd), free(portable), free(scalar);
+}
+
 static void backends_check(enum ftype ft, double tol)
 {
     char name[64];
@@ -184,30 +212,8 @@ static void backends_check(enum ftype ft, double tol)
     char err[ERR_MSG_MAX];
     struct model *m = model_load(path, err);
     assert_non_null(m);
-    int nv = m->hp.n_vocab;
-    int32_t toks[CMP_N];
-    uint64_t st = 11;
-    for (int i = 0; i < CMP_N; i++)
-        toks[i] = (int32_t)(test_rand_u64(&st) % (uint64_t)nv);
-    size_t n = (size_t)CMP_N * nv;
-    float *simd = malloc(n * 4), *portable = malloc(n * 4), *scalar = malloc(n * 4);
     const enum dtype kvs[] = {DTYPE_F16, DTYPE_F32, DTYPE_Q8_0};
-    for (size_t k = 0; k < 3; k++) {
-        logits_of(m, "scalar", false, kvs[k], toks, scalar);
-        logits_of(m, "cpu", true, kvs[k], toks, portable);
-        logits_of(m, "cpu", false, kvs[k], toks, simd);
-        double d = max_diff_rel_range(simd, scalar, CMP_N, nv);
-        print_message("    %-8s kv %-4s cpu (simd) vs scalar: max |diff| %.2e of the logits' range (tolerance %.0e); "
-                      "cpu (portable kernels) vs scalar: %s\n", ftype_name(ft), dtype_name(kvs[k]), d, tol,
-                      memcmp(portable, scalar, n * 4) ? "DIFFERENT" : "bit-identical");
-        if (!(d < tol))
-            fail_msg("%s, kv %s: cpu and scalar backends differ by %.3e of the logits' range (tolerance %.1e)",
-                     ftype_name(ft), dtype_name(kvs[k]), d, tol);
-        if (memcmp(portable, scalar, n * 4))
-            fail_msg("%s, kv %s: the cpu backend with portable kernels and the scalar backend differ (max %.3e of the "
-                     "range)", ftype_name(ft), dtype_name(kvs[k]), max_diff_rel_range(portable, scalar, CMP_N, nv));
-    }
-    free(simd), free(portable), free(scalar);
+    backends_compare(m, ftype_name(ft), kvs, 3, tol);
     model_destroy(m);
 }
 
@@ -218,6 +224,53 @@ static void test_cmp_q8_0(void **s) { (void)s; backends_check(FTYPE_Q8_0, 3e-2);
 static void test_cmp_q4_0(void **s) { (void)s; backends_check(FTYPE_Q4_0, 3e-2); }
 static void test_cmp_q4_k_m(void **s) { (void)s; backends_check(FTYPE_Q4_K_M, 3e-2); }
 static void test_cmp_q6_k(void **s) { (void)s; backends_check(FTYPE_Q6_K, 3e-2); }
+
+/* F32, F16 and BF16 weights all take F32 activation rows but round them differently (none, to F16, to BF16).
+ * A model mixing them within one input's products (here every layer: q F16, k BF16, v F32; gate F16, up
+ * BF16) must give each product its own rounding, the scalar backend's: the CPU backend with portable
+ * kernels stays bit-identical to it (sharing one conversion among them measured 2.2e-3 of the logits' range
+ * off), and three conversions of one input share its two activation slots without one thread overwriting a
+ * slot another still reads. */
+static void test_cmp_mixed_float(void **s)
+{
+    (void)s;
+    const char *path = test_gen_model("mixed-float.gguf", "llama", FTYPE_F16, false);
+    if (!path)
+        skip();
+    char err[ERR_MSG_MAX];
+    struct model *m = model_load(path, err);
+    assert_non_null(m);
+    int nl = m->hp.n_layers;
+    void **bufs = calloc((size_t)nl * 3, sizeof *bufs); /* the loaded weights are read-only: copies */
+    for (int l = 0; l < nl; l++) {
+        struct model_layer *L = &m->layers[l];
+        struct model_weight *ws[] = {&L->wk, &L->w_up, &L->wv};
+        for (int i = 0; i < 3; i++) {
+            struct model_weight *w = ws[i];
+            assert_int_equal(w->type, DTYPE_F16);
+            const uint16_t *h = w->data;
+            size_t count = (size_t)(w->rows * w->cols);
+            if (i < 2) { /* BF16 */
+                uint16_t *b = malloc(2 * count);
+                for (size_t e = 0; e < count; e++)
+                    b[e] = f32_to_bf16(fp16_to_f32(h[e]));
+                bufs[l * 3 + i] = b, w->type = DTYPE_BF16;
+            } else { /* F32 */
+                float *f = malloc(4 * count);
+                for (size_t e = 0; e < count; e++)
+                    f[e] = fp16_to_f32(h[e]);
+                bufs[l * 3 + i] = f, w->type = DTYPE_F32, w->row_bytes = 4 * (size_t)w->cols;
+            }
+            w->data = bufs[l * 3 + i];
+        }
+    }
+    const enum dtype kv = DTYPE_F16;
+    backends_compare(m, "mixed float", &kv, 1, 3e-2);
+    model_destroy(m);
+    for (int i = 0; i < nl * 3; i++)
+        free(bufs[i]);
+    free(bufs);
+}
 
 /* ---- weight layouts (model_relayout) ---- */
 
@@ -485,6 +538,7 @@ int main(void)
         cmocka_unit_test(test_cmp_q4_0),
         cmocka_unit_test(test_cmp_q4_k_m),
         cmocka_unit_test(test_cmp_q6_k),
+        cmocka_unit_test(test_cmp_mixed_float),
         cmocka_unit_test(test_relayout_q4_0),
         cmocka_unit_test(test_relayout_q8_0),
         cmocka_unit_test(test_relayout_q4_k),

@@ -60,6 +60,9 @@
 /* What an activation slot holds, as one thread knows it (each thread keeps its own copy). */
 struct cpu_act {
     enum dtype vec_type; /* format held, or DTYPE_COUNT when empty */
+    /* the conversion that made it: formats of one vec_type may round differently (F32, F16 and BF16 weights
+     * all take F32 rows: unrounded, rounded to F16, to BF16) */
+    void (*conv)(const float *src, void *dst, int64_t n);
     const float *src;    /* which float buffer it was converted from */
     size_t row_bytes;    /* bytes per converted row */
     uint8_t *buf;        /* the slot's buffer [T][row_bytes] */
@@ -459,11 +462,15 @@ static const struct cpu_act *op_act_prepare(struct cpu_backend *cb, const float 
 {
     struct cpu_act *acts = cpu_acts(cb, ith);
     for (int i = 0; i < CPU_ACT_SLOTS; i++)
-        if (acts[i].vec_type == ops->vec_type && acts[i].src == x)
+        if (acts[i].vec_type == ops->vec_type && acts[i].conv == ops->from_f32 && acts[i].src == x)
             return &acts[i];
     /* choose the slot not holding the other live conversion of x; otherwise slot 0 */
     int s = acts[0].src == x && acts[0].vec_type != DTYPE_COUNT ? 1 : 0;
     struct cpu_act *a = &acts[s];
+    /* A third conversion of x (products of one input in three formats) takes a slot that a product of x may
+     * still be reading on another thread (op_matmul ends without a barrier): wait for them first. */
+    if (a->vec_type != DTYPE_COUNT && a->src == x)
+        threadpool_barrier(cb->tp);
     size_t rb = dtype_row_bytes(ops->vec_type, cols);
     int64_t r0, r1, c0, c1;
     threadpool_split(n_rows, ith, nth, &r0, &r1);
@@ -479,6 +486,7 @@ static const struct cpu_act *op_act_prepare(struct cpu_backend *cb, const float 
         }
     a->aux_stride = as;
     a->vec_type = ops->vec_type;
+    a->conv = ops->from_f32;
     a->src = x;
     a->row_bytes = rb;
     a->aux = prep ? a->aux_buf : NULL;
