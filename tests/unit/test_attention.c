@@ -80,11 +80,14 @@ static void test_scores_match(void **state)
     const char *names[2];
     int nsets = simd_sets(sets, names);
     const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
-    const int nqs[] = {1, 2, 4, 7, 16}; /* 16: a 4-token tile of 4 query heads per KV head */
+    /* 4: decode's query heads of one KV head; up to 8 rows the AVX-512 kernel converts the keys in registers,
+     * four rows at a time (5, 7: rows left over), 16 (a 4-token tile of 4 query heads per KV head) in chunks */
+    const int nqs[] = {1, 2, 4, 5, 7, 8, 16};
     uint64_t seed = 11;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
-        for (size_t b = 0; b < sizeof nqs / sizeof nqs[0]; b++) {
-            int hd = hds[a], nq = nqs[b], n = 1 + (int)(test_rand_u64(&seed) % 40); /* > 32: chunked */
+        for (size_t b = 0; b < sizeof nqs / sizeof nqs[0] * 3; b++) {
+            /* n: random (> 32: chunked), a whole KV block, a block with keys past a multiple of 8 */
+            int hd = hds[a], nq = nqs[b / 3], n = b % 3 == 0 ? 1 + (int)(test_rand_u64(&seed) % 40) : b % 3 == 1 ? 16 : 21;
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 31 + b);
             size_t lds = (size_t)n + 3;

@@ -11,6 +11,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 #define AA_INLINE static inline __attribute__((always_inline))
 
@@ -202,38 +203,24 @@ static void aa_scores_f32(int hd, int nq, const float *q, const float *k, int n,
     }
 }
 
-static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o);
-
-/* Values converted to F32 once per chunk (exact), then accumulated as aa_accum_f32 does. */
-static void aa_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o)
+/* 8 values of v from element i: F16 ones converted (exact), or F32 ones. */
+AA_INLINE __m256 aa_load_v(const bool f16, const void *v, size_t i)
 {
-    if (hd > AA_MAXHD) {
-        for (int j = 0; j < n; j++)
-            for (int g = 0; g < nq; g++) {
-                float w = p[(size_t)g * ldp + j];
-                const uint16_t *vr = v + (size_t)j * hd;
-                float *og = o + (size_t)g * hd;
-                int i = 0;
-                for (; i + 8 <= hd; i += 8)
-                    _mm256_storeu_ps(og + i, _mm256_fmadd_ps(_mm256_set1_ps(w), aa_load_f16(vr + i), _mm256_loadu_ps(og + i)));
-                for (; i < hd; i++)
-                    og[i] = __builtin_fmaf(w, _cvtsh_ss(vr[i]), og[i]);
-            }
-        return;
-    }
-    float vf[AA_CHUNK * AA_MAXHD] __attribute__((aligned(32)));
-    for (int j0 = 0; j0 < n; j0 += AA_CHUNK) {
-        int m = n - j0 < AA_CHUNK ? n - j0 : AA_CHUNK;
-        aa_rows_f32(v + (size_t)j0 * hd, vf, (size_t)m * hd);
-        aa_accum_f32(hd, nq, p + j0, ldp, vf, m, o);
-    }
+    return f16 ? aa_load_f16((const uint16_t *)v + i) : _mm256_loadu_ps((const float *)v + i);
+}
+
+AA_INLINE float aa_load_v1(const bool f16, const void *v, size_t i)
+{
+    return f16 ? _cvtsh_ss(((const uint16_t *)v)[i]) : ((const float *)v)[i];
 }
 
 /* o[g][i] accumulates over the rows j in order (the order attn.h fixes for each element); the loops keep their
  * outputs in registers across all rows instead of loading and storing them per row. What bounds them is the
  * number of independent FMA chains, not the loads: two query rows of 32 outputs (8 chains, as one row of 64)
- * measured no faster than one row, three rows of 32 (12 chains, below) 1.25x. */
-static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
+ * measured no faster than one row, three rows of 32 (12 chains, below) 1.25x. F16 rows (f16) are converted as
+ * they are loaded: through an F32 copy of each chunk (before stop 28) each V vector cost a store and a load
+ * more, a quarter of the loop's time with 4 query rows (AMD Zen 4, one core). */
+AA_INLINE void aa_accum_rows(const bool f16, int hd, int nq, const float *p, size_t ldp, const void *v, int n, float *o)
 {
     int g = 0;
     /* Rows in threes, 32 outputs at a time: 12 chains. The one-row loop's 8 chains are exactly as many as the
@@ -251,14 +238,14 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
                     for (int c = 0; c < 4; c++)
                         r[u][c] = _mm256_loadu_ps(og + (size_t)u * hd + i + 8 * c);
                 for (int j = 0; j < n; j++) {
-                    const float *vr = v + (size_t)j * hd + i;
+                    size_t vr = (size_t)j * hd + i;
                     __m256 w[3];
 #pragma GCC unroll 3
                     for (int u = 0; u < 3; u++)
                         w[u] = _mm256_broadcast_ss(pg + (size_t)u * ldp + j);
 #pragma GCC unroll 4
                     for (int c = 0; c < 4; c++) {
-                        __m256 vv = _mm256_loadu_ps(vr + 8 * c);
+                        __m256 vv = aa_load_v(f16, v, vr + 8 * c);
 #pragma GCC unroll 3
                         for (int u = 0; u < 3; u++)
                             r[u][c] = _mm256_fmadd_ps(w[u], vv, r[u][c]);
@@ -282,10 +269,10 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
                 r[c] = _mm256_loadu_ps(og + i + 8 * c);
             for (int j = 0; j < n; j++) {
                 __m256 w = _mm256_broadcast_ss(pg + j);
-                const float *vr = v + (size_t)j * hd + i;
+                size_t vr = (size_t)j * hd + i;
 #pragma GCC unroll 8
                 for (int c = 0; c < 8; c++)
-                    r[c] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * c), r[c]);
+                    r[c] = _mm256_fmadd_ps(w, aa_load_v(f16, v, vr + 8 * c), r[c]);
             }
 #pragma GCC unroll 8
             for (int c = 0; c < 8; c++)
@@ -294,16 +281,26 @@ static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float
         for (; i + 8 <= hd; i += 8) {
             __m256 r = _mm256_loadu_ps(og + i);
             for (int j = 0; j < n; j++)
-                r = _mm256_fmadd_ps(_mm256_broadcast_ss(pg + j), _mm256_loadu_ps(v + (size_t)j * hd + i), r);
+                r = _mm256_fmadd_ps(_mm256_broadcast_ss(pg + j), aa_load_v(f16, v, (size_t)j * hd + i), r);
             _mm256_storeu_ps(og + i, r);
         }
         for (; i < hd; i++) {
             float a = og[i];
             for (int j = 0; j < n; j++)
-                a = __builtin_fmaf(pg[j], v[(size_t)j * hd + i], a);
+                a = __builtin_fmaf(pg[j], aa_load_v1(f16, v, (size_t)j * hd + i), a);
             og[i] = a;
         }
     }
+}
+
+static void aa_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o)
+{
+    aa_accum_rows(true, hd, nq, p, ldp, v, n, o);
+}
+
+static void aa_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
+{
+    aa_accum_rows(false, hd, nq, p, ldp, v, n, o);
 }
 
 /* attn_exp of 8 lanes (attn.h; attn.c spells out the same steps). */

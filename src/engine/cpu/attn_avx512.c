@@ -30,6 +30,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 /* Rows converted per chunk, and the largest head size the chunk buffers take (as attn_avx2.c). */
 #define AB_CHUNK 32
@@ -53,15 +54,46 @@ static void ab_rows_f32(const uint16_t *h, float *f, size_t count)
         f[i] = _cvtsh_ss(h[i]);
 }
 
-/* 8 scores [s_j .. s_j+7] of one query row qr against the keys k[0..8) (rows hd apart), times scale, in the
- * order of attn.h. Lanes of a01 = [chain 0 | chain 1], of a23 = [chain 2 | chain 3]; the fold runs on all 8
- * keys at once:
- *   t_u = a01 + a23                                    [c0+c2 | c1+c3] of key u
- *   x   = t_u.lo + t_u.hi (two keys per register)      8 lanes: (c0+c2) + (c1+c3)
- *   y   = lanes l + l+4   (four keys per register)     4 lanes per key
- *   h   = lanes 0+1, 2+3; then f = (0+1) + (2+3)       one value per key
+/* The fold of attn.h's chains, for 8 keys at a time, in four steps shared by the kernels below. With t_u =
+ * a01 + a23 = [c0+c2 | c1+c3] of key u (lanes of a01 = [chain 0 | chain 1], of a23 = [chain 2 | chain 3]):
+ *   x   = t_u.lo + t_u.hi (two keys per register)      8 lanes: (c0+c2) + (c1+c3)    ab_fold_pair
+ *   y   = lanes l + l+4   (four keys per register)     4 lanes per key                ab_fold_quad
+ *   h   = lanes 0+1, 2+3                               2 lanes per key                ab_fold_oct
+ *   f   = (0+1) + (2+3)                                one value per key              ab_fold_last
  * Each add is one of the scalar fold's adds on the same operands (addition commutes exactly). */
-static inline __attribute__((always_inline)) __m256 ab_scores8(int hd, const float *qr, const float *k, __m256 vs)
+static inline __attribute__((always_inline)) __m512 ab_fold_pair(__m512 t0, __m512 t1)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+/* x of keys (0, 1) and (2, 3) -> 128-bit chunk c: key c, lanes l + l+4 */
+static inline __attribute__((always_inline)) __m512 ab_fold_quad(__m512 x0, __m512 x1)
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(x0, x1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* y of keys 0..3 and 4..7 -> chunk c: [key c: 0+1, 2+3, key 4+c: 0+1, 2+3] */
+static inline __attribute__((always_inline)) __m512 ab_fold_oct(__m512 y0, __m512 y1)
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(y0, y1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(y0, y1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* h of two query rows a and b -> [a's 8 scores | b's 8 scores] times scale (b = a for one row) */
+static inline __attribute__((always_inline)) __m512 ab_fold_last(__m512 ha, __m512 hb, __m512 vs)
+{
+    /* chunk c: [a key c, a key 4+c, b key c, b key 4+c] */
+    __m512 f = _mm512_add_ps(_mm512_shuffle_ps(ha, hb, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_ps(ha, hb, _MM_SHUFFLE(3, 1, 3, 1)));
+    f = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), f);
+    return _mm512_mul_ps(f, vs);
+}
+
+/* 8 scores [s_j .. s_j+7] of one query row qr against the keys k[0..8) (F32 rows hd apart), times scale, in
+ * the order of attn.h, the fold running on all 8 keys at once. */
+static inline __attribute__((always_inline)) __m256 ab_scores8(int hd, const float *qr, const float *k, __m512 vs)
 {
     __m512 a01[8], a23[8];
 #pragma GCC unroll 8
@@ -75,24 +107,68 @@ static inline __attribute__((always_inline)) __m256 ab_scores8(int hd, const flo
             a23[u] = _mm512_fmadd_ps(_mm512_loadu_ps(k + (size_t)u * hd + i + 16), q1, a23[u]);
         }
     }
-    __m512 x[4], y[2];
+    __m512 x[4];
 #pragma GCC unroll 4
-    for (int u = 0; u < 4; u++) {
-        __m512 t0 = _mm512_add_ps(a01[2 * u], a23[2 * u]), t1 = _mm512_add_ps(a01[2 * u + 1], a23[2 * u + 1]);
-        x[u] = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int u = 0; u < 4; u++)
+        x[u] = ab_fold_pair(_mm512_add_ps(a01[2 * u], a23[2 * u]), _mm512_add_ps(a01[2 * u + 1], a23[2 * u + 1]));
+    __m512 h = ab_fold_oct(ab_fold_quad(x[0], x[1]), ab_fold_quad(x[2], x[3]));
+    return _mm512_castps512_ps256(ab_fold_last(h, h, vs));
+}
+
+/* t[g] = a01 + a23 of four query rows q[g] (hd apart) against one F16 key row kr, converted in registers: each
+ * key vector serves the four rows. */
+static inline __attribute__((always_inline)) void ab_key_rows4(int hd, const float *q, const uint16_t *kr, __m512 t[4])
+{
+    __m512 a01[4], a23[4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++)
+        a01[g] = a23[g] = _mm512_setzero_ps(); /* fma(k, q, +0), not k * q: a -0 product must become +0 */
+    for (int i = 0; i < hd; i += 32) {
+        __m512 k0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i)));
+        __m512 k1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(kr + i + 16)));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            a01[g] = _mm512_fmadd_ps(k0, _mm512_loadu_ps(q + (size_t)g * hd + i), a01[g]);
+            a23[g] = _mm512_fmadd_ps(k1, _mm512_loadu_ps(q + (size_t)g * hd + i + 16), a23[g]);
+        }
     }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++)
+        t[g] = _mm512_add_ps(a01[g], a23[g]);
+}
+
+/* Scores of four query rows q[0..4) against the 8 F16 keys k[0..8) into s[g * lds + 0..8). Keys are folded
+ * pair by pair as they finish, so that 4 rows' partial folds and one key's chains fit the 32 registers. */
+static inline __attribute__((always_inline)) void ab_scores8x4_f16(int hd, const float *q, const uint16_t *k,
+                                                                   __m512 vs, float *s, size_t lds)
+{
+    __m512 y[2][4], h[4];
 #pragma GCC unroll 2
-    for (int u = 0; u < 2; u++) /* 128-bit chunk c of y[u]: key 4u + c, lanes l + l+4 */
-        y[u] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(x[2 * u], x[2 * u + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    /* chunk c: [key c: 0+1, 2+3, key 4+c: 0+1, 2+3] */
-    __m512 h = _mm512_add_ps(_mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_ps(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    /* chunk c: [key c, key 4+c, key c, key 4+c] */
-    __m512 f = _mm512_add_ps(_mm512_shuffle_ps(h, h, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(h, h, _MM_SHUFFLE(3, 1, 3, 1)));
-    f = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0), f);
-    return _mm256_mul_ps(_mm512_castps512_ps256(f), vs);
+    for (int half = 0; half < 2; half++) {
+        __m512 x[2][4];
+#pragma GCC unroll 2
+        for (int pr = 0; pr < 2; pr++) {
+            __m512 ta[4], tb[4];
+            int u = 4 * half + 2 * pr;
+            ab_key_rows4(hd, q, k + (size_t)u * hd, ta);
+            ab_key_rows4(hd, q, k + (size_t)(u + 1) * hd, tb);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                x[pr][g] = ab_fold_pair(ta[g], tb[g]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++)
+            y[half][g] = ab_fold_quad(x[0][g], x[1][g]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++)
+        h[g] = ab_fold_oct(y[0][g], y[1][g]);
+#pragma GCC unroll 2
+    for (int g = 0; g < 4; g += 2) {
+        __m512 f = ab_fold_last(h[g], h[g + 1], vs);
+        _mm256_storeu_ps(s + (size_t)g * lds, _mm512_castps512_ps256(f));
+        _mm256_storeu_ps(s + (size_t)(g + 1) * lds, _mm512_extractf32x8_ps(f, 1));
+    }
 }
 
 static void ab_scores_f32(int hd, int nq, const float *q, const float *k, int n, float scale, float *s, size_t lds)
@@ -100,7 +176,7 @@ static void ab_scores_f32(int hd, int nq, const float *q, const float *k, int n,
     /* 8 keys at a time over whole 32-element steps; the rest (a tail of keys or of head_dim) as AVX2 does it */
     int n8 = hd % 32 == 0 ? n & ~7 : 0;
     if (n8) {
-        __m256 vs = _mm256_set1_ps(scale);
+        __m512 vs = _mm512_set1_ps(scale);
         for (int g = 0; g < nq; g++) {
             const float *qr = q + (size_t)g * hd;
             for (int j = 0; j < n8; j += 8)
@@ -111,13 +187,11 @@ static void ab_scores_f32(int hd, int nq, const float *q, const float *k, int n,
         ab_avx2()->scores_f32(hd, nq, q, k + (size_t)n8 * hd, n - n8, scale, s + n8, lds);
 }
 
-/* The keys are converted to F32 once per chunk (exact) rather than once per query head. */
-static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s, size_t lds)
+/* The keys converted to F32 once per chunk of rows (exact), then scored as F32 rows: the conversion is shared
+ * by all nq query rows. */
+static void ab_scores_f16_chunked(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s,
+                                  size_t lds)
 {
-    if (hd % 32 != 0 || hd > AB_MAXHD) { /* the tail sums in double: the AVX2 kernel's direct loop */
-        ab_avx2()->scores_f16(hd, nq, q, k, n, scale, s, lds);
-        return;
-    }
     float kf[AB_CHUNK * AB_MAXHD] __attribute__((aligned(64)));
     for (int j0 = 0; j0 < n; j0 += AB_CHUNK) {
         int m = n - j0 < AB_CHUNK ? n - j0 : AB_CHUNK;
@@ -127,11 +201,40 @@ static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int
     }
 }
 
+/* Up to 8 query rows (decode: one KV head's query heads) take the keys converted in registers, four rows per
+ * key vector: the chunk's F32 copy cost a store and a load per key vector, more than converting it once per
+ * four rows (AMD Zen 4, one core, 4 rows: 8.2-9.2 ns a position against 10.0-13.3; even at 8 rows, slower
+ * from 16: docs/performance.md, stop 28). The rows past a multiple of 4 and the keys past a multiple of 8 go
+ * through the chunk. */
+static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s, size_t lds)
+{
+    if (hd % 32 != 0 || hd > AB_MAXHD) { /* the tail sums in double: the AVX2 kernel's direct loop */
+        ab_avx2()->scores_f16(hd, nq, q, k, n, scale, s, lds);
+        return;
+    }
+    int g4 = nq <= 8 ? nq & ~3 : 0, n8 = n & ~7;
+    if (g4 && n8) {
+        __m512 vs = _mm512_set1_ps(scale);
+        for (int g = 0; g < g4; g += 4)
+            for (int j = 0; j < n8; j += 8)
+                ab_scores8x4_f16(hd, q + (size_t)g * hd, k + (size_t)j * hd, vs, s + (size_t)g * lds + j, lds);
+    } else {
+        g4 = nq;
+        n8 = 0;
+    }
+    if (g4 < nq)
+        ab_scores_f16_chunked(hd, nq - g4, q + (size_t)g4 * hd, k, n8, scale, s + (size_t)g4 * lds, lds);
+    if (n8 < n)
+        ab_scores_f16_chunked(hd, nq, q, k + (size_t)n8 * hd, n - n8, scale, s + n8, lds);
+}
+
 /* nr query rows (1, 2 or 4; p and o hold them ldp and hd apart): 64 outputs each from v's column 0, over rows
- * j < n in order. With 4 rows, 16 independent FMA chains hide the FMA latency and each loaded V vector serves
- * 4 FMAs. Every array here is indexed by constants after unrolling, so it lives in registers. */
-static inline __attribute__((always_inline)) void ab_accum64(const int nr, int hd, const float *p, size_t ldp,
-                                                             const float *v, int n, float *o)
+ * j < n in order; v holds F16 rows when f16 (converted in registers: through an F32 copy each V vector cost a
+ * store and a load more, a third of the loop's time on AMD Zen 4, stop 28), else F32 ones. With 4 rows, 16
+ * independent FMA chains hide the FMA latency and each loaded V vector serves 4 FMAs. Every array here is
+ * indexed by constants after unrolling, so it lives in registers. */
+static inline __attribute__((always_inline)) void ab_accum64(const int nr, const bool f16, int hd, const float *p,
+                                                             size_t ldp, const void *v, int n, float *o)
 {
     __m512 r[4][4];
 #pragma GCC unroll 4
@@ -140,11 +243,11 @@ static inline __attribute__((always_inline)) void ab_accum64(const int nr, int h
         for (int c = 0; c < 4; c++)
             r[g][c] = _mm512_loadu_ps(o + (size_t)g * hd + 16 * c);
     for (int j = 0; j < n; j++) {
-        const float *vr = v + (size_t)j * hd;
         __m512 x[4];
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++)
-            x[c] = _mm512_loadu_ps(vr + 16 * c);
+            x[c] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v + (size_t)j * hd + 16 * c)))
+                       : _mm512_loadu_ps((const float *)v + (size_t)j * hd + 16 * c);
 #pragma GCC unroll 4
         for (int g = 0; g < nr; g++) {
             __m512 w = _mm512_set1_ps(p[(size_t)g * ldp + j]);
@@ -160,37 +263,37 @@ static inline __attribute__((always_inline)) void ab_accum64(const int nr, int h
             _mm512_storeu_ps(o + (size_t)g * hd + 16 * c, r[g][c]);
 }
 
-static void ab_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
+/* Rows 4, 2, then 1 at a time, each over 64 columns of v at a time (hd % 64 == 0); es: v's element size. */
+static inline __attribute__((always_inline)) void ab_accum_rows(const bool f16, int hd, int nq, const float *p,
+                                                                size_t ldp, const void *v, int n, float *o)
 {
-    if (hd % 64 != 0) {
-        ab_avx2()->accum_f32(hd, nq, p, ldp, v, n, o);
-        return;
-    }
+    size_t es = f16 ? sizeof(uint16_t) : sizeof(float);
     int g = 0;
     for (; g + 4 <= nq; g += 4)
         for (int i = 0; i < hd; i += 64)
-            ab_accum64(4, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
+            ab_accum64(4, f16, hd, p + (size_t)g * ldp, ldp, (const char *)v + i * es, n, o + (size_t)g * hd + i);
     for (; g + 2 <= nq; g += 2)
         for (int i = 0; i < hd; i += 64)
-            ab_accum64(2, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
+            ab_accum64(2, f16, hd, p + (size_t)g * ldp, ldp, (const char *)v + i * es, n, o + (size_t)g * hd + i);
     if (g < nq)
         for (int i = 0; i < hd; i += 64)
-            ab_accum64(1, hd, p + (size_t)g * ldp, ldp, v + i, n, o + (size_t)g * hd + i);
+            ab_accum64(1, f16, hd, p + (size_t)g * ldp, ldp, (const char *)v + i * es, n, o + (size_t)g * hd + i);
 }
 
-/* Values converted to F32 once per chunk (exact), then accumulated as ab_accum_f32 does. */
+static void ab_accum_f32(int hd, int nq, const float *p, size_t ldp, const float *v, int n, float *o)
+{
+    if (hd % 64 != 0)
+        ab_avx2()->accum_f32(hd, nq, p, ldp, v, n, o);
+    else
+        ab_accum_rows(false, hd, nq, p, ldp, v, n, o);
+}
+
 static void ab_accum_f16(int hd, int nq, const float *p, size_t ldp, const uint16_t *v, int n, float *o)
 {
-    if (hd > AB_MAXHD || hd % 64 != 0) {
+    if (hd % 64 != 0)
         ab_avx2()->accum_f16(hd, nq, p, ldp, v, n, o);
-        return;
-    }
-    float vf[AB_CHUNK * AB_MAXHD] __attribute__((aligned(64)));
-    for (int j0 = 0; j0 < n; j0 += AB_CHUNK) {
-        int m = n - j0 < AB_CHUNK ? n - j0 : AB_CHUNK;
-        ab_rows_f32(v + (size_t)j0 * hd, vf, (size_t)m * hd);
-        ab_accum_f32(hd, nq, p + j0, ldp, vf, m, o);
-    }
+    else
+        ab_accum_rows(true, hd, nq, p, ldp, v, n, o);
 }
 
 /* attn_exp of 16 lanes: aa_exp8's steps (attn.h), wider. */
