@@ -15,8 +15,9 @@ int kv_host_init(struct kv_host *h, const struct kv_pool_params *p, char *err)
     memset(h, 0, sizeof *h);
     h->p = *p;
     h->row_bytes = kv_pool_row_bytes(p);
-    h->block_layer_bytes = (size_t)p->n_kv_heads * (size_t)p->block_size * h->row_bytes;
-    h->layer_bytes = h->block_layer_bytes * (size_t)p->n_blocks;
+    h->head_block_bytes = (size_t)p->block_size * h->row_bytes;
+    h->head_bytes = h->head_block_bytes * (size_t)p->n_blocks;
+    h->layer_bytes = h->head_bytes * (size_t)p->n_kv_heads;
     size_t bytes = 2 * h->layer_bytes * (size_t)p->n_layers;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     /* Anonymous mapping: pages are zero and only touched pages cost memory. It sits between two PROT_NONE
@@ -50,8 +51,11 @@ void kv_host_deinit(struct kv_host *h)
 
 void kv_host_copy(struct kv_host *h, int32_t dst, int32_t src)
 {
-    for (int l = 0; l < h->p.n_layers; l++) {
-        memcpy(kv_host_k(h, l, dst), kv_host_k(h, l, src), h->block_layer_bytes);
-        memcpy(kv_host_v(h, l, dst), kv_host_v(h, l, src), h->block_layer_bytes);
-    }
+    for (int l = 0; l < h->p.n_layers; l++)
+        for (int kvh = 0; kvh < h->p.n_kv_heads; kvh++) {
+            memcpy(kv_host_row(h, kv_host_k(h, l, dst), kvh, 0), kv_host_row(h, kv_host_k(h, l, src), kvh, 0),
+                   h->head_block_bytes);
+            memcpy(kv_host_row(h, kv_host_v(h, l, dst), kvh, 0), kv_host_row(h, kv_host_v(h, l, src), kvh, 0),
+                   h->head_block_bytes);
+        }
 }

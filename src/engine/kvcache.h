@@ -7,9 +7,10 @@
  * The pool holds no KV data: the backend stores the blocks (in host or device memory, see backend.h), and
  * the pool asks it, through the copy callback given at creation, to copy a block for a copy on write.
  *
- * Layout of one block for one layer, K and V alike, which every backend stores: [n_kv_heads][block_size]
- * rows of head_dim elements of the pool's type (F16 by default, F32, or Q8_0 blocks of 32), so one head's
- * keys for a block are contiguous.
+ * What every backend stores for one block, one layer and one KV head, K and V alike: block_size rows of
+ * head_dim elements of the pool's type (F16 by default, F32, or Q8_0 blocks of 32), contiguous, so one head's
+ * keys for a block are one run. How those runs are placed is the backend's (the host backends put one head's
+ * blocks side by side: kv_host.h).
  */
 #ifndef WAFER_ENGINE_KVCACHE_H
 #define WAFER_ENGINE_KVCACHE_H

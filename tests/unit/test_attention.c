@@ -87,7 +87,8 @@ static void test_scores_match(void **state)
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (size_t b = 0; b < sizeof nqs / sizeof nqs[0] * 3; b++) {
             /* n: random (> 32: chunked), a whole KV block, a block with keys past a multiple of 8 */
-            int hd = hds[a], nq = nqs[b / 3], n = b % 3 == 0 ? 1 + (int)(test_rand_u64(&seed) % 40) : b % 3 == 1 ? 16 : 21;
+            int hd = hds[a], nq = nqs[b / 3];
+            int n = b % 3 == 0 ? 1 + (int)(test_rand_u64(&seed) % 40) : b % 3 == 1 ? 16 : 21;
             struct attn_case c;
             case_init(&c, hd, nq, n, seed + a * 31 + b);
             size_t lds = (size_t)n + 3;

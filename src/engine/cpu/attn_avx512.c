@@ -8,10 +8,12 @@
  * Same operations in the same order, wider registers:
  *   scores: attn.h's 4 chains of 8 lanes over steps of 32 elements are chains 0 and 1 in one zmm (elements
  *           i..i+15 of a step) and chains 2 and 3 in another (i+16..i+31): one FMA of 16 lanes advances two
- *           chains. 8 keys are scored together and their folds run side by side in shuffles (ab_scores8).
+ *           chains. 8 keys are scored together and their folds run side by side in shuffles (ab_fold_*).
+ *           Decode (up to 8 query rows per KV head) converts each F16 key vector in registers and uses it for
+ *           four rows (ab_scores8x4_f16); more rows (a prefill tile) share one F32 copy of a chunk of keys.
  *   accum:  o[i] = fma(p_j, v_j[i], o[i]) per lane, rows j in order: 16 lanes per FMA, and four query rows at
- *           a time so that 16 independent FMA chains hide the FMA latency and each loaded V vector serves
- *           four rows.
+ *           a time so that 16 independent FMA chains hide the FMA latency and each loaded V vector (F16 ones
+ *           converted in registers) serves four rows.
  *   softmax: attn_exp on 16 lanes; the double sum keeps attn.h's 8 lanes and their order.
  * Arrays of vectors are only indexed by constants after unrolling (the pragmas), so they stay in registers:
  * without that GCC kept the accumulators on the stack and the V accumulation ran at a third of its speed.
@@ -245,9 +247,11 @@ static inline __attribute__((always_inline)) void ab_accum64(const int nr, const
     for (int j = 0; j < n; j++) {
         __m512 x[4];
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; c++)
-            x[c] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v + (size_t)j * hd + 16 * c)))
-                       : _mm512_loadu_ps((const float *)v + (size_t)j * hd + 16 * c);
+        for (int c = 0; c < 4; c++) {
+            size_t e = (size_t)j * hd + 16 * c;
+            x[c] = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v + e)))
+                       : _mm512_loadu_ps((const float *)v + e);
+        }
 #pragma GCC unroll 4
         for (int g = 0; g < nr; g++) {
             __m512 w = _mm512_set1_ps(p[(size_t)g * ldp + j]);

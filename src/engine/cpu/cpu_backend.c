@@ -711,9 +711,11 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
     }
 }
 
-/* Asks the cache hierarchy for the bytes at p. A KV head's rows are one short run per block (block_size rows)
- * and the blocks lie apart, so the hardware prefetcher restarts at every block: op_attention asks for the next
- * block while it works on one (decode of 1B Q4_0 at depth 4,064: see docs/performance.md). */
+/* Asks the cache hierarchy for the bytes at p. A KV head's rows are one run per block (block_size rows); the
+ * runs of consecutive blocks lie side by side (kv_host.h), but a sequence's blocks need not be consecutive
+ * (a shared prefix, blocks freed and handed out again), and there the hardware prefetcher restarts at every
+ * block: op_attention asks for the next block while it works on one (decode of 1B Q4_0 at depth 4,064: see
+ * docs/performance.md). */
 static void op_prefetch(const void *p, size_t bytes)
 {
     for (size_t i = 0; i < bytes; i += 64)
