@@ -711,15 +711,23 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
     }
 }
 
-/* Asks the cache hierarchy for the bytes at p. A KV head's rows are one run per block (block_size rows); the
- * runs of consecutive blocks lie side by side (kv_host.h), but a sequence's blocks need not be consecutive
- * (a shared prefix, blocks freed and handed out again), and there the hardware prefetcher restarts at every
- * block: op_attention asks for the next block while it works on one (decode of 1B Q4_0 at depth 4,064: see
- * docs/performance.md). */
-static void op_prefetch(const void *p, size_t bytes)
+/* Asks the cache hierarchy for the KV head kvh's rows of block i + 1 of s, while attention works on block i,
+ * when that block does not follow block i in memory. A head's rows are one run per block (block_size rows)
+ * and the runs of consecutive blocks lie side by side (kv_host.h): the hardware prefetcher streams those, and
+ * asking for them cost 7-11% of decode attention at depth 3,072 (1B Q4_0, Zen 4, stop 28). A sequence's
+ * blocks need not be consecutive (a shared prefix, blocks freed and handed out again); there the hardware
+ * prefetcher restarts at every block, which this covers (block-major before stop 28: docs/performance.md). */
+static void op_prefetch_block(const struct cpu_backend *cb, const struct kv_seq *s, int i, int layer, int kvh,
+                              bool value)
 {
-    for (size_t i = 0; i < bytes; i += 64)
-        __builtin_prefetch((const char *)p + i, 0, 3);
+    int32_t b = s->blocks[i + 1];
+    if (b == s->blocks[i] + 1)
+        return;
+    void *blk = value ? kv_host_v(&cb->kv, layer, b) : kv_host_k(&cb->kv, layer, b);
+    const char *p = kv_host_row(&cb->kv, blk, kvh, 0);
+    size_t bytes = (size_t)cb->p.block_size * cb->kv_row_bytes;
+    for (size_t o = 0; o < bytes; o += 64)
+        __builtin_prefetch(p + o, 0, 3);
 }
 
 /* Causal attention for every (tile, KV head) pair: the KV head's `group` query heads of every token of the
@@ -785,8 +793,7 @@ static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
                 int n = n_last - p0 < bs ? n_last - p0 : bs;
                 const void *kb = kv_host_row(&cb->kv, kv_host_k(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
                 if (p0 + bs < n_last)
-                    op_prefetch(kv_host_row(&cb->kv, kv_host_k(&cb->kv, layer, s->blocks[p0 / bs + 1]), kvh, 0),
-                                (size_t)bs * cb->kv_row_bytes);
+                    op_prefetch_block(cb, s, p0 / bs, layer, kvh, false);
                 if (kt == DTYPE_F16) {
                     ak->scores_f16(hd, R, qr, kb, n, scale, sc + p0, lds);
                 } else if (kt == DTYPE_F32) {
@@ -810,8 +817,7 @@ static void op_attention(struct cpu_backend *cb, int layer, int ith, int nth)
                 int n = n_last - p0 < bs ? n_last - p0 : bs;
                 const void *vb = kv_host_row(&cb->kv, kv_host_v(&cb->kv, layer, s->blocks[p0 / bs]), kvh, 0);
                 if (p0 + bs < n_last)
-                    op_prefetch(kv_host_row(&cb->kv, kv_host_v(&cb->kv, layer, s->blocks[p0 / bs + 1]), kvh, 0),
-                                (size_t)bs * cb->kv_row_bytes);
+                    op_prefetch_block(cb, s, p0 / bs, layer, kvh, true);
                 if (kt == DTYPE_Q8_0) {
                     for (int j = 0; j < n; j++)
                         cb->kv_ops->to_f32((const uint8_t *)vb + (size_t)j * cb->kv_row_bytes, vtmp + (size_t)j * hd, hd);
