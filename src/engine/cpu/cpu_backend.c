@@ -714,7 +714,7 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
 /* Asks the cache hierarchy for the KV head kvh's rows of block i + 1 of s, while attention works on block i,
  * when that block does not follow block i in memory. A head's rows are one run per block (block_size rows)
  * and the runs of consecutive blocks lie side by side (kv_host.h): the hardware prefetcher streams those, and
- * asking for them cost 7-11% of decode attention at depth 3,072 (1B Q4_0, Zen 4, stop 28). A sequence's
+ * asking for them cost 7-13% of decode attention at depth 3,072 (1B Q4_0, Zen 4, stop 28). A sequence's
  * blocks need not be consecutive (a shared prefix, blocks freed and handed out again); there the hardware
  * prefetcher restarts at every block, which this covers (block-major before stop 28: docs/performance.md). */
 static void op_prefetch_block(const struct cpu_backend *cb, const struct kv_seq *s, int i, int layer, int kvh,
