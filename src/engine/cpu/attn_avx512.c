@@ -205,9 +205,9 @@ static void ab_scores_f16_chunked(int hd, int nq, const float *q, const uint16_t
 
 /* Up to 8 query rows (decode: one KV head's query heads) take the keys converted in registers, four rows per
  * key vector: the chunk's F32 copy cost a store and a load per key vector, more than converting it once per
- * four rows (AMD Zen 4, one core, 4 rows: 8.2-9.2 ns a position against 10.0-13.3; even at 8 rows, slower
- * from 16: docs/performance.md, stop 28). The rows past a multiple of 4 and the keys past a multiple of 8 go
- * through the chunk. */
+ * four rows (AMD Zen 4, one core, 4 rows: 8.1-11.2 ns a position against 10.0-13.3; about as fast at 8 rows,
+ * slower at 16: docs/performance.md, stop 28). The rows past a multiple of 4 and the keys past a multiple of
+ * 8 go through the chunk, as does everything when there are fewer than 4 rows or 8 keys. */
 static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int n, float scale, float *s, size_t lds)
 {
     if (hd % 32 != 0 || hd > AB_MAXHD) { /* the tail sums in double: the AVX2 kernel's direct loop */
@@ -215,16 +215,13 @@ static void ab_scores_f16(int hd, int nq, const float *q, const uint16_t *k, int
         return;
     }
     int g4 = nq <= 8 ? nq & ~3 : 0, n8 = n & ~7;
-    if (g4 && n8) {
-        __m512 vs = _mm512_set1_ps(scale);
-        for (int g = 0; g < g4; g += 4)
-            for (int j = 0; j < n8; j += 8)
-                ab_scores8x4_f16(hd, q + (size_t)g * hd, k + (size_t)j * hd, vs, s + (size_t)g * lds + j, lds);
-    } else {
-        g4 = nq;
-        n8 = 0;
-    }
-    if (g4 < nq)
+    if (!g4 || !n8)
+        g4 = n8 = 0;
+    __m512 vs = _mm512_set1_ps(scale);
+    for (int g = 0; g < g4; g += 4)
+        for (int j = 0; j < n8; j += 8)
+            ab_scores8x4_f16(hd, q + (size_t)g * hd, k + (size_t)j * hd, vs, s + (size_t)g * lds + j, lds);
+    if (g4 < nq && n8)
         ab_scores_f16_chunked(hd, nq - g4, q + (size_t)g4 * hd, k, n8, scale, s + (size_t)g4 * lds, lds);
     if (n8 < n)
         ab_scores_f16_chunked(hd, nq, q, k + (size_t)n8 * hd, n - n8, scale, s + n8, lds);
