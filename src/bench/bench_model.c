@@ -92,7 +92,7 @@ static void bench_model_usage(FILE *f)
             "                        q6_k) over a 1B model's matrices (dim 2048, FFN 8192, 16 layers) from\n"
             "                        memory, as decode runs them, alternated pass by pass with a plain read of\n"
             "                        the same bytes; reports both GB/s and the kernels' share of the read\n"
-            "                        (-r passes of each, default 20)"
+            "                        (-r passes of each, default 20)\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
             "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
