@@ -46,8 +46,12 @@ size_t kv_pool_row_bytes(const struct kv_pool_params *p);
 /* Bytes of one block across all layers, K and V. */
 size_t kv_pool_block_bytes(const struct kv_pool_params *p);
 
-/* A free block with refcount 1, or ERR_NO_SPACE. */
-int32_t kv_block_alloc(struct kv_pool *pool);
+/* Blocks per extent of the pool's allocation (kvcache.c): 256 positions at the engine's block size of 16. */
+#define KV_EXTENT_BLOCKS 16
+
+/* A free block with refcount 1, or ERR_NO_SPACE. after: the block the new one will follow in a sequence
+ * (-1 for none): block after + 1 when it is free, else the start of a wholly free extent, else any. */
+int32_t kv_block_alloc(struct kv_pool *pool, int32_t after);
 void kv_block_ref(struct kv_pool *pool, int32_t b);
 /* Drops a reference; the block returns to the free list at zero. */
 void kv_block_unref(struct kv_pool *pool, int32_t b);
