@@ -715,8 +715,10 @@ static void op_rope_store(struct cpu_backend *cb, const struct model_layer *L, i
  * when that block does not follow block i in memory. A head's rows are one run per block (block_size rows)
  * and the runs of consecutive blocks lie side by side (kv_host.h): the hardware prefetcher streams those, and
  * asking for them cost 7-13% of decode attention at depth 3,072 (1B Q4_0, Zen 4, stop 28). A sequence's
- * blocks need not be consecutive (a shared prefix, blocks freed and handed out again); there the hardware
- * prefetcher restarts at every block, which this covers (block-major before stop 28: docs/performance.md). */
+ * blocks need not be consecutive (a shared prefix, the end of an extent, a full pool: kvcache.c); there the
+ * hardware prefetcher restarts at every block. This covers the next block only in part: with every block
+ * apart (decode at depth 4,064, Zen 4, stop 29) attention took 8.1-8.3 ms a token with it, 8.3-8.5 without,
+ * 4.6 with consecutive blocks, and prefetching 2-6 blocks ahead was no better; hence the pool's extents. */
 static void op_prefetch_block(const struct cpu_backend *cb, const struct kv_seq *s, int i, int layer, int kvh,
                               bool value)
 {
