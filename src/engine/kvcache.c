@@ -36,18 +36,11 @@ struct kv_pool {
     int32_t *free_stack; /* [n_blocks]: the free blocks, [0, n_free) */
     int32_t *free_at;    /* [n_blocks]: a free block's index in free_stack */
     int64_t n_free;
-    int32_t *ext_free;  /* [n_ext]: free blocks in each extent */
+    int32_t *ext_used;  /* [n_ext]: blocks in use in each extent (0: wholly free) */
     int32_t *ext_stack; /* [n_ext]: the wholly free extents, [0, n_ext_free) */
     int32_t *ext_at;    /* [n_ext]: a wholly free extent's index in ext_stack */
     int64_t n_ext, n_ext_free;
 };
-
-/* blocks in extent e (the last one may be short) */
-static int32_t kv_ext_size(const struct kv_pool *pool, int64_t e)
-{
-    int64_t left = pool->p.n_blocks - e * KV_EXTENT_BLOCKS;
-    return (int32_t)(left < KV_EXTENT_BLOCKS ? left : KV_EXTENT_BLOCKS);
-}
 
 size_t kv_pool_row_bytes(const struct kv_pool_params *p) { return dtype_row_bytes(p->type, p->head_dim); }
 
@@ -82,10 +75,10 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn 
     pool->refcount = calloc((size_t)p->n_blocks, sizeof *pool->refcount);
     pool->free_stack = malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
     pool->free_at = malloc((size_t)p->n_blocks * sizeof *pool->free_at);
-    pool->ext_free = malloc((size_t)pool->n_ext * sizeof *pool->ext_free);
+    pool->ext_used = calloc((size_t)pool->n_ext, sizeof *pool->ext_used);
     pool->ext_stack = malloc((size_t)pool->n_ext * sizeof *pool->ext_stack);
     pool->ext_at = malloc((size_t)pool->n_ext * sizeof *pool->ext_at);
-    if (!pool->refcount || !pool->free_stack || !pool->free_at || !pool->ext_free || !pool->ext_stack ||
+    if (!pool->refcount || !pool->free_stack || !pool->free_at || !pool->ext_used || !pool->ext_stack ||
         !pool->ext_at) {
         kv_pool_destroy(pool);
         goto oom;
@@ -96,8 +89,8 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn 
         pool->free_at[p->n_blocks - 1 - i] = (int32_t)i;
     }
     pool->n_free = p->n_blocks;
+    /* every extent wholly free, lowest on top (a short last one is wholly free while none of its blocks is used) */
     for (int64_t e = 0; e < pool->n_ext; e++) {
-        pool->ext_free[e] = kv_ext_size(pool, e);
         pool->ext_stack[e] = (int32_t)(pool->n_ext - 1 - e);
         pool->ext_at[pool->n_ext - 1 - e] = (int32_t)e;
     }
@@ -115,7 +108,7 @@ void kv_pool_destroy(struct kv_pool *pool)
     free(pool->refcount);
     free(pool->free_stack);
     free(pool->free_at);
-    free(pool->ext_free);
+    free(pool->ext_used);
     free(pool->ext_stack);
     free(pool->ext_at);
     free(pool);
@@ -145,7 +138,7 @@ static int32_t kv_block_take(struct kv_pool *pool, int32_t b)
     ASSERT(pool->refcount[b] == 0);
     int32_t e = b / KV_EXTENT_BLOCKS;
     kv_stack_remove(pool->free_stack, pool->free_at, &pool->n_free, b);
-    if (pool->ext_free[e]-- == kv_ext_size(pool, e))
+    if (pool->ext_used[e]++ == 0)
         kv_stack_remove(pool->ext_stack, pool->ext_at, &pool->n_ext_free, e);
     pool->refcount[b] = 1;
     return b;
@@ -175,7 +168,7 @@ void kv_block_unref(struct kv_pool *pool, int32_t b)
         return;
     int32_t e = b / KV_EXTENT_BLOCKS;
     kv_stack_push(pool->free_stack, pool->free_at, &pool->n_free, b);
-    if (++pool->ext_free[e] == kv_ext_size(pool, e))
+    if (--pool->ext_used[e] == 0)
         kv_stack_push(pool->ext_stack, pool->ext_at, &pool->n_ext_free, e);
 }
 

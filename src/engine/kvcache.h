@@ -53,7 +53,7 @@ size_t kv_pool_block_bytes(const struct kv_pool_params *p);
  * (-1 for none): block after + 1 when it is free, else the start of a wholly free extent, else any. */
 int32_t kv_block_alloc(struct kv_pool *pool, int32_t after);
 void kv_block_ref(struct kv_pool *pool, int32_t b);
-/* Drops a reference; the block returns to the free list at zero. */
+/* Drops a reference; the block returns to the pool's free blocks at zero. */
 void kv_block_unref(struct kv_pool *pool, int32_t b);
 int kv_block_refcount(const struct kv_pool *pool, int32_t b);
 
