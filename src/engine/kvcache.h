@@ -50,8 +50,16 @@ size_t kv_pool_block_bytes(const struct kv_pool_params *p);
 #define KV_EXTENT_BLOCKS 16
 
 /* A free block with refcount 1, or ERR_NO_SPACE. after: the block the new one will follow in a sequence
- * (-1 for none): block after + 1 when it is free, else the start of a wholly free extent, else any. */
+ * (-1 for none): block after + 1 when it is free, else the start of a wholly free extent (calling the
+ * reclaim callback first when none is), else any. */
 int32_t kv_block_alloc(struct kv_pool *pool, int32_t after);
+/* Gives blocks referenced elsewhere back to the pool (kv_block_unref) so that an extent becomes wholly free
+ * where it can; returns how many it freed. It must not allocate. */
+typedef int64_t (*kv_reclaim_fn)(void *ctx);
+/* Installs (fn non-NULL) or removes the pool's reclaim callback; the pool calls it from kv_block_alloc. */
+void kv_pool_set_reclaim(struct kv_pool *pool, kv_reclaim_fn fn, void *ctx);
+/* Extents (KV_EXTENT_BLOCKS blocks) none of whose blocks is in use. */
+int64_t kv_pool_free_extents(const struct kv_pool *pool);
 void kv_block_ref(struct kv_pool *pool, int32_t b);
 /* Drops a reference; the block returns to the pool's free blocks at zero. */
 void kv_block_unref(struct kv_pool *pool, int32_t b);

@@ -43,7 +43,9 @@ int prefix_cache_attach(struct prefix_cache *pc, const int32_t *tokens, int n_to
 void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_pos, const struct kv_seq *seq,
                          struct prefix_cursor *cur);
 
-/* Returns up to n evictable blocks to the pool, least recently used first; returns how many were freed. */
+/* Returns at least n evictable blocks to the pool where that many exist, least recently used first, each
+ * with the idle cached blocks of its pool extent (so more than n may go; prefix_cache.c says which); returns
+ * how many were freed. */
 int64_t prefix_cache_evict(struct prefix_cache *pc, int64_t n);
 /* Blocks held by the cache, and those of them only the cache holds (reclaimable). */
 int64_t prefix_cache_blocks(const struct prefix_cache *pc);

@@ -1,12 +1,13 @@
 /* Tests for the KV pool's block allocation (kvcache.c): sequences that grow in turns each keep consecutive
  * blocks while wholly free extents last, a full pool still hands out every block, and the free-block and
  * free-extent bookkeeping survives random reserve / share / truncate traffic (checked against the refcounts
- * after every step). */
+ * after every step), and the reclaim callback is asked for an extent only when the pool is nearly full. */
 #include "testutil.h"
 
 #include "core/err.h"
 #include "engine/kvcache.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,12 +165,77 @@ static void test_random_traffic_bookkeeping(void **state)
     kv_pool_destroy(pool);
 }
 
+/* A stand-in for the prefix cache: holds one reference on blocks, gives back those of its first extent that
+ * it still holds when the pool calls. */
+struct holder {
+    struct kv_pool *pool;
+    bool held[8 * KV_EXTENT_BLOCKS];
+    int calls;
+};
+
+static int64_t holder_reclaim(void *ctx)
+{
+    struct holder *h = ctx;
+    h->calls++;
+    for (int e = 0; e < 8; e++) {
+        int64_t n = 0;
+        for (int b = e * KV_EXTENT_BLOCKS; b < (e + 1) * KV_EXTENT_BLOCKS; b++)
+            if (h->held[b]) {
+                h->held[b] = false;
+                kv_block_unref(h->pool, b);
+                n++;
+            }
+        if (n)
+            return n;
+    }
+    return 0;
+}
+
+/* The pool calls its reclaim callback when a new run must start, no extent is wholly free and fewer than an
+ * eighth of its blocks are free, and starts the run at the extent that freed; with more free blocks, or a
+ * run that can continue, it does not call. */
+static void test_reclaim_when_nearly_full(void **state)
+{
+    (void)state;
+    const int64_t nb = 8 * KV_EXTENT_BLOCKS;
+    struct kv_pool *pool = make_pool(nb);
+    struct holder h = {.pool = pool};
+    kv_pool_set_reclaim(pool, holder_reclaim, &h);
+    /* every block held, then every second one of the extents 1-7 given back: 56 free blocks (more than an
+     * eighth), none of them starting a wholly free extent */
+    for (int64_t b = 0; b < nb; b++) {
+        assert_int_equal(kv_block_alloc(pool, (int32_t)b - 1), b);
+        h.held[b] = true;
+    }
+    for (int64_t b = KV_EXTENT_BLOCKS; b < nb; b += 2) {
+        h.held[b] = false;
+        kv_block_unref(pool, (int32_t)b);
+    }
+    assert_int_equal(kv_pool_free_extents(pool), 0);
+    int32_t b = kv_block_alloc(pool, -1);
+    assert_true(b >= KV_EXTENT_BLOCKS && b % 2 == 0);
+    assert_int_equal(h.calls, 0); /* fragmented, not nearly full: the held blocks stay */
+    kv_block_unref(pool, b);
+    /* leave fewer than an eighth free: the next new run makes the holder give back extent 0 and starts there */
+    for (int64_t k = 0; kv_pool_free_blocks(pool) >= nb / 8; k++)
+        assert_true(kv_block_alloc(pool, -1) >= 0);
+    assert_int_equal(kv_block_alloc(pool, -1), 0);
+    assert_int_equal(h.calls, 1);
+    assert_int_equal(kv_pool_free_extents(pool), 0);
+    /* a run that continues takes the next block without a call */
+    assert_int_equal(kv_block_alloc(pool, 0), 1);
+    assert_int_equal(h.calls, 1);
+    kv_pool_set_reclaim(pool, NULL, NULL);
+    kv_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_interleaved_growth_stays_consecutive),
         cmocka_unit_test(test_full_pool_and_short_extent),
         cmocka_unit_test(test_random_traffic_bookkeeping),
+        cmocka_unit_test(test_reclaim_when_nearly_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
