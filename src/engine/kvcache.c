@@ -23,9 +23,10 @@
  * sequences' last extents, which only rule 3 takes; below an eighth of the pool they are left alone, so a
  * pool that is merely fragmented (a small one, or one the cache holds a few blocks of in every extent) keeps
  * its cached blocks. Measured by a simulation of a server's traffic (8 sequences, prompts of 64-2,048 tokens,
- * answers of 64-1,536, every prompt new, pools of 1,200 to 4,096 blocks): sequences' runs 14-15.5 blocks
- * against 1.0 without reclaiming, the cache holding 87-91% of the pool against 99.7%; reclaiming below a
- * sixteenth left runs of 2-13 blocks (docs/performance.md, stop 30).
+ * answers of 64-1,536, every prompt new, pools of 1,200 to 4,096 blocks): sequences' runs 15.0-15.2 blocks
+ * against 1.0 without reclaiming, the cache holding 90-93% of the pool against 99.6%; with an earlier form
+ * of the cache's eviction, reclaiming below a sixteenth left runs of 2-13 blocks against 14-15.5 below an
+ * eighth (docs/performance.md, stop 30).
  * Each is O(1): the free blocks and the wholly free extents are stacks with each member's index, so a member
  * is taken from the middle by swapping it with the top.
  */

@@ -5,18 +5,16 @@
  * the prompt and stop at the first miss, so an entry whose parent was evicted is simply never reached again
  * and ages out of the LRU list.
  *
- * Eviction frees whole extents of the pool where it can (kvcache.c: KV_EXTENT_BLOCKS consecutive blocks).
- * Once the cache has filled the pool, every block a sequence takes is one the cache gave back; evicting the
- * least recently used blocks one at a time hands out blocks of many old sequences in turns, so a new
- * sequence's blocks never touch (a simulated server's traffic: runs of 1.0 block against 32-47 with the pool
- * free, and decode attention at depth 4,064 1.8-2.2x slower on scattered blocks, docs/performance.md stop 29).
- * So the least recently used entry takes with it the other cached blocks of its extent that only the cache
- * holds and that were last used before the midpoint between its own last use and now: mostly the blocks of
- * the same old sequence, which the allocator placed side by side, while a prefix used since (a system
- * prompt sharing the extent) stays. Each entry records the cache's clock at its last use for this. The
- * scheduler evicts what a step needs; the pool also calls pc_reclaim when a sequence starts a new run and no
- * extent is wholly free, since otherwise the few blocks freed for a step would be shared out among the
- * sequences in turns again.
+ * Eviction is least recently used first, and a chain's blocks are marked used last block first (when a
+ * sequence is released, and when a lookup reaches them), so eviction takes a chain from its end: what stays
+ * cached is still a prefix that lookups reach (taking the first block, as marking in chain order did, leaves
+ * the rest cached but unreachable), and a finished sequence's blocks, which the pool placed side by side
+ * (kvcache.c), go back together. That matters once the cache has filled the pool: every block a sequence
+ * takes is then one the cache gave back, and the pool calls pc_reclaim when a sequence starts a new run and
+ * no extent is wholly free, which evicts until one is. Evicting one block at a time, exactly what a step
+ * needed, in chain order, handed out blocks of many old sequences in turns: in a simulated server's traffic
+ * sequences got runs of 1.0 block (against 15 now), and decode attention at depth 4,064 is 1.8-2.2x slower
+ * on scattered blocks (docs/performance.md, stops 29-30).
  */
 #include "engine/prefix_cache.h"
 
@@ -32,7 +30,6 @@ struct pc_entry {
     uint64_t hash, parent;
     int32_t block;
     int32_t prev, next; /* LRU list: head is the most recently used */
-    uint64_t used;      /* pc->clock at the last insert or lookup */
     bool live;
 };
 
@@ -46,7 +43,7 @@ struct prefix_cache {
     int64_t n_free_ent;
     int32_t *table;       /* [mask + 1] entry index or -1 */
     int32_t *ent_of;      /* [cap] the entry caching each block, or -1 */
-    uint64_t mask, clock;
+    uint64_t mask;
     int32_t head, tail;
     int64_t n;
 };
@@ -134,7 +131,6 @@ static void pc_lru_unlink(struct prefix_cache *pc, int32_t i)
 static void pc_lru_push_front(struct prefix_cache *pc, int32_t i)
 {
     struct pc_entry *e = &pc->ent[i];
-    e->used = ++pc->clock;
     e->prev = -1;
     e->next = pc->head;
     if (pc->head >= 0)
@@ -199,6 +195,24 @@ static void pc_drop(struct prefix_cache *pc, int32_t i)
     pc->n--;
 }
 
+/* Marks the cached ones of blocks[0..n) used, blocks[0] most recently: eviction then takes a chain from its
+ * end, so what stays cached is still a prefix that lookups reach. */
+static void pc_touch_blocks(struct prefix_cache *pc, const int32_t *blocks, int n)
+{
+    for (int k = n - 1; k >= 0; k--) {
+        int32_t i = pc->ent_of[blocks[k]];
+        if (i < 0)
+            continue;
+        pc_lru_unlink(pc, i);
+        pc_lru_push_front(pc, i);
+    }
+}
+
+void prefix_cache_release(struct prefix_cache *pc, const struct kv_seq *seq)
+{
+    pc_touch_blocks(pc, seq->blocks, seq->n_blocks);
+}
+
 int prefix_cache_attach(struct prefix_cache *pc, const int32_t *tokens, int n_tokens, int max_pos,
                         struct kv_seq *dst, struct prefix_cursor *cur)
 {
@@ -220,12 +234,12 @@ int prefix_cache_attach(struct prefix_cache *pc, const int32_t *tokens, int n_to
         int32_t i = pc_find(pc, nh, h, t);
         if (i < 0)
             break;
-        pc_lru_unlink(pc, i);
-        pc_lru_push_front(pc, i);
         blocks[k] = pc->ent[i].block;
         hashes[k] = nh;
         h = nh;
     }
+    if (k > 0)
+        pc_touch_blocks(pc, blocks, k);
     int pos = k * pc->bs;
     if (pos > max_pos)
         pos = max_pos;
@@ -286,31 +300,17 @@ void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_p
     }
 }
 
-/* Drops evictable entries from the LRU tail, each with its idle extent-mates (see the top), until n blocks
- * are freed or, with extent set, the pool has more wholly free extents than at the start; returns the blocks
- * freed. */
+/* Drops evictable entries from the LRU tail until n blocks are freed or, with extent set, the pool has more
+ * wholly free extents than at the start; returns the blocks freed. */
 static int64_t pc_evict(struct prefix_cache *pc, int64_t n, bool extent)
 {
     int64_t freed = 0, ext0 = kv_pool_free_extents(pc->pool);
     int32_t i = pc->tail;
     while (i >= 0 && freed < n && !(extent && kv_pool_free_extents(pc->pool) > ext0)) {
         int32_t prev = pc->ent[i].prev;
-        int32_t b = pc->ent[i].block;
-        if (kv_block_refcount(pc->pool, b) == 1) {
-            uint64_t cut = pc->ent[i].used + (pc->clock - pc->ent[i].used) / 2;
-            int64_t e0 = b / KV_EXTENT_BLOCKS * KV_EXTENT_BLOCKS;
-            int64_t e1 = e0 + KV_EXTENT_BLOCKS < pc->cap ? e0 + KV_EXTENT_BLOCKS : pc->cap;
+        if (kv_block_refcount(pc->pool, pc->ent[i].block) == 1) {
             pc_drop(pc, i);
             freed++;
-            for (int64_t m = e0; m < e1; m++) {
-                int32_t j = pc->ent_of[m];
-                if (j < 0 || pc->ent[j].used > cut || kv_block_refcount(pc->pool, (int32_t)m) != 1)
-                    continue;
-                if (j == prev) /* the walk goes on from the entry before the dropped one */
-                    prev = pc->ent[j].prev;
-                pc_drop(pc, j);
-                freed++;
-            }
         }
         i = prev;
     }

@@ -43,9 +43,10 @@ int prefix_cache_attach(struct prefix_cache *pc, const int32_t *tokens, int n_to
 void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_pos, const struct kv_seq *seq,
                          struct prefix_cursor *cur);
 
-/* Returns at least n evictable blocks to the pool where that many exist, least recently used first, each
- * with the idle cached blocks of its pool extent (so more than n may go; prefix_cache.c says which); returns
- * how many were freed. */
+/* Marks seq's cached blocks used, its last block least recently (call when the sequence is done, after the
+ * last prefix_cache_insert): eviction then shortens its cached chain from the end. */
+void prefix_cache_release(struct prefix_cache *pc, const struct kv_seq *seq);
+/* Returns up to n evictable blocks to the pool, least recently used first; returns how many were freed. */
 int64_t prefix_cache_evict(struct prefix_cache *pc, int64_t n);
 /* Blocks held by the cache, and those of them only the cache holds (reclaimable). */
 int64_t prefix_cache_blocks(const struct prefix_cache *pc);

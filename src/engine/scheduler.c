@@ -496,8 +496,10 @@ static void seq_release_slot(struct scheduler *s, struct sched_seq *q)
 {
     if (q->slot < 0)
         return;
-    if (s->pc)
+    if (s->pc) {
         prefix_cache_insert(s->pc, q->toks, q->n_kv, engine_seq(s->e, q->slot), &q->pcur);
+        prefix_cache_release(s->pc, engine_seq(s->e, q->slot));
+    }
     engine_seq_truncate(s->e, q->slot, 0);
     if (s->de)
         engine_seq_truncate(s->de, q->slot, 0);
