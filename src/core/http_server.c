@@ -1351,8 +1351,12 @@ static int http_listen(struct http_server *s, char *err)
     }
     freeaddrinfo(res);
     if (s->listen_fd < 0)
-        return err_set(err, ERR_IO, "cannot listen on %s:%d: %s", s->host, s->p.port,
-                       saved ? strerror(saved) : "no usable address");
+        return err_set(err, ERR_IO, "cannot listen on %s:%d: %s%s", s->host, s->p.port,
+                       saved ? strerror(saved) : "no usable address",
+                       saved == EADDRINUSE ? " (another process listens there, or a server that used the port "
+                                             "did not set SO_REUSEADDR and its connections are still closing: "
+                                             "choose another port or retry in a minute)"
+                                           : "");
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(s->listen_fd, (struct sockaddr *)&ss, &sl) == 0)

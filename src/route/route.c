@@ -820,7 +820,7 @@ int rt_run(struct route_config *cfg, struct route_models_config *mc)
     hp.ctx = r;
     r->http = http_server_create(&hp, err);
     if (!r->http) {
-        log_error("route: cannot listen on %s:%d: %s", c->host, c->port, err);
+        log_error("route: %s", err); /* err names the address */
         goto out;
     }
     r->loop = evloop_create(r->http, err); /* upstream sockets and timers in the server's own epoll set */

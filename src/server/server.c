@@ -557,7 +557,7 @@ int server_run(struct server_config *cfg)
     char err[ERR_MSG_MAX];
     srv->http = http_server_create(&hp, err);
     if (!srv->http) {
-        log_error("cannot listen on %s:%d: %s", cfg->host, cfg->port, err);
+        log_error("%s", err); /* err names the address */
         metrics_destroy(srv->metrics);
         return 1;
     }

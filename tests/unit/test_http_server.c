@@ -1409,6 +1409,7 @@ static void test_create_errors(void **state)
     p.port = v->port; /* in use */
     assert_null(http_server_create(&p, err));
     assert_non_null(strstr(err, "cannot listen"));
+    assert_non_null(strstr(err, "choose another port"));
     p.port = 0;
     p.host = "no.such.host.invalid";
     assert_null(http_server_create(&p, err));
