@@ -65,6 +65,8 @@ struct serve_request_result {
     int output_tokens;      /* usage.completion_tokens when given, else n_chunks */
     int input_tokens;       /* usage.prompt_tokens when given, else the prompt's approx_tokens (or -1) */
     bool output_from_usage, input_from_usage;
+    int cached_tokens;      /* usage.prompt_tokens_details.cached_tokens, -1 when the server did not say */
+    int turn;               /* 0-based turn of its conversation (0 unless --turns > 1) */
     char *text;             /* owned generated text, when the run captures it */
 };
 
@@ -82,7 +84,8 @@ struct serve_options {
     int n_request_rate;
     int input_len[SERVE_LIST_MAX], n_input_len;
     int output_len;
-    int num_prompts;          /* per run; -1: default (100, or the whole dataset) */
+    int num_prompts;          /* per run (conversations with turns > 1); -1: default (100, or the whole dataset) */
+    int turns;                /* > 1: each conversation sends this many requests, each with the history so far */
     const char *dataset;      /* JSONL {"prompt", "max_tokens"} */
     const char *quality;      /* JSONL {"prompt", "expected_keywords"} */
     const char *json_path, *html_path;

@@ -7,6 +7,12 @@
  *
  * Each request ends in exactly one outcome (serve.h): the transport result, the HTTP status and what the
  * SSE parser saw are combined once, in client_finish().
+ *
+ * Conversations (cfg->turns > 1): prompts come in groups of `turns` new user messages. A conversation holds
+ * one closed-loop slot from its first turn to its last; each turn is sent as soon as the previous answer has
+ * streamed, with the whole history (chat: the user and assistant messages; completions: the earlier prompts
+ * and answers concatenated), which is how a chat client grows its context and what a prefix cache serves.
+ * A failed turn ends its conversation: the turns after it are recorded as failed, not sent.
  */
 #include "bench/serve_client.h"
 
@@ -39,7 +45,7 @@ struct client_req {
     bool bad;                     /* the stream was malformed or carried an error event */
     bool aborted;                 /* we stopped the transfer ourselves (bad stream) */
     char bad_msg[300];
-    int usage_prompt, usage_completion;
+    int usage_prompt, usage_completion, usage_cached;
     int n_chunks;
     double *itl;
     int n_itl, cap_itl;
@@ -143,6 +149,8 @@ static int client_on_event(void *ctx, const char *data, size_t len)
         q->usage_prompt = c.prompt_tokens;
     if (c.completion_tokens >= 0)
         q->usage_completion = c.completion_tokens;
+    if (c.cached_tokens >= 0)
+        q->usage_cached = c.cached_tokens;
     return 0;
 }
 
@@ -171,8 +179,52 @@ static size_t client_on_write(char *p, size_t size, size_t nmemb, void *ud)
     return n;
 }
 
-/* The request body, as the endpoint expects it. Caller frees. */
-static char *client_body(const struct serve_client_config *cfg, const struct serve_prompt *p)
+/* A conversation's history: what every later turn sends before its new user message. */
+struct client_conv {
+    json_t *msgs; /* chat: the user and assistant messages so far, NULL before the first answer */
+    char *text;   /* completions: the earlier prompts and answers concatenated, NULL before the first answer */
+    size_t len;
+};
+
+static void client_conv_clear(struct client_conv *c)
+{
+    json_decref(c->msgs);
+    free(c->text);
+    memset(c, 0, sizeof *c);
+}
+
+static json_t *client_message(const char *role, const char *content)
+{
+    return json_pack("{s:s, s:s}", "role", role, "content", content);
+}
+
+/* Appends a finished turn (its user message and the streamed answer). Returns 0 or ERR_NOMEM. */
+static int client_conv_add(struct client_conv *c, int endpoint, const char *user, const char *answer)
+{
+    if (endpoint == SERVE_ENDPOINT_CHAT) {
+        if (!c->msgs && !(c->msgs = json_array()))
+            return ERR_NOMEM;
+        if (json_array_append_new(c->msgs, client_message("user", user)) ||
+            json_array_append_new(c->msgs, client_message("assistant", answer)))
+            return ERR_NOMEM;
+        return 0;
+    }
+    /* the next prompt starts with this prompt and its answer exactly, so their tokens can be reused */
+    size_t ul = strlen(user), al = strlen(answer);
+    char *t = realloc(c->text, c->len + ul + al + 3);
+    if (!t)
+        return ERR_NOMEM;
+    memcpy(t + c->len, user, ul);
+    memcpy(t + c->len + ul, answer, al);
+    memcpy(t + c->len + ul + al, "\n\n", 3);
+    c->text = t;
+    c->len += ul + al + 2;
+    return 0;
+}
+
+/* The request body, as the endpoint expects it: conv's history (may be NULL), then p. Caller frees. */
+static char *client_body(const struct serve_client_config *cfg, const struct serve_prompt *p,
+                         const struct client_conv *conv)
 {
     json_t *o = json_object();
     if (!o)
@@ -180,11 +232,22 @@ static char *client_body(const struct serve_client_config *cfg, const struct ser
     if (cfg->model)
         json_object_set_new(o, "model", json_string(cfg->model));
     if (cfg->endpoint == SERVE_ENDPOINT_CHAT) {
-        json_t *msgs = json_array(), *m = json_object();
-        json_object_set_new(m, "role", json_string("user"));
-        json_object_set_new(m, "content", json_string(p->text));
-        json_array_append_new(msgs, m);
+        json_t *msgs = json_array();
+        if (conv && conv->msgs)
+            json_array_extend(msgs, conv->msgs);
+        json_array_append_new(msgs, client_message("user", p->text));
         json_object_set_new(o, "messages", msgs);
+    } else if (conv && conv->text) {
+        size_t pl = strlen(p->text);
+        char *full = malloc(conv->len + pl + 1);
+        if (!full) {
+            json_decref(o);
+            return NULL;
+        }
+        memcpy(full, conv->text, conv->len);
+        memcpy(full + conv->len, p->text, pl + 1);
+        json_object_set_new(o, "prompt", json_string(full));
+        free(full);
     } else {
         json_object_set_new(o, "prompt", json_string(p->text));
     }
@@ -305,22 +368,25 @@ static void client_finish(struct client_req *q, CURLcode res, double t0, double 
     r->output_tokens = r->output_from_usage ? q->usage_completion : q->n_chunks;
     r->input_from_usage = q->usage_prompt >= 0;
     r->input_tokens = r->input_from_usage ? q->usage_prompt : approx_tokens;
+    r->cached_tokens = q->usage_cached;
     r->text = q->text;
     q->text = NULL;
 }
 
-/* Creates the easy handle for prompt i and adds it to the multi handle. */
+/* Creates the easy handle for prompt i (after conv's history, which may be NULL) and adds it to the multi
+ * handle. capture: keep the answer's text. */
 static struct client_req *client_start(const struct serve_client_config *cfg, CURLM *multi, struct curl_slist *headers,
-                                       const struct serve_prompt *p, int i)
+                                       const struct serve_prompt *p, int i, const struct client_conv *conv,
+                                       bool capture)
 {
     struct client_req *q = calloc(1, sizeof *q);
     if (!q)
         return NULL;
     q->index = i;
-    q->usage_prompt = q->usage_completion = -1;
-    q->capture = cfg->capture_text;
+    q->usage_prompt = q->usage_completion = q->usage_cached = -1;
+    q->capture = capture;
     serve_sse_init(&q->sse);
-    q->body = client_body(cfg, p);
+    q->body = client_body(cfg, p, conv);
     q->easy = curl_easy_init();
     if (!q->body || !q->easy)
         goto fail;
@@ -360,6 +426,22 @@ static double client_exp_sample(uint64_t *s, double rate)
     return -log1p(-u) / rate;
 }
 
+/* Records requests [i, i + count) as failed without being sent (why: the reason). */
+static void client_not_sent(struct serve_request_result *results, int i, int count, int turns, double start_s,
+                            const char *why)
+{
+    for (int k = i; k < i + count; k++) {
+        struct serve_request_result *r = &results[k];
+        memset(r, 0, sizeof *r);
+        r->outcome = SERVE_FAIL_OTHER;
+        r->error = strdup(why);
+        r->ttft_ms = r->e2e_ms = NAN;
+        r->input_tokens = r->output_tokens = r->cached_tokens = -1;
+        r->start_s = start_s;
+        r->turn = k % turns;
+    }
+}
+
 int serve_client_run(const struct serve_client_config *cfg, const struct serve_prompt *prompts, int n,
                      struct serve_request_result *results, double *duration_s, char *err)
 {
@@ -369,12 +451,16 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
     bool closed_loop = cfg->concurrency > 0;
     if (!closed_loop && !(cfg->request_rate > 0))
         return err_set(err, ERR_INVALID_ARG, "need a concurrency or a request rate above 0");
+    int turns = cfg->turns > 1 ? cfg->turns : 1;
+    if (turns > 1 && (!closed_loop || n % turns))
+        return err_set(err, ERR_INVALID_ARG, "conversations need a concurrency and whole groups of %d prompts", turns);
     int rc = 0, next = 0, done = 0, failed = 0, in_flight = 0;
     double *arrival = NULL;
     struct client_req **live = calloc((size_t)n, sizeof *live);
+    struct client_conv *convs = turns > 1 ? calloc((size_t)(n / turns), sizeof *convs) : NULL;
     CURLM *multi = curl_multi_init();
     struct curl_slist *headers = NULL;
-    if (!live || !multi) {
+    if (!live || !multi || (turns > 1 && !convs)) {
         rc = err_set(err, ERR_NOMEM, "out of memory starting the run");
         goto out;
     }
@@ -415,22 +501,18 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
         /* start whatever is due */
         double now = clock_now_s() - t0;
         while (next < n && (closed_loop ? in_flight < cfg->concurrency : arrival[next] <= now)) {
-            struct client_req *q = client_start(cfg, multi, headers, &prompts[next], next);
+            /* a conversation's first turn; its later turns start as the answers arrive, in the same slot */
+            struct client_req *q = client_start(cfg, multi, headers, &prompts[next], next, NULL,
+                                                cfg->capture_text || turns > 1);
             if (!q) {
-                struct serve_request_result *r = &results[next];
-                memset(r, 0, sizeof *r);
-                r->outcome = SERVE_FAIL_OTHER;
-                r->error = strdup("could not start the request (out of memory)");
-                r->ttft_ms = r->e2e_ms = NAN;
-                r->input_tokens = r->output_tokens = -1;
-                r->start_s = now;
-                done++;
-                failed++;
+                client_not_sent(results, next, turns, turns, now, "could not start the request (out of memory)");
+                done += turns;
+                failed += turns;
             } else {
                 live[next] = q;
                 in_flight++;
             }
-            next++;
+            next += turns;
         }
         int running = 0;
         CURLMcode mc = curl_multi_perform(multi, &running);
@@ -447,16 +529,45 @@ int serve_client_run(const struct serve_client_config *cfg, const struct serve_p
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&q);
             CURLcode res = msg->data.result;
             double t_end = clock_now_s();
-            struct serve_request_result *r = &results[q->index];
+            int i = q->index, t = i % turns;
+            struct serve_request_result *r = &results[i];
             memset(r, 0, sizeof *r);
-            client_finish(q, res, t0, t_end, prompts[q->index].approx_tokens, r);
+            /* a later turn's prompt is its history plus the new message: only usage can count it */
+            client_finish(q, res, t0, t_end, t ? -1 : prompts[i].approx_tokens, r);
+            r->turn = t;
             curl_multi_remove_handle(multi, q->easy);
-            live[q->index] = NULL;
+            live[i] = NULL;
             client_req_free(q);
-            in_flight--;
             done++;
             failed += r->outcome != SERVE_OK;
             t_last_done = t_end;
+            struct client_req *nq = NULL;
+            if (t + 1 < turns) {
+                struct client_conv *conv = &convs[i / turns];
+                const char *why = "not sent: an earlier turn of its conversation failed";
+                if (r->outcome == SERVE_OK) {
+                    why = "not sent: out of memory for the conversation's history";
+                    if (!client_conv_add(conv, cfg->endpoint, prompts[i].text, r->text ? r->text : ""))
+                        nq = client_start(cfg, multi, headers, &prompts[i + 1], i + 1, conv,
+                                          cfg->capture_text || t + 2 < turns);
+                }
+                if (nq) {
+                    live[i + 1] = nq; /* the conversation keeps its slot */
+                } else {
+                    client_not_sent(results, i + 1, turns - t - 1, turns, t_end - t0, why);
+                    done += turns - t - 1;
+                    failed += turns - t - 1;
+                }
+            }
+            if (turns > 1 && !cfg->capture_text) {
+                free(r->text); /* kept only as the history */
+                r->text = NULL;
+            }
+            if (!nq) {
+                if (turns > 1)
+                    client_conv_clear(&convs[i / turns]);
+                in_flight--;
+            }
         }
         if (done >= n)
             break;
@@ -493,6 +604,9 @@ out:
         }
     }
     free(live);
+    for (int c = 0; convs && c < n / turns; c++)
+        client_conv_clear(&convs[c]);
+    free(convs);
     free(arrival);
     curl_slist_free_all(headers);
     if (multi)

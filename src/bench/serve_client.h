@@ -20,6 +20,7 @@ struct serve_client_config {
     int concurrency;        /* > 0: closed loop with this many in flight */
     double request_rate;    /* concurrency == 0: Poisson arrivals at this rate (INFINITY: all at once) */
     uint64_t seed;          /* for the arrival times */
+    int turns;              /* > 1: prompts are conversations of this many user messages (closed loop only) */
     bool capture_text;      /* keep each answer's text in the result */
     bool ignore_eos;        /* send "ignore_eos": true (vLLM, llama-server) so outputs reach max_tokens */
     double temperature;     /* NAN: not sent */
@@ -28,7 +29,8 @@ struct serve_client_config {
     void *progress_ctx;
 };
 
-/* Sends prompts[0..n) and fills results[0..n) (caller clears each with serve_request_result_clear).
+/* Sends prompts[0..n) and fills results[0..n) (caller clears each with serve_request_result_clear). With
+ * turns > 1, prompts[c * turns + t] is turn t's new user message of conversation c (n a multiple of turns).
  * *duration_s is the time from the first send to the last completion. Every request ends with an outcome;
  * failures of requests are results, not errors. Returns 0, or ERR_INVALID_ARG / ERR_NOMEM / ERR_INTERNAL
  * with a message when the run itself could not be done. Needs curl_global_init() done. */

@@ -76,6 +76,29 @@ void serve_report_print_run(FILE *f, const struct serve_report *rep, int i)
             s->input_from_usage, s->completed, s->total_output_tokens,
             fmt_num(b, sizeof b, s->completed ? (double)s->total_output_tokens / s->completed : NAN, 1),
             s->output_from_usage, s->completed);
+    if (s->cached_from_usage > 0)
+        fprintf(f, "  cached      %lld of %lld input tokens (%s%%) from the server's prefix cache "
+                   "(%d of %d from usage)\n",
+                s->cached_tokens, s->cached_of_input,
+                fmt_num(a, sizeof a, s->cached_of_input ? 100.0 * s->cached_tokens / s->cached_of_input : NAN, 1),
+                s->cached_from_usage, s->completed);
+    if (s->n_turns > 1) {
+        fprintf(f, "  %-10s %6s %6s %11s %9s %10s %10s %10s\n", "turn", "sent", "ok", "mean input", "cached",
+                "TTFT mean", "TTFT p50", "TTFT p95");
+        for (int t = 0; t < s->n_turns; t++) {
+            const struct serve_turn_summary *u = &s->turns[t];
+            char d[32], e[32], g[32];
+            double hit = u->cached_of_input ? 100.0 * u->cached_tokens / u->cached_of_input : NAN;
+            if (isfinite(hit))
+                snprintf(b, sizeof b, "%.1f%%", hit);
+            else
+                snprintf(b, sizeof b, "-");
+            fprintf(f, "  %-10d %6d %6d %11s %9s %10s %10s %10s\n", t + 1, u->sent, u->completed,
+                    fmt_num(a, sizeof a, u->completed ? (double)u->input_tokens / u->completed : NAN, 1), b,
+                    fmt_num(d, sizeof d, u->ttft.mean, 2), fmt_num(e, sizeof e, u->ttft.p50, 2),
+                    fmt_num(g, sizeof g, u->ttft.p95, 2));
+        }
+    }
     if (s->has_goodput) {
         const struct serve_slo *o = &rep->opt->slo;
         fprintf(f, "  goodput     %s req/s, %s output tok/s (%d of %d completed met", fmt_num(a, sizeof a, s->request_goodput, 2),
@@ -225,6 +248,12 @@ static void json_request(struct json_writer *w, const struct serve_request_resul
         json_writer_null(w);
     json_writer_key_int(w, "output_tokens", q->output_tokens);
     json_writer_key_bool(w, "tokens_from_usage", q->output_from_usage);
+    json_writer_key(w, "cached_tokens");
+    if (q->cached_tokens >= 0)
+        json_writer_int(w, q->cached_tokens);
+    else
+        json_writer_null(w);
+    json_writer_key_int(w, "turn", q->turn + 1);
     json_writer_object_end(w);
 }
 
@@ -284,6 +313,32 @@ static void json_run(struct json_writer *w, const struct serve_report *rep, cons
     json_writer_key_double(w, "mean_output_tokens", s->completed ? (double)s->total_output_tokens / s->completed : NAN);
     json_writer_key_int(w, "input_tokens_from_usage", s->input_from_usage);
     json_writer_key_int(w, "output_tokens_from_usage", s->output_from_usage);
+    json_writer_key_int(w, "cached_tokens", s->cached_tokens);
+    json_writer_key_int(w, "cached_tokens_from_usage", s->cached_from_usage);
+    json_writer_key_double(w, "prefix_cache_hit_rate",
+                           s->cached_of_input ? (double)s->cached_tokens / s->cached_of_input : NAN);
+    json_writer_key(w, "turns");
+    if (s->n_turns > 1) {
+        json_writer_array_begin(w);
+        for (int t = 0; t < s->n_turns; t++) {
+            const struct serve_turn_summary *u = &s->turns[t];
+            json_writer_object_begin(w);
+            json_writer_key_int(w, "turn", t + 1);
+            json_writer_key_int(w, "sent", u->sent);
+            json_writer_key_int(w, "completed", u->completed);
+            json_writer_key_double(w, "mean_input_tokens", u->completed ? (double)u->input_tokens / u->completed : NAN);
+            json_writer_key_int(w, "cached_tokens", u->cached_tokens);
+            json_writer_key_double(w, "prefix_cache_hit_rate",
+                                   u->cached_of_input ? (double)u->cached_tokens / u->cached_of_input : NAN);
+            json_writer_key_double(w, "ttft_mean_ms", u->ttft.mean);
+            json_writer_key_double(w, "ttft_p50_ms", u->ttft.p50);
+            json_writer_key_double(w, "ttft_p95_ms", u->ttft.p95);
+            json_writer_object_end(w);
+        }
+        json_writer_array_end(w);
+    } else {
+        json_writer_null(w);
+    }
     json_metric(w, "ttft_ms", &s->ttft);
     json_metric(w, "tpot_ms", &s->tpot);
     json_metric(w, "itl_ms", &s->itl);
@@ -390,6 +445,7 @@ int serve_report_write_json(const struct serve_report *rep, const char *path, ch
     json_writer_array_end(&w);
     json_writer_key_int(&w, "output_len", o->output_len);
     json_writer_key_int(&w, "num_prompts", rep->n_runs ? rep->runs[0].s.sent : 0);
+    json_writer_key_int(&w, "turns", o->turns > 1 ? o->turns : 1);
     json_writer_key_string(&w, "dataset", o->dataset);
     json_writer_key_int(&w, "seed", (long long)o->seed);
     json_writer_key_bool(&w, "reuse_prompts", o->reuse_prompts);

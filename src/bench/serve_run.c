@@ -6,6 +6,10 @@
  * cache and the sweep would measure the cache, not prefill. --reuse-prompts sends the same prompts at every
  * point (for cache studies). Same seed, same requests. Per-request results are reduced to a summary after
  * each run; the summary keeps the sorted samples the HTML charts need.
+ *
+ * With --turns T a run is --num-prompts conversations of T requests (serve_client.c sends each turn with its
+ * history): T new messages per conversation are drawn like single prompts, so every turn adds --input-len
+ * tokens of its own to the history.
  */
 #include "bench/serve.h"
 
@@ -163,6 +167,7 @@ static int run_quality(const struct serve_options *o, struct serve_client_config
     }
     cfg.capture_text = true;
     cfg.ignore_eos = false;
+    cfg.turns = 1; /* each case is one question */
     cfg.temperature = isnan(o->temperature) ? 0.0 : o->temperature;
     cfg.concurrency = o->n_concurrency ? o->concurrency[0] : 1;
     cfg.request_rate = 0;
@@ -223,6 +228,10 @@ int serve_bench_main(const struct serve_options *opt)
         quality->path = o.quality;
     }
     int num_prompts = o.num_prompts >= 0 ? o.num_prompts : (o.dataset ? dataset.n : 100);
+    int turns = o.turns > 1 ? o.turns : 1;
+    if (turns > 1 && o.num_prompts < 0 && o.dataset)
+        num_prompts = dataset.n / turns; /* the whole file, in whole conversations */
+    int n_requests = num_prompts * turns;
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "wafer bench serve: libcurl could not initialize\n");
@@ -259,7 +268,10 @@ int serve_bench_main(const struct serve_options *opt)
     }
     printf("wafer bench serve: %s (model %s, %s endpoint)\n", endpoint_url, model ? model : "not sent",
            o.endpoint == SERVE_ENDPOINT_CHAT ? "chat" : "completions");
-    if (n_runs)
+    if (n_runs && turns > 1)
+        printf("%d run%s of %d conversations x %d turns; messages: %s", n_runs, n_runs > 1 ? "s" : "", num_prompts,
+               turns, o.dataset ? o.dataset : "synthetic random words");
+    else if (n_runs)
         printf("%d run%s of %d requests; prompts: %s", n_runs, n_runs > 1 ? "s" : "", num_prompts,
                o.dataset ? o.dataset : "synthetic random words");
     if (n_runs && !o.dataset)
@@ -271,6 +283,7 @@ int serve_bench_main(const struct serve_options *opt)
     struct serve_client_config cfg = {
         .url = endpoint_url, .api_key = o.api_key, .model = model, .endpoint = o.endpoint,
         .timeout_s = o.timeout_s, .seed = o.seed, .ignore_eos = o.ignore_eos, .temperature = o.temperature,
+        .turns = turns,
     };
     struct run_progress prog = {.n_runs = n_runs};
     if (o.progress) {
@@ -284,10 +297,10 @@ int serve_bench_main(const struct serve_options *opt)
             struct serve_prompt_set prompts = {0};
             int rc, point = o.reuse_prompts ? 0 : li * n_loads + k; /* which fresh set this load point sends */
             if (o.dataset) {
-                rc = serve_prompts_take(&prompts, &dataset, point * num_prompts, num_prompts, err);
+                rc = serve_prompts_take(&prompts, &dataset, point * n_requests, n_requests, err);
             } else {
                 int words = (int)lround(input_len / rep.tokens_per_word);
-                rc = serve_prompts_synthetic(&prompts, num_prompts, words < 1 ? 1 : words, input_len, o.output_len,
+                rc = serve_prompts_synthetic(&prompts, n_requests, words < 1 ? 1 : words, input_len, o.output_len,
                                              o.seed ^ ((uint64_t)point * 0x9e3779b97f4a7c15ull), err);
             }
             if (rc) {

@@ -156,7 +156,7 @@ static const char *chunk_text(json_t *choice, size_t *len)
 int serve_chunk_parse(const char *data, size_t len, struct serve_chunk *out, char *err)
 {
     memset(out, 0, sizeof *out);
-    out->prompt_tokens = out->completion_tokens = -1;
+    out->prompt_tokens = out->completion_tokens = out->cached_tokens = -1;
     size_t a = 0, b = len;
     while (a < b && (data[a] == ' ' || data[a] == '\t'))
         a++;
@@ -202,6 +202,9 @@ int serve_chunk_parse(const char *data, size_t len, struct serve_chunk *out, cha
     if (json_is_object(usage)) {
         out->prompt_tokens = chunk_usage_int(usage, "prompt_tokens");
         out->completion_tokens = chunk_usage_int(usage, "completion_tokens");
+        json_t *details = json_object_get(usage, "prompt_tokens_details"); /* OpenAI, vLLM, SGLang, wafer */
+        if (json_is_object(details))
+            out->cached_tokens = chunk_usage_int(details, "cached_tokens");
     }
     json_decref(root);
     return 0;

@@ -44,6 +44,8 @@ struct serve_chunk {
     size_t text_len;
     int prompt_tokens;      /* from usage, -1 when absent */
     int completion_tokens;  /* from usage, -1 when absent */
+    int cached_tokens;      /* usage.prompt_tokens_details.cached_tokens (prompt tokens a prefix cache served),
+                             * -1 when absent */
     char message[200];      /* is_error: the server's message */
 };
 

@@ -2,7 +2,9 @@
  * serve_stats: per-run numbers. Only completed requests feed latencies and token totals (a failed request's
  * timings measure the failure, not the server's speed); throughputs divide by the whole run's duration, as
  * vLLM does, so failures still cost time. TPOT needs at least two output tokens; ITL pools every gap of
- * every completed request.
+ * every completed request. The prefix-cache hit rate counts only requests whose usage reported cached_tokens
+ * (OpenAI's prompt_tokens_details), over those requests' own input tokens; a run of conversations also gets
+ * the numbers per turn, where a cache shows (later turns resend the history).
  */
 #include "bench/serve_stats.h"
 
@@ -95,6 +97,7 @@ void serve_run_summary_deinit(struct serve_run_summary *s)
     free(s->tpot.values);
     free(s->itl.values);
     free(s->e2e.values);
+    free(s->turns);
     memset(s, 0, sizeof *s);
 }
 
@@ -117,6 +120,39 @@ void serve_stats_set_cost(struct serve_run_summary *s, double cost_per_hour)
     s->usd_per_million_total_tokens = s->total_token_throughput > 0 ? per_s / s->total_token_throughput * 1e6 : NAN;
 }
 
+/* Fills turns[0..n_turns) from the results' turn fields. Returns 0 or ERR_NOMEM. */
+static int stats_turns(const struct serve_request_result *results, int n, struct serve_turn_summary *turns,
+                       int n_turns)
+{
+    double *ttft = malloc((size_t)(n > 0 ? n : 1) * sizeof *ttft);
+    if (!ttft)
+        return ERR_NOMEM;
+    for (int t = 0; t < n_turns; t++) {
+        struct serve_turn_summary *s = &turns[t];
+        size_t k = 0;
+        for (int i = 0; i < n; i++) {
+            const struct serve_request_result *r = &results[i];
+            if (r->turn != t)
+                continue;
+            s->sent++;
+            if (r->outcome != SERVE_OK)
+                continue;
+            s->completed++;
+            s->input_tokens += r->input_tokens > 0 ? r->input_tokens : 0;
+            if (r->cached_tokens >= 0) {
+                s->cached_tokens += r->cached_tokens;
+                s->cached_of_input += r->input_tokens > 0 ? r->input_tokens : 0;
+                s->cached_from_usage++;
+            }
+            if (!isnan(r->ttft_ms))
+                ttft[k++] = r->ttft_ms;
+        }
+        stats_summarize(ttft, k, &s->ttft);
+    }
+    free(ttft);
+    return 0;
+}
+
 int serve_stats_compute(const struct serve_request_result *results, int n, double duration_s,
                         const struct serve_slo *slo, double cost_per_hour, struct serve_run_summary *out, char *err)
 {
@@ -133,6 +169,18 @@ int serve_stats_compute(const struct serve_request_result *results, int n, doubl
     if (!out->ttft.values || !out->tpot.values || !out->e2e.values || !out->itl.values) {
         serve_run_summary_deinit(out);
         return err_set(err, ERR_NOMEM, "out of memory computing statistics");
+    }
+    int n_turns = 1;
+    for (int i = 0; i < n; i++)
+        if (results[i].turn + 1 > n_turns)
+            n_turns = results[i].turn + 1;
+    if (n_turns > 1) {
+        out->turns = calloc((size_t)n_turns, sizeof *out->turns);
+        if (!out->turns || stats_turns(results, n, out->turns, n_turns)) {
+            serve_run_summary_deinit(out);
+            return err_set(err, ERR_NOMEM, "out of memory computing statistics");
+        }
+        out->n_turns = n_turns;
     }
     size_t k_ttft = 0, k_tpot = 0, k_e2e = 0, k_itl = 0;
     long long good_tokens = 0;
@@ -165,6 +213,11 @@ int serve_stats_compute(const struct serve_request_result *results, int n, doubl
         out->total_input_tokens += r->input_tokens > 0 ? r->input_tokens : 0;
         out->output_from_usage += r->output_from_usage;
         out->input_from_usage += r->input_from_usage;
+        if (r->cached_tokens >= 0) {
+            out->cached_tokens += r->cached_tokens;
+            out->cached_of_input += r->input_tokens > 0 ? r->input_tokens : 0;
+            out->cached_from_usage++;
+        }
         if (!isnan(r->ttft_ms))
             out->ttft.values[k_ttft++] = r->ttft_ms;
         double tpot = stats_tpot(r);

@@ -16,6 +16,16 @@ struct serve_metric {
     double *values;          /* owned, sorted ascending, s.n of them */
 };
 
+/* One turn of a run's conversations (--turns > 1). */
+struct serve_turn_summary {
+    int sent, completed;
+    long long input_tokens;            /* over completed requests */
+    long long cached_tokens;           /* over completed requests that reported cached_tokens */
+    long long cached_of_input;         /* those requests' input tokens: the hit rate's denominator */
+    int cached_from_usage;             /* completed requests that reported cached_tokens */
+    struct stats_summary ttft;         /* milliseconds, completed requests */
+};
+
 struct serve_run_summary {
     int sent, completed, failed;
     int by_outcome[SERVE_OUTCOME_COUNT];
@@ -24,6 +34,11 @@ struct serve_run_summary {
     double duration_s;
     long long total_input_tokens, total_output_tokens; /* over completed requests */
     int input_from_usage, output_from_usage;           /* completed requests whose usage gave the count */
+    long long cached_tokens;  /* prompt tokens a prefix cache served, over completed requests that said */
+    long long cached_of_input; /* those requests' input tokens: cached_tokens / cached_of_input is the hit rate */
+    int cached_from_usage;    /* completed requests whose usage gave prompt_tokens_details.cached_tokens */
+    struct serve_turn_summary *turns; /* owned, one per turn when the run sent conversations, else NULL */
+    int n_turns;
     double request_throughput, output_throughput, total_token_throughput; /* per second over duration_s */
     struct serve_metric ttft, tpot, itl, e2e;          /* milliseconds */
     bool has_goodput;

@@ -48,7 +48,8 @@ static void bench_serve_usage(FILE *f)
             "load (a comma list sweeps; give one of the two):\n"
             "  --concurrency LIST      requests kept in flight, e.g. 1,4,8 (default 1)\n"
             "  --request-rate LIST     Poisson arrivals in requests/s, e.g. 2,8 or inf (all at once)\n"
-            "  --num-prompts N         requests per run (default 100, or the whole --dataset)\n"
+            "  --num-prompts N         requests per run (default 100, or the whole --dataset); with --turns,\n"
+            "                          conversations per run\n"
             "prompts:\n"
             "  --input-len LIST        synthetic prompt length in tokens, e.g. 512,2048,8192 (default 128)\n"
             "  --output-len N          max_tokens per request (default 128)\n"
@@ -57,6 +58,11 @@ static void bench_serve_usage(FILE *f)
             "  --ignore-eos            send \"ignore_eos\": true so every answer is --output-len tokens\n"
             "  --temperature T         sampling temperature to send (default: not sent)\n"
             "  --no-calibrate          do not size synthetic prompts with the server's POST /tokenize\n"
+            "  --turns N               multi-turn chat: each conversation sends N requests, each turn's prompt\n"
+            "                          the history so far (earlier prompts and answers) and a new message of\n"
+            "                          --input-len tokens; reports the prefix-cache hit rate (usage's\n"
+            "                          cached_tokens) and TTFT per turn. Closed loop: --concurrency counts\n"
+            "                          conversations in flight (default 1: single requests)\n"
             "  --reuse-prompts         send the same prompts at every load point (default: new prompts for\n"
             "                          each point, so a prefix cache cannot answer later points' prefill;\n"
             "                          a --dataset is read in consecutive slices of --num-prompts lines)\n"
@@ -173,6 +179,7 @@ enum {
     OPT_URL = 1000, OPT_API_KEY, OPT_MODEL, OPT_ENDPOINT, OPT_CONCURRENCY, OPT_RATE, OPT_NUM_PROMPTS, OPT_INPUT_LEN,
     OPT_OUTPUT_LEN, OPT_DATASET, OPT_SEED, OPT_JSON, OPT_HTML, OPT_SLO, OPT_TIMEOUT, OPT_QUALITY, OPT_COST, OPT_LABEL,
     OPT_IGNORE_EOS, OPT_TEMPERATURE, OPT_NO_CALIBRATE, OPT_REUSE_PROMPTS, OPT_NO_PROGRESS, OPT_COST_A, OPT_COST_B, OPT_DETAILED,
+    OPT_TURNS,
 };
 
 static int bench_serve_cli(int argc, char **argv)
@@ -202,6 +209,7 @@ static int bench_serve_cli(int argc, char **argv)
         {"reuse-prompts", no_argument, NULL, OPT_REUSE_PROMPTS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
         {"detailed", no_argument, NULL, OPT_DETAILED},
+        {"turns", required_argument, NULL, OPT_TURNS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -210,6 +218,7 @@ static int bench_serve_cli(int argc, char **argv)
     o.endpoint = SERVE_ENDPOINT_COMPLETIONS;
     o.output_len = 128;
     o.num_prompts = -1;
+    o.turns = 1;
     o.timeout_s = 600;
     o.cost_per_hour = NAN;
     o.temperature = NAN;
@@ -265,6 +274,13 @@ static int bench_serve_cli(int argc, char **argv)
                 return 2;
             }
             o.num_prompts = (int)v;
+            break;
+        case OPT_TURNS:
+            if (parse_long(optarg, 1, 1000, &v)) {
+                fprintf(stderr, "wafer bench serve: --turns must be an integer in 1..1000, not '%s'\n", optarg);
+                return 2;
+            }
+            o.turns = (int)v;
             break;
         case OPT_OUTPUT_LEN:
             if (parse_long(optarg, 1, 1000000, &v)) {
@@ -337,6 +353,11 @@ static int bench_serve_cli(int argc, char **argv)
     }
     if (o.dataset && o.n_input_len) {
         fprintf(stderr, "wafer bench serve: --input-len sizes synthetic prompts; it does not apply to --dataset\n");
+        return 2;
+    }
+    if (o.turns > 1 && o.n_request_rate) {
+        fprintf(stderr, "wafer bench serve: --turns runs conversations in --concurrency slots (each turn waits for "
+                        "the answer before it); --request-rate does not apply\n");
         return 2;
     }
     if (!o.n_concurrency && !o.n_request_rate) {

@@ -18,7 +18,10 @@ URL given to wafer (http://127.0.0.1:PORT/<mode> -> POST /<mode>/v1/completions)
 
 A prompt can override the delays for its own request with "ttft=NNN" and "itl=NNN" (milliseconds).
 The usage block reports prompt_tokens = words in the prompt * tokens_per_word (rounded), and
-completion_tokens = tokens streamed. Every request is recorded in server.records.
+completion_tokens = tokens streamed. With prefix_cache=True it also reports
+prompt_tokens_details.cached_tokens: the longest run of leading words this prompt shares with an earlier
+request's prompt followed by its answer (chat messages' contents joined by spaces), * tokens_per_word, as a
+server whose cache kept every finished sequence would. Every request is recorded in server.records.
 """
 
 import json
@@ -181,8 +184,18 @@ class _Handler(BaseHTTPRequestHandler):
         c_tok = rec["chunks"] * per_chunk
         include = (req.get("stream_options") or {}).get("include_usage")
         if mode != "nousage" and include:
-            self._event({"id": "c", "choices": [], "usage": {"prompt_tokens": p_tok, "completion_tokens": c_tok,
-                                                             "total_tokens": p_tok + c_tok}})
+            usage = {"prompt_tokens": p_tok, "completion_tokens": c_tok, "total_tokens": p_tok + c_tok}
+            if srv.prefix_cache:
+                if chat:
+                    seq = " ".join(m.get("content", "") for m in req.get("messages", [])).split()
+                else:
+                    seq = prompt.split()
+                with srv.lock:
+                    hit = max([_common_prefix(seq, old) for old in srv.sequences] + [0])
+                    srv.sequences.append(seq + words[:rec["chunks"] * per_chunk])
+                usage["prompt_tokens_details"] = {"cached_tokens": int(round(hit * srv.tokens_per_word))}
+                rec["cached_tokens"] = usage["prompt_tokens_details"]["cached_tokens"]
+            self._event({"id": "c", "choices": [], "usage": usage})
             rec["prompt_tokens"] = p_tok
             rec["completion_tokens"] = c_tok
         if mode != "nodone":
@@ -192,13 +205,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"")  # end of the chunked body
 
 
+def _common_prefix(a, b):
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class StandinServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128  # a burst of concurrent connects must not overflow the listen backlog
 
     def __init__(self, ttft_ms=20.0, itl_ms=5.0, ttft_per_token_ms=0.0, tokens_per_word=1.0, tokenize=False,
-                 stall_s=3.0, answers=None, model_id="standin-model"):
+                 stall_s=3.0, answers=None, model_id="standin-model", prefix_cache=False):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.ttft_ms = ttft_ms
         self.itl_ms = itl_ms
@@ -208,6 +228,8 @@ class StandinServer(ThreadingHTTPServer):
         self.stall_s = stall_s
         self.answers = answers or {}
         self.model_id = model_id
+        self.prefix_cache = prefix_cache
+        self.sequences = []  # prefix_cache: every finished request's prompt words and answer words
         self.lock = threading.Lock()
         self.counter = 0
         self.records = []

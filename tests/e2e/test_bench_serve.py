@@ -94,6 +94,8 @@ def test_help_and_dispatch():
     (["--url", "http://127.0.0.1:1", "--num-prompts"], "needs a value"),
     (["--url", "http://127.0.0.1:1", "--frobnicate"], "unknown option"),
     (["--url", "http://127.0.0.1:1", "--dataset", "/nonexistent/d.jsonl"], "cannot open"),
+    (["--url", "http://127.0.0.1:1", "--turns", "0"], "--turns must be"),
+    (["--url", "http://127.0.0.1:1", "--turns", "2", "--request-rate", "3"], "--request-rate does not apply"),
 ])
 def test_bad_arguments(args, message):
     p = run_wafer("bench", "serve", *args)
@@ -341,6 +343,106 @@ def test_fresh_prompts_per_load_point(tmp_path):
     assert ds_runs == [[f"line {i}" for i in range(4)], [f"line {i}" for i in range(4, 8)]]
 
 
+def _conversations(records, first):
+    """Groups stand-in records by their conversation (the first user message), each in turn order."""
+    convs = {}
+    for r in records:
+        convs.setdefault(first(r), []).append(r)
+    return [sorted(c, key=lambda r: len(r["prompt"])) for c in convs.values()]
+
+
+def test_conversations_send_history_and_count_cached_tokens(tmp_path):
+    """--turns: each turn resends the conversation so far (chat: user and assistant messages; completions:
+    the earlier prompts and answers verbatim), starts when the previous answer has streamed, and the report
+    counts usage's cached_tokens overall and per turn."""
+    with StandinServer(ttft_ms=1, itl_ms=1, prefix_cache=True) as srv:
+        p, chat = bench(tmp_path, srv.url, "--endpoint", "chat", "--turns", 3, "--concurrency", 2, "--num-prompts", 4,
+                        "--input-len", 6, "--output-len", 3, "--detailed", name="chat")
+        chat_recs = list(srv.records)
+        srv.records.clear()
+        srv.sequences.clear()
+        _, comp = bench(tmp_path, srv.url, "--turns", 3, "--concurrency", 2, "--num-prompts", 3, "--input-len", 6,
+                        "--output-len", 3, "--detailed", name="comp")
+        comp_recs = list(srv.records)
+    answer = " tok0 tok1 tok2"
+    assert "cached" in p.stdout and "TTFT p50" in p.stdout  # the hit rate and the per-turn table
+    assert chat["config"]["turns"] == 3 and chat["config"]["num_prompts"] == 12
+    convs = _conversations(chat_recs, lambda r: r["body"]["messages"][0]["content"])
+    assert len(chat_recs) == 12 and len(convs) == 4
+    for conv in convs:
+        msgs = [r["body"]["messages"] for r in conv]
+        assert [len(m) for m in msgs] == [1, 3, 5]
+        for t in range(2):
+            assert msgs[t + 1][:len(msgs[t])] == msgs[t]  # the history, unchanged
+            assert msgs[t + 1][len(msgs[t])] == {"role": "assistant", "content": answer}  # what was streamed
+        assert [m["role"] for m in msgs[2]] == ["user", "assistant", "user", "assistant", "user"]
+        for r, m in zip(conv, msgs):  # everything before the new message was cached, nothing of it
+            assert r["cached_tokens"] == len(" ".join(x["content"] for x in m[:-1]).split())
+    assert len({m["content"] for r in chat_recs for m in r["body"]["messages"] if m["role"] == "user"}) == 12
+
+    run = chat["runs"][0]
+    check_counts(run)
+    assert run["completed"] == 12 and run["cached_tokens_from_usage"] == 12
+    assert run["cached_tokens"] == sum(r["cached_tokens"] for r in chat_recs) > 0
+    assert run["prefix_cache_hit_rate"] == pytest.approx(run["cached_tokens"] / run["total_input_tokens"])
+    assert [u["turn"] for u in run["turns"]] == [1, 2, 3]
+    assert [u["sent"] for u in run["turns"]] == [4, 4, 4] and [u["completed"] for u in run["turns"]] == [4, 4, 4]
+    assert run["turns"][0]["cached_tokens"] == 0 and run["turns"][0]["prefix_cache_hit_rate"] == 0
+    for t in (1, 2):
+        want = sum(r["cached_tokens"] for r in chat_recs if len(r["body"]["messages"]) == 2 * t + 1)
+        assert run["turns"][t]["cached_tokens"] == want > 0
+    means = [u["mean_input_tokens"] for u in run["turns"]]
+    assert means[2] > means[1] > means[0]  # the history grows
+    assert sorted(q["turn"] for q in run["requests"]) == [1] * 4 + [2] * 4 + [3] * 4
+    assert sum(q["cached_tokens"] for q in run["requests"]) == run["cached_tokens"]
+
+    convs = _conversations(comp_recs, lambda r: r["prompt"][:20])
+    assert len(comp_recs) == 9 and len(convs) == 3
+    for conv in convs:
+        for t in range(2):
+            prev, cur = conv[t]["prompt"], conv[t + 1]["prompt"]
+            assert cur.startswith(prev + answer + "\n\n") and len(cur) > len(prev + answer) + 2
+            assert conv[t + 1]["cached_tokens"] == len((prev + answer).split())
+    assert comp["runs"][0]["turns"][2]["cached_tokens"] > comp["runs"][0]["turns"][1]["cached_tokens"] > 0
+
+
+def test_conversations_against_wafer_serve(tmp_path, make_server):
+    """A real server: later turns find the history in wafer serve's prefix cache, and the cached tokens the
+    report adds up from usage are the ones the server's /metrics counted."""
+    from conftest import STORIES
+    # three turns outgrow stories260K's 128-token training context; the cache, not the text, is under test
+    s = make_server(STORIES, "--chat-template", "chatml", "--max-batch-size", "4", "--ctx-size", "512")
+    before = s.metrics().get("wafer_prefix_cache_hit_tokens_total", 0)
+    _, res = bench(tmp_path, s.base, "--endpoint", "chat", "--turns", 3, "--concurrency", 2, "--num-prompts", 4,
+                   "--input-len", 8, "--output-len", 8, "--ignore-eos", name="real", timeout=120)
+    run = res["runs"][0]
+    check_counts(run)
+    assert run["completed"] == 12 and run["cached_tokens_from_usage"] == 12
+    assert run["cached_tokens"] == s.metrics()["wafer_prefix_cache_hit_tokens_total"] - before
+    first, later = run["turns"][0], run["turns"][1:]
+    for u in later:
+        assert u["prefix_cache_hit_rate"] > 0.3 and u["prefix_cache_hit_rate"] > first["prefix_cache_hit_rate"]
+        assert u["mean_input_tokens"] > first["mean_input_tokens"]
+
+
+def test_conversation_stops_at_a_failed_turn(tmp_path):
+    """A failed turn ends its conversation: the turns after it are counted as failed, not sent. The stand-in's
+    mix mode answers request k as ok, 500, cut, malformed, no [DONE] (k mod 5); one conversation at a time."""
+    with StandinServer(ttft_ms=1, itl_ms=1) as srv:
+        _, res = bench(tmp_path, srv.url + "/mix", "--turns", 2, "--concurrency", 1, "--num-prompts", 5,
+                       "--input-len", 4, "--output-len", 2, expect_rc=0)
+        modes = [r["mode"] for r in srv.records]
+    # conversations: (ok, 500), (cut), (malformed), (nodone), (ok, 500)
+    assert modes == ["ok", "status500", "cut", "malformed", "nodone", "ok", "status500"]
+    run = res["runs"][0]
+    check_counts(run)
+    assert run["sent"] == 10 and run["completed"] == 2
+    assert run["errors"] == {"connect": 0, "http": 2, "timeout": 0, "stream": 3, "other": 3}
+    assert "earlier turn" in run["error_samples"]["other"]
+    assert [(u["sent"], u["completed"]) for u in run["turns"]] == [(5, 2), (5, 0)]
+    assert run["cached_tokens_from_usage"] == 0 and run["prefix_cache_hit_rate"] is None
+
+
 def test_long_context_and_ttft_growth(tmp_path):
     # TTFT grows 0.02 ms per prompt token on this stand-in, like prefill would
     lens = [512, 8192, 16384]
@@ -485,8 +587,11 @@ def test_json_fields_match_docs(tmp_path):
         _, res = bench(tmp_path, srv.url + "/mix", "--num-prompts", 10, "--concurrency", "2", "--output-len", 3,
                        "--input-len", 4, "--slo", "ttft=1s,tpot=1s,itl=1s,e2e=5s", "--cost-per-hour", 1, "--detailed",
                        "--quality", q)
+        _, conv = bench(tmp_path, srv.url, "--num-prompts", 2, "--turns", 2, "--output-len", 2, "--input-len", 4,
+                        "--detailed", name="turns")
     produced = set()
     _flatten(res, "", produced)
+    _flatten(conv, "", produced)  # runs[].turns[] exists only with --turns
     documented = _documented_fields()
     assert len(documented) > 60
     assert produced - documented == set(), "fields missing from docs/bench.md"

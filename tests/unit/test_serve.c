@@ -133,6 +133,16 @@ static void test_chunk_parse(void **state)
     assert_null(c.text);
     assert_int_equal(c.prompt_tokens, 12);
     assert_int_equal(c.completion_tokens, 34);
+    assert_int_equal(c.cached_tokens, -1); /* not reported */
+
+    const char *cached = "{\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":3,"
+                         "\"prompt_tokens_details\":{\"cached_tokens\":32}}}";
+    assert_int_equal(serve_chunk_parse(cached, strlen(cached), &c, err), 0);
+    assert_int_equal(c.prompt_tokens, 40);
+    assert_int_equal(c.cached_tokens, 32);
+    const char *odd = "{\"usage\":{\"prompt_tokens\":40,\"prompt_tokens_details\":{\"cached_tokens\":\"x\"}}}";
+    assert_int_equal(serve_chunk_parse(odd, strlen(odd), &c, err), 0);
+    assert_int_equal(c.cached_tokens, -1); /* not a count: unknown, not zero */
 
     assert_int_equal(serve_chunk_parse(" [DONE] ", 8, &c, err), 0);
     assert_true(c.done);
