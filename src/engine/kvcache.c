@@ -29,6 +29,10 @@
  * eighth (docs/performance.md, stop 30).
  * Each is O(1): the free blocks and the wholly free extents are stacks with each member's index, so a member
  * is taken from the middle by swapping it with the top.
+ *
+ * A cache marks the blocks it holds a reference to (kv_block_set_cached), and the pool counts, as references
+ * come and go, the marked blocks nobody else holds: what the cache could give back, which the scheduler asks
+ * every step (a walk over the cache's entries took 82 us at 32,768 of them).
  */
 #include "engine/kvcache.h"
 
@@ -49,6 +53,8 @@ struct kv_pool {
     kv_reclaim_fn reclaim; /* frees blocks held elsewhere (the prefix cache), or NULL */
     void *reclaim_ctx;
     int32_t *refcount;   /* [n_blocks] */
+    uint8_t *cached;     /* [n_blocks]: 1 while a cache holds one of the references (kv_block_set_cached) */
+    int64_t n_cached_idle; /* cached blocks whose only reference is the cache's: kept as refcounts change */
     int32_t *free_stack; /* [n_blocks]: the free blocks, [0, n_free) */
     int32_t *free_at;    /* [n_blocks]: a free block's index in free_stack */
     int64_t n_free;
@@ -89,12 +95,13 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn 
     pool->copy_ctx = copy_ctx;
     pool->n_ext = (p->n_blocks + KV_EXTENT_BLOCKS - 1) / KV_EXTENT_BLOCKS;
     pool->refcount = calloc((size_t)p->n_blocks, sizeof *pool->refcount);
+    pool->cached = calloc((size_t)p->n_blocks, sizeof *pool->cached);
     pool->free_stack = malloc((size_t)p->n_blocks * sizeof *pool->free_stack);
     pool->free_at = malloc((size_t)p->n_blocks * sizeof *pool->free_at);
     pool->ext_used = calloc((size_t)pool->n_ext, sizeof *pool->ext_used);
     pool->ext_stack = malloc((size_t)pool->n_ext * sizeof *pool->ext_stack);
     pool->ext_at = malloc((size_t)pool->n_ext * sizeof *pool->ext_at);
-    if (!pool->refcount || !pool->free_stack || !pool->free_at || !pool->ext_used || !pool->ext_stack ||
+    if (!pool->refcount || !pool->cached || !pool->free_stack || !pool->free_at || !pool->ext_used || !pool->ext_stack ||
         !pool->ext_at) {
         kv_pool_destroy(pool);
         goto oom;
@@ -122,6 +129,7 @@ void kv_pool_destroy(struct kv_pool *pool)
     if (!pool)
         return;
     free(pool->refcount);
+    free(pool->cached);
     free(pool->free_stack);
     free(pool->free_at);
     free(pool->ext_used);
@@ -184,14 +192,20 @@ int64_t kv_pool_free_extents(const struct kv_pool *pool) { return pool->n_ext_fr
 void kv_block_ref(struct kv_pool *pool, int32_t b)
 {
     ASSERT(b >= 0 && b < pool->p.n_blocks && pool->refcount[b] > 0);
+    if (pool->cached[b] && pool->refcount[b] == 1)
+        pool->n_cached_idle--; /* a sequence shares the cached block again */
     pool->refcount[b]++;
 }
 
 void kv_block_unref(struct kv_pool *pool, int32_t b)
 {
     ASSERT(b >= 0 && b < pool->p.n_blocks && pool->refcount[b] > 0);
-    if (--pool->refcount[b] > 0)
+    ASSERT(!pool->cached[b] || pool->refcount[b] > 1); /* the cache unmarks before its own reference goes */
+    if (--pool->refcount[b] > 0) {
+        if (pool->cached[b] && pool->refcount[b] == 1)
+            pool->n_cached_idle++; /* only the cache's reference is left */
         return;
+    }
     int32_t e = b / KV_EXTENT_BLOCKS;
     kv_stack_push(pool->free_stack, pool->free_at, &pool->n_free, b);
     if (--pool->ext_used[e] == 0)
@@ -199,6 +213,18 @@ void kv_block_unref(struct kv_pool *pool, int32_t b)
 }
 
 int kv_block_refcount(const struct kv_pool *pool, int32_t b) { return pool->refcount[b]; }
+
+void kv_block_set_cached(struct kv_pool *pool, int32_t b, bool cached)
+{
+    ASSERT(b >= 0 && b < pool->p.n_blocks && pool->refcount[b] > 0);
+    if (pool->cached[b] == cached)
+        return;
+    pool->cached[b] = cached;
+    if (pool->refcount[b] == 1)
+        pool->n_cached_idle += cached ? 1 : -1;
+}
+
+int64_t kv_pool_cached_idle(const struct kv_pool *pool) { return pool->n_cached_idle; }
 
 void kv_seq_init(struct kv_seq *s) { memset(s, 0, sizeof *s); }
 

@@ -17,6 +17,7 @@
 
 #include "engine/dtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,6 +65,12 @@ void kv_block_ref(struct kv_pool *pool, int32_t b);
 /* Drops a reference; the block returns to the pool's free blocks at zero. */
 void kv_block_unref(struct kv_pool *pool, int32_t b);
 int kv_block_refcount(const struct kv_pool *pool, int32_t b);
+/* Marks that one of b's references (b in use) is a cache's, or no longer is: set it after taking that
+ * reference and clear it before dropping it. The pool then counts, as refcounts change, the marked blocks
+ * whose only reference is the cache's (what the cache could give back), in O(1). */
+void kv_block_set_cached(struct kv_pool *pool, int32_t b, bool cached);
+/* Marked blocks with refcount 1. */
+int64_t kv_pool_cached_idle(const struct kv_pool *pool);
 
 /* A sequence's block table: position p lives in blocks[p / block_size] at slot p % block_size. */
 struct kv_seq {

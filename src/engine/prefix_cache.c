@@ -189,6 +189,7 @@ static void pc_drop(struct prefix_cache *pc, int32_t i)
     pc_table_remove(pc, i);
     pc_lru_unlink(pc, i);
     pc->ent_of[pc->ent[i].block] = -1;
+    kv_block_set_cached(pc->pool, pc->ent[i].block, false);
     kv_block_unref(pc->pool, pc->ent[i].block);
     pc->ent[i].live = false;
     pc->free_ent[pc->n_free_ent++] = i;
@@ -288,6 +289,7 @@ void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_p
             pc->ent_of[e->block] = i;
             memcpy(&pc->tok[(size_t)i * (size_t)pc->bs], t, (size_t)pc->bs * sizeof *t);
             kv_block_ref(pc->pool, e->block);
+            kv_block_set_cached(pc->pool, e->block, true);
             uint64_t s = nh & pc->mask;
             while (pc->table[s] >= 0)
                 s = (s + 1) & pc->mask;
@@ -325,13 +327,9 @@ static int64_t pc_reclaim(void *ctx) { return pc_evict(ctx, 2 * KV_EXTENT_BLOCKS
 
 int64_t prefix_cache_blocks(const struct prefix_cache *pc) { return pc->n; }
 
-int64_t prefix_cache_evictable(const struct prefix_cache *pc)
-{
-    int64_t n = 0;
-    for (int32_t i = pc->head; i >= 0; i = pc->ent[i].next)
-        n += kv_block_refcount(pc->pool, pc->ent[i].block) == 1;
-    return n;
-}
+/* The pool counts them as references come and go (kv_block_set_cached): the scheduler asks every step, and a
+ * walk of the entries took 20 us at 8,192 of them, 82 us at 32,768. */
+int64_t prefix_cache_evictable(const struct prefix_cache *pc) { return kv_pool_cached_idle(pc->pool); }
 
 void prefix_cache_clear(struct prefix_cache *pc)
 {

@@ -48,7 +48,8 @@ void prefix_cache_insert(struct prefix_cache *pc, const int32_t *tokens, int n_p
 void prefix_cache_release(struct prefix_cache *pc, const struct kv_seq *seq);
 /* Returns up to n evictable blocks to the pool, least recently used first; returns how many were freed. */
 int64_t prefix_cache_evict(struct prefix_cache *pc, int64_t n);
-/* Blocks held by the cache, and those of them only the cache holds (reclaimable). */
+/* Blocks held by the cache, and those of them only the cache holds (reclaimable; O(1): the pool counts them,
+ * so a pool has at most one cache). */
 int64_t prefix_cache_blocks(const struct prefix_cache *pc);
 int64_t prefix_cache_evictable(const struct prefix_cache *pc);
 /* Drops every entry (references released). */

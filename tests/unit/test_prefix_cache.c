@@ -1,11 +1,13 @@
 /* Tests for the prefix cache over a real KV pool: chain naming, attach with and without a cut last block
  * (copy on write), LRU eviction of blocks only the cache holds, chains evicted from their end, that a full
- * cache still leaves sequences runs of consecutive blocks, and that every reference is returned. */
+ * cache still leaves sequences runs of consecutive blocks, that the evictable count (kept by the pool) matches a
+ * brute-force count, and that every reference is returned. */
 #include "testutil.h"
 
 #include "core/err.h"
 #include "engine/prefix_cache.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define BS 4
@@ -139,6 +141,22 @@ static void test_lru_eviction(void **state)
 }
 
 /* Many entries with deletions in between keep the probe chains intact (backward-shift deletion). */
+/* What prefix_cache_evictable counts, by brute force: blocks with one reference that no sequence of seqs
+ * holds (so the reference is the cache's). */
+static int64_t idle_cached(struct kv_pool *pool, int64_t nb, const struct kv_seq *seqs, int n_seqs)
+{
+    bool *held = calloc((size_t)nb, sizeof *held);
+    assert_non_null(held);
+    for (int i = 0; i < n_seqs; i++)
+        for (int k = 0; k < seqs[i].n_blocks; k++)
+            held[seqs[i].blocks[k]] = true;
+    int64_t n = 0;
+    for (int64_t b = 0; b < nb; b++)
+        n += kv_block_refcount(pool, (int32_t)b) == 1 && !held[b];
+    free(held);
+    return n;
+}
+
 static void test_table_churn(void **state)
 {
     (void)state;
@@ -165,7 +183,9 @@ static void test_table_churn(void **state)
         struct kv_seq s2;
         kv_seq_init(&s2);
         assert_int_equal(prefix_cache_attach(pc, t, BS, BS, &s2, &cur), BS);
+        assert_int_equal(prefix_cache_evictable(pc), idle_cached(pool, NB, &s2, 1)); /* s2 shares a block */
         kv_seq_deinit(pool, &s2);
+        assert_int_equal(prefix_cache_evictable(pc), prefix_cache_blocks(pc));
         assert_int_equal(prefix_cache_blocks(pc) + kv_pool_free_blocks(pool), NB);
     }
     prefix_cache_destroy(pc);
@@ -211,6 +231,7 @@ static void test_full_cache_keeps_runs(void **state)
                 assert_int_equal(prefix_cache_evict(pc, 1 - free_b), 1);
             fill(pool, &s[i], s[i].n_pos + BS);
             prefix_cache_insert(pc, tok[i], s[i].n_pos, &s[i], &cur[i]);
+            assert_int_equal(prefix_cache_evictable(pc), idle_cached(pool, nb, s, SEQS));
             if (s[i].n_blocks < len[i])
                 continue;
             if (done++ >= 20) { /* the cache filled the pool long before */
@@ -222,6 +243,7 @@ static void test_full_cache_keeps_runs(void **state)
             }
             prefix_cache_release(pc, &s[i]);
             kv_seq_truncate(pool, &s[i], 0);
+            assert_int_equal(prefix_cache_evictable(pc), idle_cached(pool, nb, s, SEQS));
             memset(&cur[i], 0, sizeof cur[i]);
             len[i] = MINB + (int)(test_rand_u64(&rng) % (MAXB - MINB + 1));
             for (int k = 0; k < MAXB * BS; k++)
