@@ -2,8 +2,9 @@
  * serve_html: the self-contained HTML report. Everything is inline: CSS in a <style> block and every chart
  * an <svg> drawn here (no scripts, no fonts, no network), so the page opens from a mail attachment or an
  * air-gapped machine and prints. Charts: latency CDFs per metric (one line per run), a histogram per metric
- * and run, and for a sweep throughput and latency against concurrency (or request rate) and TTFT against
- * prompt length. Every user-supplied string is HTML-escaped.
+ * and run, for a sweep throughput and latency against concurrency (or request rate) and TTFT against
+ * prompt length, and for conversations (--turns) TTFT and the prefix cache's share of the prompt by turn.
+ * Every user-supplied string is HTML-escaped.
  */
 #include "bench/serve_report.h"
 
@@ -450,6 +451,68 @@ static void html_cell_num(FILE *f, double v, int decimals)
         fprintf(f, "<td>-</td>");
 }
 
+/* Conversations (--turns): a table per run and two charts by turn, one line per run. */
+static void html_turns(FILE *f, const struct serve_report *rep)
+{
+    int n_turns = 0;
+    for (int i = 0; i < rep->n_runs; i++)
+        n_turns = rep->runs[i].s.n_turns > n_turns ? rep->runs[i].s.n_turns : n_turns;
+    if (n_turns < 2)
+        return;
+    int m = rep->n_runs < (int)HTML_N_COLORS ? rep->n_runs : (int)HTML_N_COLORS;
+    double *buf = malloc((size_t)n_turns * 3 * (size_t)(m > 0 ? m : 1) * sizeof *buf);
+    struct html_series ttft[HTML_N_COLORS], hit[HTML_N_COLORS];
+    if (!buf)
+        return; /* the page is complete without this section */
+    fprintf(f, "<h2>Conversations</h2>\n<p class=\"note\">Each turn resends the conversation so far; "
+               "\"cached\" is the share of its prompt tokens the server's prefix cache served "
+               "(usage.prompt_tokens_details.cached_tokens).</p>\n<div class=\"charts\">\n");
+    for (int i = 0; i < m; i++) {
+        const struct serve_run_summary *s = &rep->runs[i].s;
+        double *x = buf + (size_t)i * 3 * (size_t)n_turns, *yt = x + n_turns, *yh = yt + n_turns;
+        for (int t = 0; t < n_turns; t++) {
+            const struct serve_turn_summary *u = t < s->n_turns ? &s->turns[t] : NULL;
+            x[t] = t + 1;
+            yt[t] = u ? u->ttft.p50 : NAN;
+            yh[t] = u && u->cached_of_input ? 100.0 * (double)u->cached_tokens / (double)u->cached_of_input : NAN;
+        }
+        serve_report_run_name(&rep->runs[i], ttft[i].name, sizeof ttft[i].name);
+        ttft[i].x = hit[i].x = x;
+        ttft[i].y = yt;
+        hit[i].y = yh;
+        ttft[i].n = hit[i].n = n_turns;
+        ttft[i].color = hit[i].color = html_colors[i];
+        ttft[i].dashed = hit[i].dashed = ttft[i].steps = hit[i].steps = false;
+        memcpy(hit[i].name, ttft[i].name, sizeof hit[i].name);
+    }
+    html_line_chart(f, "chart-turns-ttft", "TTFT p50 by turn", "turn", "ms", ttft, m, true, true);
+    html_line_chart(f, "chart-turns-cached", "Prompt tokens from the prefix cache by turn", "turn", "% of the prompt",
+                    hit, m, true, true);
+    free(buf);
+    fprintf(f, "</div>\n<div class=\"scroll\"><table id=\"turns\"><thead><tr><th>run</th><th>turn</th><th>sent</th>"
+               "<th>completed</th><th>mean input tokens</th><th>cached %%</th><th>TTFT mean</th><th>TTFT p50</th>"
+               "<th>TTFT p95</th></tr></thead><tbody>\n");
+    for (int i = 0; i < rep->n_runs; i++) {
+        const struct serve_run_summary *s = &rep->runs[i].s;
+        char name[96];
+        serve_report_run_name(&rep->runs[i], name, sizeof name);
+        for (int t = 0; t < s->n_turns; t++) {
+            const struct serve_turn_summary *u = &s->turns[t];
+            fprintf(f, "<tr><th>");
+            html_escape(f, name);
+            fprintf(f, "</th><td>%d</td><td>%d</td><td%s>%d</td>", t + 1, u->sent,
+                    u->completed < u->sent ? " class=\"bad\"" : "", u->completed);
+            html_cell_num(f, u->completed ? (double)u->input_tokens / u->completed : NAN, 1);
+            html_cell_num(f, u->cached_of_input ? 100.0 * (double)u->cached_tokens / (double)u->cached_of_input : NAN, 1);
+            html_cell_num(f, u->ttft.mean, 1);
+            html_cell_num(f, u->ttft.p50, 1);
+            html_cell_num(f, u->ttft.p95, 1);
+            fprintf(f, "</tr>\n");
+        }
+    }
+    fprintf(f, "</tbody></table></div>\n");
+}
+
 static void html_summary_table(FILE *f, const struct serve_report *rep)
 {
     bool cost = false, good = false;
@@ -593,12 +656,16 @@ int serve_report_write_html(const struct serve_report *rep, const char *path, ch
         fprintf(f, "synthetic prompts (random words, %.2f tokens per word%s), output %d tokens", rep->tokens_per_word,
                 rep->calibrated ? ", calibrated with /tokenize" : "", o->output_len);
     }
-    fprintf(f, ", %d requests per run, seed %llu, timeout %g s%s</p>\n", rep->n_runs ? rep->runs[0].s.sent : 0,
+    int sent = rep->n_runs ? rep->runs[0].s.sent : 0;
+    if (o->turns > 1)
+        fprintf(f, ", %d conversations of %d turns", sent / o->turns, o->turns);
+    fprintf(f, ", %d requests per run, seed %llu, timeout %g s%s</p>\n", sent,
             (unsigned long long)o->seed, o->timeout_s, o->ignore_eos ? ", ignore_eos" : "");
     if (rep->n_runs > 0) {
         fprintf(f, "<h2>Summary</h2>\n");
         html_summary_table(f, rep);
         html_sweep(f, rep);
+        html_turns(f, rep);
         fprintf(f, "<h2>Latency distributions</h2>\n<div class=\"charts\">\n");
         for (int k = 0; k < 4; k++)
             html_cdf_chart(f, rep, k);

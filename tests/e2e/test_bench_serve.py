@@ -676,6 +676,31 @@ def _png_pixels(path):
 
 
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="/usr/bin/chromium is absent: HTML report not rendered")
+def test_html_report_shows_conversations(tmp_path):
+    """With --turns the page adds TTFT and the prefix cache's share by turn (one line per run) and the per-turn
+    table; Chromium builds the charts with their lines."""
+    html = tmp_path / "turns.html"
+    with StandinServer(ttft_ms=2, itl_ms=1, prefix_cache=True) as srv:
+        _, res = bench(tmp_path, srv.url, "--turns", 3, "--concurrency", "1,2", "--num-prompts", 3, "--output-len", 3,
+                       "--input-len", 6, "--html", html)
+    profile = tempfile.mkdtemp(prefix="wafer-chromium-")
+    try:
+        p = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                            "--user-data-dir=" + profile, "--dump-dom", html.as_uri()],
+                           capture_output=True, text=True, timeout=60)
+        dom = p.stdout
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+    for cid in ("chart-turns-ttft", "chart-turns-cached"):
+        m = re.search(r'<svg[^>]*id="%s"[^>]*>(.*?)</svg>' % cid, dom, re.S)
+        assert m, cid
+        assert m.group(1).count("<polyline") == 2, cid  # one line per run
+    table = re.search(r'<table id="turns">(.*?)</table>', dom, re.S)
+    assert table and table.group(1).count("<tr>") == 1 + 2 * 3  # header, 2 runs x 3 turns
+    hit = res["runs"][1]["turns"][2]["prefix_cache_hit_rate"]
+    assert "<td>%.1f</td>" % (100 * hit) in table.group(1)
+
+
 def test_html_report_renders_in_chromium(tmp_path):
     html = tmp_path / "report.html"
     with StandinServer(ttft_ms=20, itl_ms=3) as srv:
