@@ -231,6 +231,18 @@ int serve_bench_main(const struct serve_options *opt)
     int turns = o.turns > 1 ? o.turns : 1;
     if (turns > 1 && o.num_prompts < 0 && o.dataset)
         num_prompts = dataset.n / turns; /* the whole file, in whole conversations */
+    if (turns > 1 && o.dataset && dataset.n < turns) {
+        fprintf(stderr, "wafer bench serve: --dataset %s has %d line(s); a conversation of --turns %d needs %d\n",
+                o.dataset, dataset.n, turns, turns);
+        status = 2;
+        goto out;
+    }
+    if ((long long)num_prompts * turns > 10000000) {
+        fprintf(stderr, "wafer bench serve: --num-prompts %d x --turns %d is over 10,000,000 requests a run\n",
+                num_prompts, turns);
+        status = 2;
+        goto out;
+    }
     int n_requests = num_prompts * turns;
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

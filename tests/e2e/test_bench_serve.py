@@ -96,11 +96,19 @@ def test_help_and_dispatch():
     (["--url", "http://127.0.0.1:1", "--dataset", "/nonexistent/d.jsonl"], "cannot open"),
     (["--url", "http://127.0.0.1:1", "--turns", "0"], "--turns must be"),
     (["--url", "http://127.0.0.1:1", "--turns", "2", "--request-rate", "3"], "--request-rate does not apply"),
+    (["--url", "http://127.0.0.1:1", "--turns", "1000", "--num-prompts", "20000"], "over 10,000,000 requests"),
 ])
 def test_bad_arguments(args, message):
     p = run_wafer("bench", "serve", *args)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr
+
+
+def test_dataset_too_short_for_a_conversation(tmp_path):
+    ds = tmp_path / "d.jsonl"
+    ds.write_text('{"prompt": "only one"}\n')
+    p = run_wafer("bench", "serve", "--url", "http://127.0.0.1:1", "--dataset", ds, "--turns", 2)
+    assert p.returncode == 2 and "a conversation of --turns 2 needs 2" in p.stderr, p.stderr
 
 
 def test_bad_dataset_line_is_named(tmp_path):
