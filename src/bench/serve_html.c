@@ -474,7 +474,7 @@ static void html_turns(FILE *f, const struct serve_report *rep)
             const struct serve_turn_summary *u = t < s->n_turns ? &s->turns[t] : NULL;
             x[t] = t + 1;
             yt[t] = u ? u->ttft.p50 : NAN;
-            yh[t] = u && u->cached_of_input ? 100.0 * (double)u->cached_tokens / (double)u->cached_of_input : NAN;
+            yh[t] = u ? 100.0 * serve_hit_rate(u->cached_tokens, u->cached_of_input) : NAN;
         }
         serve_report_run_name(&rep->runs[i], ttft[i].name, sizeof ttft[i].name);
         ttft[i].x = hit[i].x = x;
@@ -503,7 +503,7 @@ static void html_turns(FILE *f, const struct serve_report *rep)
             fprintf(f, "</th><td>%d</td><td>%d</td><td%s>%d</td>", t + 1, u->sent,
                     u->completed < u->sent ? " class=\"bad\"" : "", u->completed);
             html_cell_num(f, u->completed ? (double)u->input_tokens / u->completed : NAN, 1);
-            html_cell_num(f, u->cached_of_input ? 100.0 * (double)u->cached_tokens / (double)u->cached_of_input : NAN, 1);
+            html_cell_num(f, 100.0 * serve_hit_rate(u->cached_tokens, u->cached_of_input), 1);
             html_cell_num(f, u->ttft.mean, 1);
             html_cell_num(f, u->ttft.p50, 1);
             html_cell_num(f, u->ttft.p95, 1);

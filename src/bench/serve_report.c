@@ -80,7 +80,7 @@ void serve_report_print_run(FILE *f, const struct serve_report *rep, int i)
         fprintf(f, "  cached      %lld of %lld input tokens (%s%%) from the server's prefix cache "
                    "(%d of %d from usage)\n",
                 s->cached_tokens, s->cached_of_input,
-                fmt_num(a, sizeof a, s->cached_of_input ? 100.0 * s->cached_tokens / s->cached_of_input : NAN, 1),
+                fmt_num(a, sizeof a, 100.0 * serve_hit_rate(s->cached_tokens, s->cached_of_input), 1),
                 s->cached_from_usage, s->completed);
     if (s->n_turns > 1) {
         fprintf(f, "  %-10s %6s %6s %11s %9s %10s %10s %10s\n", "turn", "sent", "ok", "mean input", "cached",
@@ -88,7 +88,7 @@ void serve_report_print_run(FILE *f, const struct serve_report *rep, int i)
         for (int t = 0; t < s->n_turns; t++) {
             const struct serve_turn_summary *u = &s->turns[t];
             char d[32], e[32], g[32];
-            double hit = u->cached_of_input ? 100.0 * u->cached_tokens / u->cached_of_input : NAN;
+            double hit = 100.0 * serve_hit_rate(u->cached_tokens, u->cached_of_input);
             if (isfinite(hit))
                 snprintf(b, sizeof b, "%.1f%%", hit);
             else
@@ -315,8 +315,7 @@ static void json_run(struct json_writer *w, const struct serve_report *rep, cons
     json_writer_key_int(w, "output_tokens_from_usage", s->output_from_usage);
     json_writer_key_int(w, "cached_tokens", s->cached_tokens);
     json_writer_key_int(w, "cached_tokens_from_usage", s->cached_from_usage);
-    json_writer_key_double(w, "prefix_cache_hit_rate",
-                           s->cached_of_input ? (double)s->cached_tokens / s->cached_of_input : NAN);
+    json_writer_key_double(w, "prefix_cache_hit_rate", serve_hit_rate(s->cached_tokens, s->cached_of_input));
     json_writer_key(w, "turns");
     if (s->n_turns > 1) {
         json_writer_array_begin(w);
@@ -329,7 +328,7 @@ static void json_run(struct json_writer *w, const struct serve_report *rep, cons
             json_writer_key_double(w, "mean_input_tokens", u->completed ? (double)u->input_tokens / u->completed : NAN);
             json_writer_key_int(w, "cached_tokens", u->cached_tokens);
             json_writer_key_double(w, "prefix_cache_hit_rate",
-                                   u->cached_of_input ? (double)u->cached_tokens / u->cached_of_input : NAN);
+                                   serve_hit_rate(u->cached_tokens, u->cached_of_input));
             json_writer_key_double(w, "ttft_mean_ms", u->ttft.mean);
             json_writer_key_double(w, "ttft_p50_ms", u->ttft.p50);
             json_writer_key_double(w, "ttft_p95_ms", u->ttft.p95);

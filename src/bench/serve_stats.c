@@ -101,6 +101,11 @@ void serve_run_summary_deinit(struct serve_run_summary *s)
     memset(s, 0, sizeof *s);
 }
 
+double serve_hit_rate(long long cached, long long of_input)
+{
+    return of_input > 0 ? (double)cached / (double)of_input : NAN;
+}
+
 static double stats_tpot(const struct serve_request_result *r)
 {
     if (r->output_tokens < 2 || isnan(r->ttft_ms))

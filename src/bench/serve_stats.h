@@ -65,4 +65,7 @@ void serve_stats_set_cost(struct serve_run_summary *s, double cost_per_hour);
 
 void serve_run_summary_deinit(struct serve_run_summary *s);
 
+/* The prefix cache's hit rate, cached / of_input in [0, 1], or NAN when no input was counted. */
+double serve_hit_rate(long long cached, long long of_input);
+
 #endif

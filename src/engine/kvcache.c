@@ -101,8 +101,8 @@ struct kv_pool *kv_pool_create(const struct kv_pool_params *p, kv_block_copy_fn 
     pool->ext_used = calloc((size_t)pool->n_ext, sizeof *pool->ext_used);
     pool->ext_stack = malloc((size_t)pool->n_ext * sizeof *pool->ext_stack);
     pool->ext_at = malloc((size_t)pool->n_ext * sizeof *pool->ext_at);
-    if (!pool->refcount || !pool->cached || !pool->free_stack || !pool->free_at || !pool->ext_used || !pool->ext_stack ||
-        !pool->ext_at) {
+    if (!pool->refcount || !pool->cached || !pool->free_stack || !pool->free_at || !pool->ext_used ||
+        !pool->ext_stack || !pool->ext_at) {
         kv_pool_destroy(pool);
         goto oom;
     }

@@ -140,7 +140,6 @@ static void test_lru_eviction(void **state)
     kv_pool_destroy(pool);
 }
 
-/* Many entries with deletions in between keep the probe chains intact (backward-shift deletion). */
 /* What prefix_cache_evictable counts, by brute force: blocks with one reference that no sequence of seqs
  * holds (so the reference is the cache's). */
 static int64_t idle_cached(struct kv_pool *pool, int64_t nb, const struct kv_seq *seqs, int n_seqs)
@@ -157,6 +156,7 @@ static int64_t idle_cached(struct kv_pool *pool, int64_t nb, const struct kv_seq
     return n;
 }
 
+/* Many entries with deletions in between keep the probe chains intact (backward-shift deletion). */
 static void test_table_churn(void **state)
 {
     (void)state;
