@@ -183,10 +183,9 @@ static void check_shapes(enum dtype t, const int64_t *ns, size_t nn)
 static void test_f16(void **state)
 {
     (void)state;
-    /* both ways of converting the weights (whole rows where cpu_f16_gemm_whole_rows says so, chunks of 512) */
+    /* both ways of converting the weights (whole rows, chunks of 512), whichever this CPU takes */
     for (int chunks = 0; chunks < 2; chunks++) {
-        if (chunks)
-            setenv("WAFER_F16_GEMM_CHUNKS", "1", 1);
+        setenv("WAFER_F16_GEMM", chunks ? "chunks" : "whole", 1);
         const int64_t ns[] = {32, 48, 8, 13, 24, 2048, 2056, 2053, 1040};
         check_shapes(DTYPE_F16, ns, sizeof ns / sizeof ns[0]);
         /* several conversion chunks with a tail (rows of up to 8,192 elements at once), and many columns (column
@@ -199,7 +198,7 @@ static void test_f16(void **state)
             check(DTYPE_F16, 40, 5, 3, 2, e);
         }
     }
-    unsetenv("WAFER_F16_GEMM_CHUNKS");
+    unsetenv("WAFER_F16_GEMM");
 }
 
 /* The R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks. */

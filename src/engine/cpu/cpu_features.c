@@ -73,15 +73,41 @@ unsigned cpu_family(void)
     return (unsigned)fam;
 }
 
-/* AMD family 0x19 (Zen 3, Zen 4): what the per-CPU decisions below were measured on (a Zen 4). */
+/* AMD family 0x19 (Zen 3, Zen 4): where most per-CPU decisions below were measured (on a Zen 4); 0x1a is Zen 5. */
 static bool cpu_is_amd_family_19(void) { return cpu_is_amd() && cpu_family() == 0x19; }
 
-bool cpu_gemv16_sparse_prefetch(void) { return cpu_is_amd_family_19(); }
+/* 1 when the environment variable name is `yes`, 0 when it is `no`, -1 otherwise (unset, empty or anything
+ * else: the CPU's rule decides). */
+static int cpu_env_choice(const char *name, const char *yes, const char *no)
+{
+    const char *e = getenv(name);
+    if (!e)
+        return -1;
+    return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
+}
+
+bool cpu_gemv16_sparse_prefetch(void)
+{
+    static int sparse = -1;
+    if (sparse < 0) {
+        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
+        sparse = e >= 0 ? e : cpu_is_amd_family_19();
+    }
+    return sparse;
+}
+
+bool cpu_q8_0_gemv16_sparse_prefetch(void)
+{
+    static int sparse = -1;
+    if (sparse < 0) {
+        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
+        sparse = e >= 0 ? e : cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
+    }
+    return sparse;
+}
 
 bool cpu_f16_gemm_whole_rows(void)
 {
-    const char *e = getenv("WAFER_F16_GEMM_CHUNKS");
-    if (e && *e && strcmp(e, "0") != 0)
-        return false;
-    return cpu_is_amd_family_19();
+    int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");
+    return e >= 0 ? e : cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
 }

@@ -28,13 +28,21 @@ unsigned cpu_family(void);
 /* true on AMD family 0x19 (Zen 3 / Zen 4), where the decode gemv16 prefetch sparsely or not at all instead of
  * every line, which cost more than it won there: with AVX-512 (Zen 4) Q4_0 / Q8_0 one line per pair of blocks
  * far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c, gemv_avx512k.c); with AVX2 alone (Zen 3's
- * kernels, measured on a Zen 4) one line per 576 bytes (gemv_avx2.c). Cheap to call per product: both answers
- * are cached. */
+ * kernels, measured on a Zen 4) one line per 576 bytes (gemv_avx2.c). WAFER_GEMV_PREFETCH=sparse or =every
+ * in the environment overrides the CPU's rule (to measure the choice on another CPU); read at the first call
+ * and cached, as is the CPU's answer, so it is cheap to call per product. Either way the sums are the same. */
 bool cpu_gemv16_sparse_prefetch(void);
 
-/* true on AMD family 0x19 (with AVX-512: Zen 4, one 512-bit FMA a cycle), where the AVX-512 F16 gemm converts
- * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures); false when
- * WAFER_F16_GEMM_CHUNKS=1 (read at every call: tests run both; the sums are the same bits either way). */
+/* The AVX-512 Q8_0 decode gemv16's rule (gemv_avx512q.c): sparse as cpu_gemv16_sparse_prefetch says, and on
+ * AMD family 0x1a (Zen 5) too, where one line per pair of blocks far ahead read 1.01-1.16 of a plain read
+ * against 0.80-1.00 with every line (2 threads), and 1B Q8_0 decoded 1.37-1.50x faster. Same override and
+ * caching as cpu_gemv16_sparse_prefetch. */
+bool cpu_q8_0_gemv16_sparse_prefetch(void);
+
+/* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5), where the AVX-512 F16 gemm converts
+ * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures).
+ * WAFER_F16_GEMM=whole or =chunks overrides the CPU's rule (read at every call: tests run both on every CPU;
+ * the sums are the same bits either way). */
 bool cpu_f16_gemm_whole_rows(void);
 
 #endif

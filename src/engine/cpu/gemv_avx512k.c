@@ -365,11 +365,14 @@ AK_KGEMM(q6_k, ak_tile_q6_k)
  * product 1.20-1.27x faster on the Zen 5 (WAFER_PROFILE, 1B F16 pp512), n 2048 unchanged. The integer kernels
  * keep theirs in L2: larger blocks were slower there. */
 #define AF_XB (4 << 20)
-/* Elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32, in L1. On Zen 4
+/* Elements per chunk of converted weights (multiple of 16): 6 rows x 2 KiB of F32, in L1. On Zen 4 and 5
  * (cpu_f16_gemm_whole_rows) a chunk is the whole row, up to AF_KC_MAX: saving and reloading each column tile's
  * chains at every chunk's end cost more there than the converted rows' reads from L2 (one core, 1,024 rows x
  * 256 columns: n 2048 101 -> 110 GFLOP/s, n 8192 99.5 -> 107, of the 117 one 512-bit FMA a cycle allows;
- * chunks of 256: 88-93, 1,024: 98-106; stop 26). The Zen 5 measured 512 best (256 and 1,024 slower). */
+ * chunks of 256: 88-93, 1,024: 98-106; stop 26). On the Zen 5 (before whole rows existed) 512 had measured
+ * best of the chunk sizes (256 and 1,024 slower); whole rows beat it there too (1B F16 pp512, 2 threads,
+ * WAFER_F16_GEMM=whole / chunks alternated: 1.01-1.07x in seven pairs, median 1.035x; stop 32), so both AMD
+ * families take them. */
 #define AF_KC 512
 #define AF_KC_MAX 8192
 #define AF_JB 128   /* most columns per cache block (the per-column chains of a block live on the stack) */
@@ -904,7 +907,9 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * since stop 26 (ak16_block_q6_k_1), one line per AK16_PF_SPARSE bytes: one thread (`wafer bench --stream q6_k
  * -t 1`, shares of a plain read) 0.73-0.86 with one line per 576 or 1,152 bytes 4-8 KiB ahead, 0.78-0.81 with
  * none, 0.70 with every line; 2 threads 0.96-1.01, 0.93-0.99, 0.92-0.94 (the GGUF order had needed every line:
- * 0.44-0.46x without). Elsewhere both prefetch every line, as measured on the Zen 5. */
+ * 0.44-0.46x without). Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with
+ * WAFER_GEMV_PREFETCH=every / sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K
+ * 1.00-1.05 / 0.44-0.57). */
 #define AK16_PF_SPARSE 576
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */

@@ -69,7 +69,11 @@
  * run the median of 20 alternations): Q4_0 1.00-1.30x, median 1.03x in 28 runs (fast-memory minutes as slow
  * ones), Q8_0 1.00-1.19x, median 1.02x in 18; one per block, or 16 KiB ahead,
  * no better; one per 4 blocks 1.0-1.05x; T0 0.97-1.04x. The hardware prefetcher fetches the lines between
- * (cpu_gemv16_sparse_prefetch). */
+ * (cpu_gemv16_sparse_prefetch). On the Zen 5 (family 0x1a, stop 32) Q8_0 gains from it too, Q4_0 does not:
+ * `wafer bench --stream T -t 2`, WAFER_GEMV_PREFETCH=sparse / every alternated, kernels over a plain read,
+ * Q8_0 1.01-1.16 (7 runs) / 0.80-1.00 (7), 1B Q8_0 tg128 38.3-39.9 / 25.9-28.9 tokens/s (3 pairs); Q4_0
+ * 0.75-0.88 / 0.75-0.89 (7 each), tg128 70-75% / 81-83% of the probes beside (3 pairs). So Q8_0 asks
+ * cpu_q8_0_gemv16_sparse_prefetch, Q4_0 cpu_gemv16_sparse_prefetch. */
 #ifndef AQ16_PF_SPARSE
 #define AQ16_PF_SPARSE (32 << 10)
 #endif
@@ -260,7 +264,7 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    bool sparse = cpu_gemv16_sparse_prefetch();
+    bool sparse = is_q4 ? cpu_gemv16_sparse_prefetch() : cpu_q8_0_gemv16_sparse_prefetch();
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
         if (sparse) /* two calls so that each inlined tile has its prefetch loop fixed */
