@@ -10,7 +10,9 @@
  *           i..i+15 of a step) and chains 2 and 3 in another (i+16..i+31): one FMA of 16 lanes advances two
  *           chains. 8 keys are scored together and their folds run side by side in shuffles (ab_fold_*).
  *           Decode (up to 8 query rows per KV head) converts each F16 key vector in registers and uses it for
- *           four rows (ab_scores8x4_f16); more rows (a prefill tile) share one F32 copy of a chunk of keys.
+ *           four rows (ab_scores8x4_f16); more rows (a prefill tile) share one F32 copy of a chunk of keys,
+ *           scored two rows at a time with both rows' queries in registers when the head size is 64
+ *           (ab_scores8x2_64), else one row at a time.
  *   accum:  o[i] = fma(p_j, v_j[i], o[i]) per lane, rows j in order: 16 lanes per FMA, and four query rows at
  *           a time so that 16 independent FMA chains hide the FMA latency and each loaded V vector (F16 ones
  *           converted in registers) serves four rows.

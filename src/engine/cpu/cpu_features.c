@@ -75,6 +75,10 @@ unsigned cpu_family(void)
 
 /* AMD family 0x19 (Zen 3, Zen 4): where most per-CPU decisions below were measured (on a Zen 4); 0x1a is Zen 5. */
 static bool cpu_is_amd_family_19(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+static bool cpu_is_amd_family_19_or_1a(void)
+{
+    return cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
+}
 
 /* 1 when the environment variable name is `yes`, 0 when it is `no`, -1 otherwise (unset, empty or anything
  * else: the CPU's rule decides). */
@@ -86,28 +90,30 @@ static int cpu_env_choice(const char *name, const char *yes, const char *no)
     return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
 }
 
+/* A gemv16 prefetch rule: WAFER_GEMV_PREFETCH when set, else the CPU's, asked once into *cached (-1 before). */
+static bool cpu_prefetch_rule(int *cached, bool (*cpu_rule)(void))
+{
+    if (*cached < 0) {
+        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
+        *cached = e >= 0 ? e : cpu_rule();
+    }
+    return *cached;
+}
+
 bool cpu_gemv16_sparse_prefetch(void)
 {
     static int sparse = -1;
-    if (sparse < 0) {
-        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
-        sparse = e >= 0 ? e : cpu_is_amd_family_19();
-    }
-    return sparse;
+    return cpu_prefetch_rule(&sparse, cpu_is_amd_family_19);
 }
 
 bool cpu_q8_0_gemv16_sparse_prefetch(void)
 {
     static int sparse = -1;
-    if (sparse < 0) {
-        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
-        sparse = e >= 0 ? e : cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
-    }
-    return sparse;
+    return cpu_prefetch_rule(&sparse, cpu_is_amd_family_19_or_1a);
 }
 
 bool cpu_f16_gemm_whole_rows(void)
 {
     int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");
-    return e >= 0 ? e : cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
+    return e >= 0 ? e : cpu_is_amd_family_19_or_1a();
 }
