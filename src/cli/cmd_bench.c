@@ -117,6 +117,18 @@ static int parse_long(const char *s, long lo, long hi, long *out)
 }
 
 /* "1,4,8" -> ints in [lo, hi]. */
+/* *out = the integer s of bench serve's option flag, in lo..hi; else says so on stderr and returns -1. */
+static int parse_serve_int(const char *flag, const char *s, long lo, long hi, int *out)
+{
+    long v;
+    if (parse_long(s, lo, hi, &v)) {
+        fprintf(stderr, "wafer bench serve: %s must be an integer in %ld..%ld, not '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 static int parse_int_list(const char *flag, const char *s, long lo, long hi, int *out, int *n)
 {
     *n = 0;
@@ -227,7 +239,6 @@ static int bench_serve_cli(int argc, char **argv)
     bool no_progress = false;
     char err[ERR_MSG_MAX];
     int c;
-    long v;
     double d;
     optind = 0; /* GNU: full re-initialisation */
     opterr = 0;
@@ -269,25 +280,16 @@ static int bench_serve_cli(int argc, char **argv)
                 return 2;
             break;
         case OPT_NUM_PROMPTS:
-            if (parse_long(optarg, 0, 10000000, &v)) {
-                fprintf(stderr, "wafer bench serve: --num-prompts must be an integer in 0..10000000, not '%s'\n", optarg);
+            if (parse_serve_int("--num-prompts", optarg, 0, 10000000, &o.num_prompts))
                 return 2;
-            }
-            o.num_prompts = (int)v;
             break;
         case OPT_TURNS:
-            if (parse_long(optarg, 1, 1000, &v)) {
-                fprintf(stderr, "wafer bench serve: --turns must be an integer in 1..1000, not '%s'\n", optarg);
+            if (parse_serve_int("--turns", optarg, 1, 1000, &o.turns))
                 return 2;
-            }
-            o.turns = (int)v;
             break;
         case OPT_OUTPUT_LEN:
-            if (parse_long(optarg, 1, 1000000, &v)) {
-                fprintf(stderr, "wafer bench serve: --output-len must be an integer in 1..1000000, not '%s'\n", optarg);
+            if (parse_serve_int("--output-len", optarg, 1, 1000000, &o.output_len))
                 return 2;
-            }
-            o.output_len = (int)v;
             break;
         case OPT_SEED: {
             char *end;
