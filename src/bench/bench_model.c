@@ -63,7 +63,7 @@ static void bench_model_usage(FILE *f)
     fprintf(f,
             "usage: wafer bench --model M.gguf [options]\n"
             "       wafer bench --membw [--threads N] [--membw-mib MIB] [--json]\n"
-            "       wafer bench --stream TYPE [--threads N] [--repeat R] [--json]\n\n"
+            "       wafer bench --stream TYPE [--batch B] [--threads N] [--repeat R] [--json]\n\n"
             "Measures the engine on a GGUF model as llama-bench does: prompt processing (ppN: N tokens in\n"
             "one sequence) and generation (tgN: N tokens decoded one at a time), in tokens/s, mean +- stddev\n"
             "over repetitions after one warm-up run. Generation is also given as GB/s of weights read and as a\n"
@@ -92,7 +92,8 @@ static void bench_model_usage(FILE *f)
             "                        q6_k) over a 1B model's matrices (dim 2048, FFN 8192, 16 layers) from\n"
             "                        memory, as decode runs them, alternated pass by pass with a plain read of\n"
             "                        the same bytes; reports both GB/s and the kernels' share of the read\n"
-            "                        (-r passes of each, default 20)\n"
+            "                        (-r passes of each, default 20); with --batch B the gemm batched\n"
+            "                        decode runs on B columns instead, also as multiply-adds per second\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
             "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
@@ -515,20 +516,22 @@ static int bench_stream_only(const struct bench_opts *o)
     struct gemv_stream_result r;
     gemv_stream_opts_default(&so, t);
     so.n_threads = (int)o->threads;
+    so.batch = (int)o->batch;
     if (o->repeat_set)
         so.passes = (int)o->repeat;
     sysinfo_cpu_name(cpu, sizeof cpu);
-    fprintf(stderr, "cpu: %s\nstream: %s decode kernels over %d layers (dim %d, FFN %d, KV %d), writing the weights...\n",
-            cpu, dtype_name(t), so.layers, so.dim, so.ffn, so.kv_dim);
+    fprintf(stderr, "cpu: %s\nstream: %s decode kernels, %d column%s, over %d layers (dim %d, FFN %d, KV %d), writing "
+                    "the weights...\n", cpu, dtype_name(t), so.batch, so.batch > 1 ? "s" : "", so.layers, so.dim, so.ffn,
+            so.kv_dim);
     int rc = gemv_stream_run(&so, &r, err);
     if (rc) {
         fprintf(stderr, "wafer bench: %s\n", err);
         return rc == ERR_UNSUPPORTED || rc == ERR_INVALID_ARG ? 2 : 1;
     }
-    printf("%s decode kernels (%s layout), %d threads, %.1f MB per pass: plain read %.1f GB/s, kernels %.1f GB/s "
-           "(medians of %d passes each, alternated); kernels / read %.2f (median of the pairs, %.2f-%.2f)\n",
-           dtype_name(t), r.layout, r.threads, r.bytes / 1e6, r.read_gbs, r.kernel_gbs, r.passes, r.share,
-           r.share_lo, r.share_hi);
+    printf("%s decode kernels (%s layout), %d column%s, %d threads, %.1f MB per pass: plain read %.1f GB/s, kernels "
+           "%.1f GB/s, %.1f GMAC/s (medians of %d passes each, alternated); kernels / read %.2f (median of the pairs, "
+           "%.2f-%.2f)\n", dtype_name(t), r.layout, so.batch, so.batch > 1 ? "s" : "", r.threads, r.bytes / 1e6,
+           r.read_gbs, r.kernel_gbs, r.kernel_gmacs, r.passes, r.share, r.share_lo, r.share_hi);
     if (o->json) {
         json_t *j = json_object();
         if (!j)
@@ -541,6 +544,8 @@ static int bench_stream_only(const struct bench_opts *o)
         json_object_set_new(j, "bytes_per_pass", json_integer((json_int_t)r.bytes));
         json_object_set_new(j, "read_gbs", json_real(r.read_gbs));
         json_object_set_new(j, "kernel_gbs", json_real(r.kernel_gbs));
+        json_object_set_new(j, "batch", json_integer(so.batch));
+        json_object_set_new(j, "kernel_gmacs", json_real(r.kernel_gmacs));
         json_object_set_new(j, "kernel_share", json_real(r.share));
         json_object_set_new(j, "kernel_share_lo", json_real(r.share_lo));
         json_object_set_new(j, "kernel_share_hi", json_real(r.share_hi));

@@ -36,7 +36,9 @@ struct gs_mat {
     const uint8_t *w; /* rows x row_bytes, in the kernel's layout */
     int64_t rows, cols;
     size_t row_bytes;
-    const uint8_t *x; /* the activation row for cols (vec_type) */
+    const uint8_t *x; /* the activation rows for cols (vec_type): [batch][xb bytes] */
+    const uint8_t *xa; /* batch > 1: their aux from prep, [batch][xab bytes] (NULL when the kernels need none) */
+    size_t xb, xab;
 };
 
 struct gs_job {
@@ -46,7 +48,9 @@ struct gs_job {
     bool read;             /* this pass: plain read instead of the kernel */
     struct gs_mat *mats;
     int n_mats;
-    float *y;              /* [max rows] */
+    int batch;             /* activation columns (gemv_stream_opts) */
+    float *y;              /* [batch][ldy]: the products */
+    size_t ldy;            /* max rows */
     uint8_t *aux;          /* [threads][aux_stride] */
     size_t aux_stride;
     _Atomic uint64_t sink; /* keeps the reads alive */
@@ -68,6 +72,12 @@ static void gs_job_fn(void *ctx, int ith, int nth)
             /* membw_read's wide loads want 32-byte alignment, which every share here has (16 rows of an
              * even row size, or whole F16 rows); the scalar loop covers anything else */
             sink ^= ((uintptr_t)w & 31) ? membw_read_scalar(w, n) : membw_read(w, n);
+        } else if (r1 > r0 && j->batch > 1) {
+            if (j->r16)
+                j->g->gemm16(a->cols, (int)(r1 - r0), j->batch, j->y + r0, j->ldy, w, a->x, a->xb, a->xa, a->xab);
+            else
+                j->g->gemm(a->cols, (int)(r1 - r0), j->batch, j->y + r0, j->ldy, w, a->row_bytes, a->x, a->xb, a->xa,
+                           a->xab);
         } else if (r1 > r0) {
             j->g->prep(a->cols, a->x, aux);
             if (j->r16)
@@ -89,6 +99,7 @@ void gemv_stream_opts_default(struct gemv_stream_opts *o, enum dtype t)
     o->ffn = 8192;
     o->kv_dim = 512;
     o->layers = 16;
+    o->batch = 1;
 }
 
 /* A uniform float in [-1, 1) from the xorshift64 state *rng (never 0). */
@@ -124,12 +135,15 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         return err_set(err, ERR_UNSUPPORTED, "stream: no decode kernel for %s on this CPU (F16, Q8_0, Q4_0, Q4_K "
                                              "and Q6_K have them where AVX2 is)", dtype_name(o->type));
     int dim = o->dim, ffn = o->ffn, kv = o->kv_dim, layers = o->layers, passes = o->passes > 0 ? o->passes : 20;
+    int batch = o->batch > 0 ? o->batch : 1;
     if (dim <= 0 || ffn <= 0 || kv <= 0 || dim % 256 || ffn % 256 || kv % 256 || layers <= 0 || layers > 1024 ||
-        passes > 10000)
+        passes > 10000 || batch > 64)
         return err_set(err, ERR_INVALID_ARG, "stream: shapes must be positive multiples of 256 (dim %d, ffn %d, "
-                                              "kv %d), layers 1-1024 (%d), passes at most 10000 (%d)",
-                       dim, ffn, kv, layers, passes);
+                                              "kv %d), layers 1-1024 (%d), passes at most 10000 (%d), batch 1-64 (%d)",
+                       dim, ffn, kv, layers, passes, batch);
     bool r16 = g->gemv16 && quant_r16_supported(o->type);
+    if (batch > 1 && !(r16 ? g->gemm16 != NULL : g->gemm != NULL))
+        return err_set(err, ERR_UNSUPPORTED, "stream: no batched kernel for %s on this CPU", dtype_name(o->type));
     /* the 7 products of a layer: q, k, v, o, gate, up (rows x cols), down */
     const int64_t shp[7][2] = {{dim, dim}, {kv, dim}, {kv, dim}, {dim, dim}, {ffn, dim}, {ffn, dim}, {dim, ffn}};
     int n_mats = 7 * layers;
@@ -141,21 +155,25 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     }
     total *= (size_t)layers;
 
-    struct gs_job j = {.g = g, .r16 = r16, .n_mats = n_mats};
+    struct gs_job j = {.g = g, .r16 = r16, .n_mats = n_mats, .batch = batch};
     uint8_t *buf = bigmem_alloc(total), *tmp = malloc(largest);
     size_t rb_dim = dtype_row_bytes(o->type, dim), rb_ffn = dtype_row_bytes(o->type, ffn);
     uint8_t *pool_dim = malloc(GS_POOL * rb_dim), *pool_ffn = malloc(GS_POOL * rb_ffn);
+    /* the activation rows and their aux, [batch] of each, every row 64-byte aligned */
     enum dtype vt = ko->vec_type;
-    uint8_t *x_dim = aligned_alloc(64, (dtype_row_bytes(vt, dim) + 63) & ~(size_t)63);
-    uint8_t *x_ffn = aligned_alloc(64, (dtype_row_bytes(vt, ffn) + 63) & ~(size_t)63);
+    size_t xb_dim = (dtype_row_bytes(vt, dim) + 63) & ~(size_t)63, xb_ffn = (dtype_row_bytes(vt, ffn) + 63) & ~(size_t)63;
+    size_t xab_dim = (g->aux_bytes(dim) + 63) & ~(size_t)63, xab_ffn = (g->aux_bytes(ffn) + 63) & ~(size_t)63;
+    uint8_t *x_dim = aligned_alloc(64, xb_dim * (size_t)batch), *x_ffn = aligned_alloc(64, xb_ffn * (size_t)batch);
+    uint8_t *xa_dim = aligned_alloc(64, xab_dim * (size_t)batch + 64), *xa_ffn = aligned_alloc(64, xab_ffn * (size_t)batch + 64);
     float *xf = malloc((size_t)ffn * sizeof *xf);
     double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
     double *pair = malloc((size_t)passes * sizeof(double));
     j.mats = calloc((size_t)n_mats, sizeof *j.mats);
-    j.y = malloc((size_t)(ffn > dim ? ffn : dim) * sizeof(float));
+    j.ldy = (size_t)(ffn > dim ? ffn : dim);
+    j.y = malloc(j.ldy * (size_t)batch * sizeof(float));
     j.tp = threadpool_create(o->n_threads);
-    if (!buf || !tmp || !pool_dim || !pool_ffn || !x_dim || !x_ffn || !xf || !t_read || !t_kern || !pair || !j.mats ||
-        !j.y || !j.tp) {
+    if (!buf || !tmp || !pool_dim || !pool_ffn || !x_dim || !x_ffn || !xa_dim || !xa_ffn || !xf || !t_read || !t_kern ||
+        !pair || !j.mats || !j.y || !j.tp) {
         err_set(err, ERR_NOMEM, "stream: cannot allocate %.0f MB of weights and buffers", total / 1e6);
         goto out;
     }
@@ -170,10 +188,16 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     uint64_t rng = 0x9E3779B97F4A7C15ull;
     if ((rc = gs_pool_fill(o->type, dim, pool_dim, &rng, err)) || (rc = gs_pool_fill(o->type, ffn, pool_ffn, &rng, err)))
         goto out;
-    for (int64_t k = 0; k < ffn; k++)
-        xf[k] = gs_rand(&rng);
-    ko->from_f32(xf, x_dim, dim);
-    ko->from_f32(xf, x_ffn, ffn);
+    for (int c = 0; c < batch; c++) {
+        for (int64_t k = 0; k < ffn; k++)
+            xf[k] = gs_rand(&rng);
+        ko->from_f32(xf, x_dim + (size_t)c * xb_dim, dim);
+        ko->from_f32(xf, x_ffn + (size_t)c * xb_ffn, ffn);
+        if (xab_dim)
+            g->prep(dim, x_dim + (size_t)c * xb_dim, xa_dim + (size_t)c * xab_dim);
+        if (xab_ffn)
+            g->prep(ffn, x_ffn + (size_t)c * xb_ffn, xa_ffn + (size_t)c * xab_ffn);
+    }
 
     /* every matrix: pool rows (a different order in each), then the kernel's layout */
     size_t off = 0;
@@ -183,6 +207,9 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         a->cols = shp[m % 7][1];
         a->row_bytes = a->cols == dim ? rb_dim : rb_ffn;
         a->x = a->cols == dim ? x_dim : x_ffn;
+        a->xb = a->cols == dim ? xb_dim : xb_ffn;
+        a->xa = xab_dim ? (a->cols == dim ? xa_dim : xa_ffn) : NULL;
+        a->xab = a->cols == dim ? xab_dim : xab_ffn;
         const uint8_t *pool = a->cols == dim ? pool_dim : pool_ffn;
         uint8_t *dst = buf + off;
         for (int64_t r = 0; r < a->rows; r++)
@@ -225,6 +252,10 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     out->share_hi = sp.max;
     out->read_gbs = bytes / sr.p50 / 1e9;
     out->kernel_gbs = bytes / sk.p50 / 1e9;
+    double macs = 0;
+    for (int m = 0; m < n_mats; m++)
+        macs += (double)j.mats[m].rows * (double)j.mats[m].cols * batch;
+    out->kernel_gmacs = macs / sk.p50 / 1e9;
     rc = 0;
 out:
     if (j.tp)
@@ -237,6 +268,8 @@ out:
     free(pool_ffn);
     free(x_dim);
     free(x_ffn);
+    free(xa_dim);
+    free(xa_ffn);
     free(xf);
     free(t_read);
     free(t_kern);

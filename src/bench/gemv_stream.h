@@ -10,6 +10,11 @@
  * after each. Passes of the kernel alternate with passes of a plain read (membw_read) of the same bytes
  * split the same way, so both see the same minute of a machine whose bandwidth moves; the figure that
  * counts is the median over adjacent pairs of read time / kernel time.
+ *
+ * With a batch of B columns it runs the gemm batched decode runs instead (B sequences, one token each): the
+ * weights still come from memory once per pass, but each byte now feeds B columns' arithmetic, so the
+ * question becomes whether the arithmetic hides the read (kernels / read near the arithmetic's own limit)
+ * or adds to it.
  */
 #ifndef WAFER_BENCH_GEMV_STREAM_H
 #define WAFER_BENCH_GEMV_STREAM_H
@@ -24,6 +29,8 @@ struct gemv_stream_opts {
     int passes;            /* passes of each of the two, alternated (<= 0: 20; at most 10000) */
     int dim, ffn, kv_dim;  /* model shapes: positive multiples of 256 (the defaults: the 1B model's) */
     int layers;            /* 1-1024 (default 16) */
+    int batch;             /* activation columns: 1 (default) the decode gemv; 2-64 the gemm that batched
+                            * decode runs (B sequences, one token each), on B different columns */
 };
 
 struct gemv_stream_result {
@@ -34,6 +41,7 @@ struct gemv_stream_result {
     double kernel_gbs;     /* median over the kernel passes */
     double share;          /* median over adjacent (read, kernel) pairs of read time / kernel time */
     double share_lo, share_hi; /* lowest and highest pair */
+    double kernel_gmacs;   /* multiply-adds per second of the kernel passes (median), in billions */
 };
 
 /* Fills o with the defaults for type t. */

@@ -1,7 +1,8 @@
 /*
  * gemv_stream tests (`wafer bench --stream`): on small shapes, every weight type with a decode kernel here
- * runs, reads the bytes its matrices hold, in the layout the engine would give them, and reports sane
- * figures; a type without a kernel and bad shapes are refused with a message.
+ * runs, one column (the gemv) and 8 (the batched gemm), reads the bytes its matrices hold, in the layout the
+ * engine would give them, and reports sane figures; a type without a kernel, bad shapes and a bad batch are
+ * refused with a message.
  */
 #include "testutil.h"
 
@@ -10,6 +11,7 @@
 #include "engine/cpu/gemv.h"
 #include "engine/gguf/quant.h"
 
+#include <math.h>
 #include <string.h>
 
 static void stream_small(enum dtype t, struct gemv_stream_opts *o)
@@ -28,7 +30,9 @@ static void test_every_type(void **state)
     (void)state;
     const enum dtype types[] = {DTYPE_F16, DTYPE_Q8_0, DTYPE_Q4_0, DTYPE_Q4_K, DTYPE_Q6_K};
     int ran = 0;
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
+        size_t i = k / 2;
+        int batch = k % 2 ? 8 : 1;
         const struct gemv_ops *g = gemv_ops_best(types[i]);
         if (!g)
             continue; /* no AVX2 here, or WAFER_NO_SIMD */
@@ -36,6 +40,7 @@ static void test_every_type(void **state)
         struct gemv_stream_result r;
         char err[ERR_MSG_MAX] = "";
         stream_small(types[i], &o);
+        o.batch = batch;
         assert_int_equal(gemv_stream_run(&o, &r, err), 0);
         /* q, k, v, o (256 rows of 256), gate and up (512 of 256), down (256 of 512), twice */
         size_t want = 2 * ((size_t)(4 * 256 + 2 * 512) * dtype_row_bytes(types[i], 256) +
@@ -45,6 +50,9 @@ static void test_every_type(void **state)
         assert_int_equal(r.threads, 2);
         assert_string_equal(r.layout, g->gemv16 && quant_r16_supported(types[i]) ? "R16" : "rows");
         assert_true(r.read_gbs > 0 && r.kernel_gbs > 0);
+        /* multiply-adds per weight: one per column */
+        double elems = 2.0 * (4 * 256 * 256 + 2 * 512 * 256 + 256 * 512);
+        assert_true(fabs(r.kernel_gmacs / r.kernel_gbs - elems * batch / (double)r.bytes) < 1e-6 * r.kernel_gmacs);
         assert_true(r.share_lo > 0 && r.share_lo <= r.share && r.share <= r.share_hi);
         ran++;
     }
@@ -70,6 +78,10 @@ static void test_refusals(void **state)
     stream_small(DTYPE_Q4_0, &o);
     o.layers = 0;
     assert_int_equal(gemv_stream_run(&o, &r, err), ERR_INVALID_ARG);
+    stream_small(DTYPE_Q4_0, &o);
+    o.batch = 65;
+    assert_int_equal(gemv_stream_run(&o, &r, err), ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "batch 1-64 (65)"));
 }
 
 int main(void)

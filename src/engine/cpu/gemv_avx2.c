@@ -82,6 +82,14 @@ GV_INLINE void gv_prefetch(const uint8_t *p, size_t n, size_t step)
         _mm_prefetch((const char *)p + i, _MM_HINT_T1);
 }
 
+/* Line i of a K-quant block's gb bytes at pf, into L2, if the block has it and pf is not NULL: the K-quant
+ * gemm's prefetch of the next group, one line beside each load of the block's kernel (see gvk16_tile). */
+GV_INLINE void gvk16_prefetch_line(const uint8_t *pf, int i, size_t gb)
+{
+    if (pf && (size_t)i * 64 < gb)
+        _mm_prefetch((const char *)pf + (size_t)i * 64, _MM_HINT_T1);
+}
+
 
 
 static inline float gv_h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -480,7 +488,7 @@ GV_INLINE __m256i gvk_dot_bsums(const struct block_q8_k *bx, const __m256i p[8])
 /* Q4_K block b of half h (8 rows) of the group at grp (nb blocks) x NC columns' blocks bx[c]: acc[c] gets
  * kernels.c's two fmas. */
 GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
-                                const struct block_q8_k *const *bx, __m256 *acc)
+                                const struct block_q8_k *const *bx, __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q = grp + quant_r16_dwords(2, 35, nb, b) + 32 * h, *hs = grp + quant_r16_scales(2, 35, nb, b);
     const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi8(63), m30 = _mm256_set1_epi8(0x30);
@@ -503,6 +511,7 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
         }
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) {
+            gvk16_prefetch_line(pf, 8 * j + l, 16 * sizeof(struct block_q4_k));
             __m256i raw = _mm256_loadu_si256((const __m256i *)(qj + 64 * (3 + 8 * (j >> 1) + l)));
             __m256i v = j & 1 ? _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4) : _mm256_and_si256(raw, m4);
 #pragma GCC unroll 8
@@ -563,7 +572,7 @@ GV_INLINE void gvk16_q6_k_end(const uint8_t *hs, int h, const uint8_t *q, const 
  * 16hq + 8(qt & 1) + l (low nibbles for qt < 2) with 2 bits of qh's dword 32 + 8hq + l, against the
  * activation's bytes 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
 GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
-                                const struct block_q8_k *const *bx, __m256 *acc)
+                                const struct block_q8_k *const *bx, __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q0 = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
     const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
@@ -584,6 +593,7 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
             __m256i sd = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(48 + 2 * hq + (qt >> 1))));
 #pragma GCC unroll 8
             for (int l = 0; l < 8; l++) {
+                gvk16_prefetch_line(pf, 32 * hq + 8 * qt + l, 16 * sizeof(struct block_q6_k));
                 __m256i ql =
                     _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 * (qt & 1) + l)));
                 __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
@@ -661,7 +671,10 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * pf, pfs: what to prefetch into L2, as gv16_tile. */
+ * pf, pfs: what to prefetch into L2, as gv16_tile, except that pfs 0 (the gemm) spreads each block's lines
+ * over its kernel's loads, one beside each, as the AVX-512 K-quant gemm does (gemv_avx512k.c, ak16_tile,
+ * says why). Zen 5 with WAFER_NO_AVX512, 2 threads, 8 columns from memory (`wafer bench --stream q4_k -b 8`,
+ * two rounds alternated): kernels / plain read Q4_K 0.23-0.25 -> 0.28, Q6_K 0.21-0.24 -> 0.31-0.32. */
 GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
                           int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs)
 {
@@ -673,8 +686,10 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
         for (int c = 0; c < NC; c++)
             acc[i][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (pf)
-            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs);
+        /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
+        const uint8_t *pfb = pf && !pfs && !(is_q6 && NC == 1) ? pf + (size_t)b * 16 * bb : NULL;
+        if (pf && !pfb)
+            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs ? pfs : 64);
         const struct block_q8_k *bx[GVK16_C];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
@@ -684,9 +699,9 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             if (is_q6 && NC == 1)
                 gvk16_block_q6_k_1(grp, nb, b, h0 + i, bx[0], acc[i]);
             else if (is_q6)
-                gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i]);
+                gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
             else
-                gvk16_block_q4_k(grp, nb, b, h0 + i, NC, bx, acc[i]);
+                gvk16_block_q4_k(grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
         }
     }
 #pragma GCC unroll 2
@@ -703,7 +718,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = gemm_col_block(ldx, GVK16_C);
 #define GVK16_TILE(NC, i, j, h, g, pf) \
-    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 64)
+    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 0)
     GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, w, GVK16_TILE)
 #undef GVK16_TILE
 }

@@ -949,10 +949,19 @@ AK_INLINE void ak16_q4_k_mn(__m512i a1, __m512i a2, __m512i mn[2])
     mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8);
 }
 
+/* Line i of a block's gb bytes at pf (the same block of the next group), into L2, if the block has it and pf
+ * is not NULL: the gemm's prefetch, one line beside each load of the block's kernel (see ak16_tile). */
+AK_INLINE void ak16_prefetch_line(const uint8_t *pf, int i, size_t gb)
+{
+    if (pf && (size_t)i * 64 < gb)
+        _mm_prefetch((const char *)pf + (size_t)i * 64, _MM_HINT_T1);
+}
+
 /* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]:
- * acc[c] (16 rows' floats) gets kernels.c's two FMAs of the block. */
+ * acc[c] (16 rows' floats) gets kernels.c's two FMAs of the block; pf: the next group's block, prefetched
+ * one line per load (ak16_prefetch_line), or NULL. */
 AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
-                               __m512 acc[])
+                               __m512 acc[], const uint8_t *pf)
 {
     const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *q = qd + 3 * 64; /* after the scales' 3 dwords */
@@ -970,6 +979,8 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int N
             t0[c] = t1[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) {
+            ak16_prefetch_line(pf, 8 * k + l, 16 * sizeof(struct block_q4_k));
+            ak16_prefetch_line(pf, 32 + 8 * k + l, 16 * sizeof(struct block_q4_k));
             __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
             __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 #pragma GCC unroll 8
@@ -1042,7 +1053,7 @@ AK_INLINE void ak16_q6_k_end(const uint8_t *hs, const uint8_t *q, const int NC, 
  * dwords 0-3 are group 8h + 2qt (its scale), 4-7 group 8h + 2qt + 1. The codes' +32 comes off per block as
  * 32 x sum_g scale_g x bsums_g. Its R16 scales at hs, dwords at q_ (q_ + 64k: dword k of the 16 rows). */
 AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int NC, const struct block_q8_k *const *bx,
-                               __m512 acc[])
+                               __m512 acc[], const uint8_t *pf)
 {
     const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
     __m512i S[AK16_C];
@@ -1067,6 +1078,7 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
                     t[c] = _mm512_setzero_si512();
 #pragma GCC unroll 4
                 for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+                    ak16_prefetch_line(pf, 32 * h + 8 * qt + l, 16 * sizeof(struct block_q6_k));
                     __m512i ql = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 * (qt & 1) + l));
                     __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
                     __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
@@ -1144,7 +1156,15 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
 
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
- * gemv: AK16_PF bytes ahead), or NULL; one line every pfs bytes of it (64: every line). */
+ * gemv: AK16_PF bytes ahead), or NULL; one line every pfs bytes of it at each block's start (64: every line),
+ * or with pfs 0 (the gemm) every line spread over the block's loads, one beside each. Why spread: a block's
+ * 36 (Q4_K) or 53 (Q6_K) prefetches issued together take the core's misses in flight for as long as memory
+ * takes, and the tile's own loads (from L2) queue behind them; the gemv's one column computes too little per
+ * block for that to matter, the gemm's 8 columns enough to keep memory and arithmetic apart. Batched decode,
+ * Zen 5, 2 threads, 8 columns over a 1B model's matrices from memory (`wafer bench --stream q4_k -b 8 -t 2`,
+ * three rounds, before / after alternated): Q4_K 214-332 -> 334-443 GMAC/s (kernels / plain read 0.48-0.70 ->
+ * 0.69-0.77), Q6_K 118-158 -> 195-253 (0.34-0.36 -> 0.56-0.61), the 8 columns on weights from L3 running
+ * 477 and 288; 1B Q4_K_M tg64 x8 181-198 -> 269-287 tokens/s, pp512 334-353 -> 382-390 (stop 33). */
 AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs)
 {
@@ -1154,8 +1174,10 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        if (nxt)
-            for (size_t i = 0; i < gb; i += pfs)
+        /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
+        const uint8_t *pfb = nxt && !pfs && !(is_q6 && NC == 1) ? nxt + (size_t)b * gb : NULL;
+        if (nxt && !pfb)
+            for (size_t i = 0; i < gb; i += pfs ? pfs : 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         const struct block_q8_k *bx[AK16_C];
 #pragma GCC unroll 8
@@ -1166,9 +1188,9 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
         if (is_q6 && NC == 1)
             ak16_block_q6_k_1(hs, qd, bx[0], acc);
         else if (is_q6)
-            ak16_block_q6_k(hs, qd, NC, bx, acc);
+            ak16_block_q6_k(hs, qd, NC, bx, acc, pfb);
         else
-            ak16_block_q4_k(hs, qd, NC, bx, acc);
+            ak16_block_q4_k(hs, qd, NC, bx, acc, pfb);
     }
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -1183,7 +1205,7 @@ AK_INLINE void ak16_tile_tail(const int is_q6, const int C, int NC, int64_t nb, 
 #define AK16_TAIL(k)                                                                                       \
     case k:                                                                                                \
         if (C > k)                                                                                         \
-            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt, 64);                               \
+            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt, 0);                                \
         break;
     switch (NC) {
         AK16_TAIL(7) AK16_TAIL(6) AK16_TAIL(5) AK16_TAIL(4) AK16_TAIL(3) AK16_TAIL(2) AK16_TAIL(1)
@@ -1206,7 +1228,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
             int j = j0;
             for (; j + C <= j1; j += C)
                 ak16_tile(is_q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
-                          j + 2 * C > j1 ? nxt : NULL, 64);
+                          j + 2 * C > j1 ? nxt : NULL, 0);
             if (j < j1)
                 ak16_tile_tail(is_q6, C, j1 - j, nb, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
                                j == j0 ? nxt : NULL);
