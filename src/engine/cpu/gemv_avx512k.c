@@ -949,12 +949,12 @@ AK_INLINE void ak16_q4_k_mn(__m512i a1, __m512i a2, __m512i mn[2])
     mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(a2, 4), m4), _mm512_srli_epi32(a1, 2), m30, 0xf8);
 }
 
-/* Line i of a block's gb bytes at pf (the same block of the next group), into L2, if the block has it and pf
- * is not NULL: the gemm's prefetch, one line beside each load of the block's kernel (see ak16_tile). */
+/* Line i of a block's gb bytes at pf (the same block of the next group), into L1 (T0), if the block has it
+ * and pf is not NULL: the gemm's prefetch, one line beside each load of the block's kernel (see ak16_tile). */
 AK_INLINE void ak16_prefetch_line(const uint8_t *pf, int i, size_t gb)
 {
     if (pf && (size_t)i * 64 < gb)
-        _mm_prefetch((const char *)pf + (size_t)i * 64, _MM_HINT_T1);
+        _mm_prefetch((const char *)pf + (size_t)i * 64, _MM_HINT_T0);
 }
 
 /* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]:
@@ -1157,14 +1157,21 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
  * gemv: AK16_PF bytes ahead), or NULL; one line every pfs bytes of it at each block's start (64: every line),
- * or with pfs 0 (the gemm) every line spread over the block's loads, one beside each. Why spread: a block's
- * 36 (Q4_K) or 53 (Q6_K) prefetches issued together take the core's misses in flight for as long as memory
- * takes, and the tile's own loads (from L2) queue behind them; the gemv's one column computes too little per
+ * or with pfs 0 (the gemm) every line spread over the block's loads, one beside each, into L1. Why spread:
+ * a block's 36 (Q4_K) or 53 (Q6_K) prefetches issued together take the core's misses in flight for as long
+ * as memory takes, and the tile's own loads queue behind them; the gemv's one column computes too little per
  * block for that to matter, the gemm's 8 columns enough to keep memory and arithmetic apart. Batched decode,
  * Zen 5, 2 threads, 8 columns over a 1B model's matrices from memory (`wafer bench --stream q4_k -b 8 -t 2`,
  * three rounds, before / after alternated): Q4_K 214-332 -> 334-443 GMAC/s (kernels / plain read 0.48-0.70 ->
- * 0.69-0.77), Q6_K 118-158 -> 195-253 (0.34-0.36 -> 0.56-0.61), the 8 columns on weights from L3 running
- * 477 and 288; 1B Q4_K_M tg64 x8 181-198 -> 269-287 tokens/s, pp512 334-353 -> 382-390 (stop 33). */
+ * 0.69-0.77), Q6_K 118-158 -> 195-253 (0.34-0.36 -> 0.56-0.61); 1B Q4_K_M tg64 x8 181-198 -> 269-287
+ * tokens/s, pp512 334-353 -> 382-390. Why T0 (L1) and not T1 (L2) as everywhere else: one thread, 8 columns
+ * against one matrix streamed in a loop, GMAC/s T1 -> T0: from memory n 2048 Q4_K 236-255 -> 300-309, Q6_K
+ * 150-155 -> 242-243, n 8192 Q4_K 211-215 -> 271-309, Q6_K 159-167 -> 197-226; from L3 (4,096 rows) Q4_K
+ * 237 -> 310, Q6_K 153 -> 233 (no prefetch at all: 281, 210); the same tile on 256 rows that stay in L2 runs
+ * 315-344 and 278-280, so T0 leaves little between memory and L2. 2 threads (`--stream -b 8`, two rounds):
+ * Q4_K 308-363 -> 387-394, Q6_K 239-262 -> 270-282; 1B Q4_K_M tg64 x8 262-289 -> 295-299 (stop 33). One
+ * group (18-107 KiB) ahead measured as well as or better than 4-32 KiB. The AVX2 K-quant gemm keeps T1
+ * (there T0 ran Q6_K 1.25x faster, Q4_K at n 2048 0.8x), and so do the Q4_0 / Q8_0 gemm (mixed, 0.85-1.26x). */
 AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs)
 {
