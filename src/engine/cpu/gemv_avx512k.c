@@ -1164,14 +1164,15 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
  * Zen 5, 2 threads, 8 columns over a 1B model's matrices from memory (`wafer bench --stream q4_k -b 8 -t 2`,
  * three rounds, before / after alternated): Q4_K 214-332 -> 334-443 GMAC/s (kernels / plain read 0.48-0.70 ->
  * 0.69-0.77), Q6_K 118-158 -> 195-253 (0.34-0.36 -> 0.56-0.61); 1B Q4_K_M tg64 x8 181-198 -> 269-287
- * tokens/s, pp512 334-353 -> 382-390. Why T0 (L1) and not T1 (L2) as everywhere else: one thread, 8 columns
- * against one matrix streamed in a loop, GMAC/s T1 -> T0: from memory n 2048 Q4_K 236-255 -> 300-309, Q6_K
- * 150-155 -> 242-243, n 8192 Q4_K 211-215 -> 271-309, Q6_K 159-167 -> 197-226; from L3 (4,096 rows) Q4_K
- * 237 -> 310, Q6_K 153 -> 233 (no prefetch at all: 281, 210); the same tile on 256 rows that stay in L2 runs
- * 315-344 and 278-280, so T0 leaves little between memory and L2. 2 threads (`--stream -b 8`, two rounds):
- * Q4_K 308-363 -> 387-394, Q6_K 239-262 -> 270-282; 1B Q4_K_M tg64 x8 262-289 -> 295-299 (stop 33). One
- * group (18-107 KiB) ahead measured as well as or better than 4-32 KiB. The AVX2 K-quant gemm keeps T1
- * (there T0 ran Q6_K 1.25x faster, Q4_K at n 2048 0.8x), and so do the Q4_0 / Q8_0 gemm (mixed, 0.85-1.26x). */
+ * tokens/s, pp512 334-353 -> 382-390. Why T0 (L1) and not T1 (L2) as everywhere else: with both cores
+ * streaming (`--stream -b 8 -t 2`, four rounds, the two builds alternated) Q4_K 308-363 -> 387-430 GMAC/s,
+ * Q6_K 239-289 -> 270-310; 1B Q4_K_M tg64 x8 262-289 -> 295-299 tokens/s. One thread alone (8 columns against
+ * one matrix from memory in a loop) measured no difference between the two builds (Q4_K 185-247 / 217-238,
+ * Q6_K 130-182 / 151-175; the same tile on 256 rows that stay in L2: 315-344, 278-280), and a build that
+ * picked the hint at run time ran T0 at 1.3-1.5x its own T1 there: how the code falls, not the hint alone,
+ * decides what one thread gets, which is left open. One group (18-107 KiB) ahead measured as well as or
+ * better than 4-32 KiB. The AVX2 K-quant gemm keeps T1 (its run-time-hint build: Q6_K 1.25x with T0, Q4_K
+ * at n 2048 0.8x), and so do the Q4_0 / Q8_0 gemm (mixed, 0.85-1.26x). (stop 33) */
 AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
                          const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs)
 {
