@@ -521,8 +521,8 @@ static int bench_stream_only(const struct bench_opts *o)
         so.passes = (int)o->repeat;
     sysinfo_cpu_name(cpu, sizeof cpu);
     fprintf(stderr, "cpu: %s\nstream: %s decode kernels, %d column%s, over %d layers (dim %d, FFN %d, KV %d), writing "
-                    "the weights...\n", cpu, dtype_name(t), so.batch, so.batch > 1 ? "s" : "", so.layers, so.dim, so.ffn,
-            so.kv_dim);
+                    "the weights...\n",
+            cpu, dtype_name(t), so.batch, so.batch > 1 ? "s" : "", so.layers, so.dim, so.ffn, so.kv_dim);
     int rc = gemv_stream_run(&so, &r, err);
     if (rc) {
         fprintf(stderr, "wafer bench: %s\n", err);

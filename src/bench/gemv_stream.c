@@ -137,10 +137,12 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     int dim = o->dim, ffn = o->ffn, kv = o->kv_dim, layers = o->layers, passes = o->passes > 0 ? o->passes : 20;
     int batch = o->batch > 0 ? o->batch : 1;
     if (dim <= 0 || ffn <= 0 || kv <= 0 || dim % 256 || ffn % 256 || kv % 256 || layers <= 0 || layers > 1024 ||
-        passes > 10000 || batch > 64)
+        passes > 10000)
         return err_set(err, ERR_INVALID_ARG, "stream: shapes must be positive multiples of 256 (dim %d, ffn %d, "
-                                              "kv %d), layers 1-1024 (%d), passes at most 10000 (%d), batch 1-64 (%d)",
-                       dim, ffn, kv, layers, passes, batch);
+                                              "kv %d), layers 1-1024 (%d), passes at most 10000 (%d)",
+                       dim, ffn, kv, layers, passes);
+    if (batch > 64)
+        return err_set(err, ERR_INVALID_ARG, "stream: --batch takes 1-64 columns (got %d)", batch);
     bool r16 = g->gemv16 && quant_r16_supported(o->type);
     if (batch > 1 && !(r16 ? g->gemm16 != NULL : g->gemm != NULL))
         return err_set(err, ERR_UNSUPPORTED, "stream: no batched kernel for %s on this CPU", dtype_name(o->type));
@@ -161,10 +163,12 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     uint8_t *pool_dim = malloc(GS_POOL * rb_dim), *pool_ffn = malloc(GS_POOL * rb_ffn);
     /* the activation rows and their aux, [batch] of each, every row 64-byte aligned */
     enum dtype vt = ko->vec_type;
-    size_t xb_dim = (dtype_row_bytes(vt, dim) + 63) & ~(size_t)63, xb_ffn = (dtype_row_bytes(vt, ffn) + 63) & ~(size_t)63;
+    size_t xb_dim = (dtype_row_bytes(vt, dim) + 63) & ~(size_t)63;
+    size_t xb_ffn = (dtype_row_bytes(vt, ffn) + 63) & ~(size_t)63;
     size_t xab_dim = (g->aux_bytes(dim) + 63) & ~(size_t)63, xab_ffn = (g->aux_bytes(ffn) + 63) & ~(size_t)63;
     uint8_t *x_dim = aligned_alloc(64, xb_dim * (size_t)batch), *x_ffn = aligned_alloc(64, xb_ffn * (size_t)batch);
-    uint8_t *xa_dim = aligned_alloc(64, xab_dim * (size_t)batch + 64), *xa_ffn = aligned_alloc(64, xab_ffn * (size_t)batch + 64);
+    uint8_t *xa_dim = aligned_alloc(64, xab_dim * (size_t)batch + 64);
+    uint8_t *xa_ffn = aligned_alloc(64, xab_ffn * (size_t)batch + 64);
     float *xf = malloc((size_t)ffn * sizeof *xf);
     double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
     double *pair = malloc((size_t)passes * sizeof(double));
@@ -208,8 +212,8 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         a->row_bytes = a->cols == dim ? rb_dim : rb_ffn;
         a->x = a->cols == dim ? x_dim : x_ffn;
         a->xb = a->cols == dim ? xb_dim : xb_ffn;
-        a->xa = xab_dim ? (a->cols == dim ? xa_dim : xa_ffn) : NULL;
         a->xab = a->cols == dim ? xab_dim : xab_ffn;
+        a->xa = a->xab ? (a->cols == dim ? xa_dim : xa_ffn) : NULL;
         const uint8_t *pool = a->cols == dim ? pool_dim : pool_ffn;
         uint8_t *dst = buf + off;
         for (int64_t r = 0; r < a->rows; r++)

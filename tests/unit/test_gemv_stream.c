@@ -81,7 +81,7 @@ static void test_refusals(void **state)
     stream_small(DTYPE_Q4_0, &o);
     o.batch = 65;
     assert_int_equal(gemv_stream_run(&o, &r, err), ERR_INVALID_ARG);
-    assert_non_null(strstr(err, "batch 1-64 (65)"));
+    assert_non_null(strstr(err, "--batch takes 1-64 columns (got 65)"));
 }
 
 int main(void)
