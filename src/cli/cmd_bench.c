@@ -116,7 +116,6 @@ static int parse_long(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* "1,4,8" -> ints in [lo, hi]. */
 /* *out = the integer s of bench serve's option flag, in lo..hi; else says so on stderr and returns -1. */
 static int parse_serve_int(const char *flag, const char *s, long lo, long hi, int *out)
 {
@@ -129,6 +128,7 @@ static int parse_serve_int(const char *flag, const char *s, long lo, long hi, in
     return 0;
 }
 
+/* "1,4,8" -> ints in [lo, hi]. */
 static int parse_int_list(const char *flag, const char *s, long lo, long hi, int *out, int *n)
 {
     *n = 0;
