@@ -219,11 +219,10 @@ AQ_INLINE __m512i aq16_bsum(const __m512i u[8], const uint8_t *xq, int32_t c)
 
 #define AQ16_CMAX 16 /* bound of the tile's column arrays */
 
-/* 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: memory prefetched as far along as
- * this group is read (gemm: the next group; gemv: AQ16_PF_Q4 / AQ16_PF_Q8 bytes ahead, or AQ16_PF_SPARSE
- * when sparse), or NULL; every line of it, or (sparse) the first of each pair of blocks. */
+/* The gemm's tile: 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. nxt: the next group,
+ * every line of it prefetched as far along as this group is read, or NULL. */
 AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *aux, size_t ldaux, const uint8_t *nxt, const int sparse)
+                         const uint8_t *aux, size_t ldaux, const uint8_t *nxt)
 {
     /* a block's bytes in the group (the prefetch's step; quant.h says where its scales and dwords are) */
     const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)), nd = is_q4 ? 4 : 8;
@@ -235,9 +234,7 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, rec += AQ_REC) {
         const uint8_t *q = g + quant_r16_dwords(1, nd, nb, b), *hs = g + quant_r16_scales(1, nd, nb, b);
-        if (nxt && sparse && !(b & 1))
-            _mm_prefetch((const char *)nxt + (size_t)b * gb, _MM_HINT_T1);
-        else if (nxt && !sparse)
+        if (nxt)
             for (size_t i = 0; i < gb; i += 64)
                 _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
         __m512i u[8];
@@ -260,6 +257,76 @@ AQ_INLINE void aq16_tile(int is_q4, int64_t nb, const int NC, float *s, size_t l
         _mm512_storeu_ps(s + (size_t)c * lds, acc[c]);
 }
 
+/* Block b's 16 rows (dwords at q, scales dw) against the one column whose record is r: acc + float(S_b) *
+ * (d_w * d_x), aq16_tile's operations for one column. */
+AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8_t *r, __m512 acc)
+{
+    __m512i u[8];
+    int32_t c0;
+    float dx;
+    aq16_unsigned(is_q4, q, u);
+    memcpy(&c0, r + (is_q4 ? AQ_REC_C4 : AQ_REC_C8), 4);
+    memcpy(&dx, r + AQ_REC_DX, 4);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(aq16_bsum(u, r, c0)), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
+}
+
+/* The decode gemv of one group (16 rows at g, nb blocks) against one column (its aux): y[r] for r < 16. A pair
+ * of blocks a step, as quant.h stores them (the two blocks' F16 scales, 64 bytes, then their dwords: Q4_0 576
+ * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
+ * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead). And
+ * for Q4_0 unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1:
+ *
+ * Why the aux. A column's records (48 bytes a block, 3 KiB at n 2048) are read once per group, so between two
+ * reads of a record 16 rows of weights stream past (18 KiB at n 2048 for Q4_0); on the Zen 5 they do not stay
+ * in L1 that long, and refilling them cost Q4_0 decode up to 15% of its speed from memory. Measured there
+ * (stop 34: a program alternating builds of this file pass by pass over a 1B model's matrices from memory, 2
+ * threads, kernels over a plain read of the same bytes): the records of only 16 blocks reused over and over
+ * (wrong numbers, for the experiment) 0.92-0.97 where the real ones gave 0.85-0.89; prefetching the records a
+ * few blocks ahead, 0.82-0.85 (so the refill itself, not its wait, seems to be what costs); touching them
+ * while they are still in L1, a quarter, half and three quarters of a group ahead (6 prefetches a pair of
+ * blocks), 0.95-1.01. Q8_0, whose 17 lines a pair need half the arithmetic per byte, loses with them
+ * (1.22-1.27 -> 1.09-1.12), and with them the sparse prefetch loses for Q4_0 (0.84). The K-quant gemv
+ * (gemv_avx512k.c) measured no different with its Q8_K rows touched so. Why pairs: one step per 9 (17) lines,
+ * the scales of both blocks in one load, no per-block offsets to compute. This against aq16_tile's one block
+ * a step (16 rounds): Q4_0 0.80-0.90 -> 0.85-1.01 (level in the minutes whose plain read passed 50 GB/s),
+ * Q8_0 (sparse) 1.10-1.29 -> 1.23-1.47; 1B Q8_0 tg128 (`wafer bench -p 0 -n 128 -r 3 -t 2`, 3 pairs) 39.2,
+ * 44.6, 42.5 -> 51.5, 47.7, 51.1 tokens/s; 1B Q4_0 tg128 level within this VM's noise (5 pairs, 54.7-67.7
+ * tokens/s both). */
+AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g, const uint8_t *aux, size_t pf,
+                               const int sparse)
+{
+    const size_t nd = is_q4 ? 4 : 8, pb = 2 * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p = g;
+    const int touch = is_q4 && !sparse;
+    const int64_t t1 = nb / 4, t2 = nb / 2, t3 = nb - nb / 4; /* the touched records: b + t, mod nb */
+    __m512 acc = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, p += pb, rec += 2 * AQ_REC) {
+        if (touch) {
+            const int64_t ts[3] = {t1, t2, t3};
+#pragma GCC unroll 3
+            for (int t = 0; t < 3; t++) { /* the pair's 96 bytes of records span 2 lines */
+                int64_t at = b + ts[t] < nb ? b + ts[t] : b + ts[t] - nb;
+                _mm_prefetch((const char *)rec0 + (size_t)at * AQ_REC, _MM_HINT_T0);
+                _mm_prefetch((const char *)rec0 + (size_t)at * AQ_REC + 64, _MM_HINT_T0);
+            }
+        }
+        /* the pair's first line before its first load, the others after (measured a little ahead of all
+         * before) */
+        _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
+        __m512i sc = _mm512_loadu_si512(p); /* the two blocks' 16 F16 scales each */
+        if (!sparse)
+            for (size_t i = 64; i < pb; i += 64)
+                _mm_prefetch((const char *)p + pf + i, _MM_HINT_T1);
+        const uint8_t *q = p + 64;
+        acc = aq16_block1(is_q4, q, _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), rec, acc);
+        acc = aq16_block1(is_q4, q + 64 * nd, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1)), rec + AQ_REC, acc);
+    }
+    if (b < nb) /* the lone last block: its 32 bytes of scales, then its dwords */
+        acc = aq16_block1(is_q4, p + 32, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)), rec, acc);
+    _mm512_storeu_ps(y, acc);
+}
+
 AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *aux)
 {
     int64_t nb = n / QK8_0;
@@ -267,10 +334,10 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     bool sparse = is_q4 ? cpu_gemv16_sparse_prefetch() : cpu_q8_0_gemv16_sparse_prefetch();
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
-        if (sparse) /* two calls so that each inlined tile has its prefetch loop fixed */
-            aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, g + AQ16_PF_SPARSE, 1);
+        if (sparse) /* two calls so that each inlined loop has its prefetches fixed */
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1);
         else
-            aq16_tile(is_q4, nb, 1, y + i, 0, g, aux, 0, g + (is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8), 0);
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8, 0);
     }
 }
 
@@ -288,7 +355,7 @@ AQ_INLINE void aq16_tile_k(int is_q4, int64_t nb, int k, float *s, size_t lds, c
 #define AQ16_K(K)                                                                                            \
     case K:                                                                                                  \
         if (K <= AQ16_C)                                                                                     \
-            aq16_tile(is_q4, nb, K <= AQ16_C ? K : 1, s, lds, g, aux, ldaux, nxt, 0);                           \
+            aq16_tile(is_q4, nb, K <= AQ16_C ? K : 1, s, lds, g, aux, ldaux, nxt);                              \
         break;
     switch (k) {
         AQ16_K(16) AQ16_K(15) AQ16_K(14) AQ16_K(13) AQ16_K(12) AQ16_K(11) AQ16_K(10) AQ16_K(9) AQ16_K(8) AQ16_K(7)
