@@ -53,6 +53,8 @@ struct gs_job {
     size_t ldy;            /* max rows */
     uint8_t *aux;          /* [threads][aux_stride] */
     size_t aux_stride;
+    uint8_t *scratch;      /* [threads][scratch_stride]: gemm16's scratch, or NULL */
+    size_t scratch_stride;
     _Atomic uint64_t sink; /* keeps the reads alive */
 };
 
@@ -74,7 +76,8 @@ static void gs_job_fn(void *ctx, int ith, int nth)
             sink ^= ((uintptr_t)w & 31) ? membw_read_scalar(w, n) : membw_read(w, n);
         } else if (r1 > r0 && j->batch > 1) {
             if (j->r16)
-                j->g->gemm16(a->cols, (int)(r1 - r0), j->batch, j->y + r0, j->ldy, w, a->x, a->xb, a->xa, a->xab);
+                j->g->gemm16(a->cols, (int)(r1 - r0), j->batch, j->y + r0, j->ldy, w, a->x, a->xb, a->xa, a->xab,
+                             j->scratch ? j->scratch + (size_t)ith * j->scratch_stride : NULL);
             else
                 j->g->gemm(a->cols, (int)(r1 - r0), j->batch, j->y + r0, j->ldy, w, a->row_bytes, a->x, a->xb, a->xa,
                            a->xab);
@@ -185,7 +188,12 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     size_t ab = g->aux_bytes(ffn) > g->aux_bytes(dim) ? g->aux_bytes(ffn) : g->aux_bytes(dim);
     j.aux_stride = (ab + 63) & ~(size_t)63;
     j.aux = aligned_alloc(64, j.aux_stride * (size_t)nth + 64);
-    if (!j.aux) {
+    if (r16 && g->gemm16_scratch) {
+        size_t sd = g->gemm16_scratch(dim), sf = g->gemm16_scratch(ffn);
+        j.scratch_stride = ((sd > sf ? sd : sf) + 63) & ~(size_t)63;
+        j.scratch = aligned_alloc(64, j.scratch_stride * (size_t)nth);
+    }
+    if (!j.aux || (j.scratch_stride && !j.scratch)) {
         err_set(err, ERR_NOMEM, "stream: out of memory");
         goto out;
     }
@@ -281,5 +289,6 @@ out:
     free(j.mats);
     free(j.y);
     free(j.aux);
+    free(j.scratch);
     return rc;
 }

@@ -141,7 +141,8 @@ static void check_set(const struct gemv_ops *gv, enum dtype t, int64_t n, int nr
         }
         for (size_t i = 0; i < lds * (size_t)nc; i++)
             s[i] = -7.0f;
-        gv->gemm16(n, n16, nc, s, lds, w16, x, ldx, NULL, 0);
+        assert_null(gv->gemm16_scratch); /* else it would need one here */
+        gv->gemm16(n, n16, nc, s, lds, w16, x, ldx, NULL, 0, NULL);
         for (int c = 0; c < nc; c++) {
             for (int r = 0; r < n16; r++)
                 if (memcmp(&want[(size_t)c * nr + r], &s[(size_t)c * lds + r], sizeof(float)))

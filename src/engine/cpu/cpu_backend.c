@@ -107,7 +107,9 @@ struct cpu_backend {
     const struct kernel_ops *ops[DTYPE_COUNT]; /* per weight type used, chosen once */
     const struct gemv_ops *gemv[DTYPE_COUNT];  /* decode kernels per weight type, or NULL: gemm */
     const char *isa[DTYPE_COUNT];              /* instruction set of ops / gemv per weight type used */
-    uint8_t *gemv_aux;                         /* per thread: [n_threads][gemv_aux_cap] */
+    /* per thread: [n_threads][gemv_aux_cap], a thread's decode gemv aux or its gemm16 scratch (one product at a
+     * time, each call one or the other) */
+    uint8_t *gemv_aux;
     size_t gemv_aux_cap;
     /* per activation format: the prep shared by the gemv_ops with a gemm for it (see gemv.h), or NULL */
     void (*act_prep[DTYPE_COUNT])(int64_t n, const void *x, void *aux);
@@ -294,6 +296,17 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
                 size_t need = (cb->gemv[t]->aux_bytes((int64_t)max_cols) + 63) & ~(size_t)63;
                 if (need > cb->gemv_aux_cap)
                     cb->gemv_aux_cap = need;
+                /* gemm16's scratch for each row length a product of this type has */
+                for (int l = 0; l < hp->n_layers && cb->gemv[t]->gemm16_scratch; l++) {
+                    const struct model_layer *L = &m->layers[l];
+                    const struct model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up,
+                                                       &L->w_down, &m->output};
+                    for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
+                        if (lw[i]->type == (enum dtype)t) {
+                            size_t sn = (cb->gemv[t]->gemm16_scratch(lw[i]->cols) + 63) & ~(size_t)63;
+                            cb->gemv_aux_cap = sn > cb->gemv_aux_cap ? sn : cb->gemv_aux_cap;
+                        }
+                }
                 if (cb->gemv[t]->gemm && cb->gemv[t]->aux_bytes((int64_t)max_cols) > 0) {
                     cb->act_prep[cb->ops[t]->vec_type] = cb->gemv[t]->prep;
                     cb->act_aux_bytes[cb->ops[t]->vec_type] = cb->gemv[t]->aux_bytes;
@@ -543,7 +556,8 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
             gv->gemv(w->cols, r1 - r0, dst + r0, wb + (size_t)r0 * w->row_bytes, w->row_bytes, a->buf, aux);
     } else if (r16) { /* its prep is the act_prep of the format, so a->aux is there */
         gv->gemm16(w->cols, (int)(r1 - r0), n_rows, dst + r0, ldd, wb + (size_t)r0 * w->row_bytes, a->buf,
-                   a->row_bytes, a->aux, a->aux_stride);
+                   a->row_bytes, a->aux, a->aux_stride,
+                   gv->gemm16_scratch ? cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap : NULL);
     } else {
         /* the gemv_ops gemm when it exists and its activation aux (if it needs one) was prepared */
         bool own = gv && gv->gemm && (a->aux || gv->aux_bytes(w->cols) == 0);

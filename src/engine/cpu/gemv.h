@@ -45,10 +45,14 @@ struct gemv_ops {
     /* NULL, or gemv and gemm on weights in quant.h's R16 layout (model_relayout makes it for these kernels):
      * nr a multiple of 16, w at the first row's group (row r0 of the matrix at data + r0 * row_bytes, r0 a
      * multiple of 16); x and aux as for gemv and gemm (Q4_0 / Q8_0 read only aux, the K-quants only x).
-     * Results bit-identical to gemv and gemm. */
+     * Results bit-identical to gemv and gemm. gemm16's scratch: gemm16_scratch(n) bytes, 64-byte aligned, for
+     * this call alone (its contents are not kept), or NULL where gemm16_scratch is NULL. */
     void (*gemv16)(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux);
     void (*gemm16)(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
-                   const void *aux, size_t ldaux);
+                   const void *aux, size_t ldaux, void *scratch);
+    /* NULL (gemm16 needs no scratch), or the bytes of scratch gemm16 needs for rows of n elements, whatever
+     * nr and nc. */
+    size_t (*gemm16_scratch)(int64_t n);
 };
 
 /* AVX2 kernels for weight type t when compiled in and the CPU has AVX2+FMA+F16C; NULL otherwise (no kernel

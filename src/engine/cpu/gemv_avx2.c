@@ -311,7 +311,7 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
         gv16_gemv(IS_Q4, n, nr, y, w, x, aux);                                                             \
     }                                                                                                      \
     static void gv16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
-                                 size_t ldx, const void *aux, size_t ldaux)                                \
+                                 size_t ldx, const void *aux, size_t ldaux, void *scratch)                 \
     {                                                                                                      \
         gv16_gemm(IS_Q4, n, nr, nc, s, lds, w, x, ldx, aux, ldaux);                                        \
     }
@@ -734,7 +734,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
         }                                                                                                  \
     }                                                                                                      \
     static void gvk16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, \
-                                  size_t ldx, const void *aux, size_t ldaux)                               \
+                                  size_t ldx, const void *aux, size_t ldaux, void *scratch)                \
     {                                                                                                      \
         gvk16_gemm(IS_Q6, n, nr, nc, s, lds, w, x, ldx);                                                   \
     }
@@ -874,16 +874,16 @@ static void gv_gemm_f16(int64_t n, int nr, int nc, float *s, size_t lds, const v
 
 /* Q4_0's aux extends Q8_0's, so one prep (Q4_0's) serves both, as gemv.h promises. */
 static const struct gemv_ops gv_ops[] = {
-    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0},
-    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0},
-    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, gvk16_gemv_q4_k, gvk16_gemm_q4_k},
-    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k},
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0, gv16_gemm_q4_0, NULL},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0, gv16_gemm_q8_0, NULL},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, gvk16_gemv_q4_k, gvk16_gemm_q4_k, NULL},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k, NULL},
 };
 
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16, gv_gemm_f16,
-                                                NULL, NULL};
+                                                NULL, NULL, NULL};
 static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16_streams,
-                                                   gv_gemm_f16, NULL, NULL};
+                                                   gv_gemm_f16, NULL, NULL, NULL};
 
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
 {

@@ -1262,13 +1262,13 @@ AK16_GEMV(q4_k, 0, sizeof(struct block_q4_k))
 AK16_GEMV(q6_k, 1, sizeof(struct block_q6_k))
 
 static void ak16_gemm_q4_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
-                           const void *aux, size_t ldaux)
+                           const void *aux, size_t ldaux, void *scratch)
 {
     ak16_gemm(0, AK16_C_Q4_K, n, nr, nc, s, lds, w, x, ldx);
 }
 
 static void ak16_gemm_q6_k(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, size_t ldx,
-                           const void *aux, size_t ldaux)
+                           const void *aux, size_t ldaux, void *scratch)
 {
     ak16_gemm(1, AK16_C_Q6_K, n, nr, nc, s, lds, w, x, ldx);
 }
@@ -1277,9 +1277,9 @@ static size_t ak_aux_none(int64_t n) { return 0; }
 static void ak_prep_none(int64_t n, const void *x, void *aux) {}
 
 static const struct gemv_ops ak_ops[] = {
-    {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16, NULL, NULL},
-    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, ak16_gemv_q4_k, ak16_gemm_q4_k},
-    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, ak16_gemv_q6_k, ak16_gemm_q6_k},
+    {DTYPE_F16, af_aux_bytes, af_prep, af_gemv_f16, af_gemm_f16, NULL, NULL, NULL},
+    {DTYPE_Q4_K, ak_aux_none, ak_prep_none, ak_gemv_q4_k, ak_gemm_q4_k, ak16_gemv_q4_k, ak16_gemm_q4_k, NULL},
+    {DTYPE_Q6_K, ak_aux_none, ak_prep_none, ak_gemv_q6_k, ak_gemm_q6_k, ak16_gemv_q6_k, ak16_gemm_q6_k, NULL},
 };
 
 #if defined(__clang__)
