@@ -17,8 +17,9 @@
  *   aq16_unsigned), 4 zero bytes.
  * 52 nb8 bytes. The R16 gemm copies its columns' records block by block into its scratch first
  * (aq16_records_interleave), and its tile reads a (column, block)'s quants, start value and scale through one
- * pointer with constant displacements: with separate arrays at offsets that depend on nb, GCC kept an index per dword in
- * registers it had to reload from the stack, and the gemm was 1.2x slower (8 and 256 columns, n 2048-8192).
+ * pointer with constant displacements: with separate arrays at offsets that depend on nb, GCC kept an index per
+ * dword in registers it had to reload from the stack, and the gemm was 1.2x slower (8 and 256 columns, n
+ * 2048-8192).
  *
  * The R16 kernels (gemv16, gemm16; "the R16 layout" below) are the ones the engine runs on weights read into
  * memory. Weights in GGUF rows (a file mapped with --mmap, a matrix whose rows are not a multiple of 16) run
@@ -370,7 +371,7 @@ AQ_INLINE void aq16_tile_k(int is_q4, int64_t nb, int k, float *s, size_t lds, c
  * passes over them. */
 static int aq16_col_block(int64_t nb)
 {
-    size_t cols = ((size_t)1 << 20) / ((size_t)nb * AQ_REC);
+    size_t cols = ((size_t)1 << 20) / ((size_t)(nb > 0 ? nb : 1) * AQ_REC);
     cols -= cols % AQ16_C;
     return cols < AQ16_C ? AQ16_C : cols > (1u << 20) ? 1 << 20 : (int)cols;
 }
