@@ -307,7 +307,7 @@ AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g
         if (touch) {
             const int64_t ts[3] = {t1, t2, t3};
 #pragma GCC unroll 3
-            for (int t = 0; t < 3; t++) { /* the pair's 96 bytes of records span 2 lines */
+            for (int t = 0; t < 3; t++) { /* 2 lines a pair: with the next pair's, every line of the records */
                 int64_t at = b + ts[t] < nb ? b + ts[t] : b + ts[t] - nb;
                 _mm_prefetch((const char *)rec0 + (size_t)at * AQ_REC, _MM_HINT_T0);
                 _mm_prefetch((const char *)rec0 + (size_t)at * AQ_REC + 64, _MM_HINT_T0);
@@ -389,9 +389,9 @@ static size_t aq16_gemm_scratch(int64_t n)
  * Why: in each column's own aux a tile of 8-12 columns reads 8-12 streams of records, one line or two per
  * column and block; interleaved, one. Measured on the Zen 5 (stop 34, a program alternating builds of this file
  * pass by pass over a 1B model's matrices, 2 threads, the interleaving included): 8 columns from memory (batched
- * decode) Q4_0 333-346 -> 389-400 GMAC/s, Q8_0 226 -> 277; 64 columns Q4_0 391 -> 485; 256 columns (prefill)
- * Q4_0 425 -> 510, Q8_0 362 -> 476. Each thread interleaves a column block once per call, which those
- * figures include (a 1B layer's seven products at 8 columns: about 0.2 MB copied a thread). */
+ * decode) Q4_0 261-361 -> 320-421 GMAC/s, Q8_0 167-246 -> 195-254 (5 rounds); 256 columns (prefill) Q4_0 401-419
+ * -> 438-450, Q8_0 390-441 -> 424-500 (3 rounds). Each thread interleaves a column block once per call, which
+ * those figures include (a 1B layer's seven products at 8 columns: about 0.2 MB copied a thread). */
 static void aq16_records_interleave(int64_t nb, const uint8_t *aux, size_t ldaux, int nc, uint8_t *dst)
 {
     size_t off = AQ_OFF_REC(aq_nb8(nb)), step = (size_t)nc * AQ_REC;
