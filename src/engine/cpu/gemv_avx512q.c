@@ -283,7 +283,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * in L1 that long, and refilling them cost Q4_0 decode up to 15% of its speed from memory. Measured there
  * (stop 34: a program alternating builds of this file pass by pass over a 1B model's matrices from memory, 2
  * threads, kernels over a plain read of the same bytes): the records of only 16 blocks reused over and over
- * (wrong numbers, for the experiment) 0.92-0.97 where the real ones gave 0.85-0.89; prefetching the records a
+ * (wrong numbers, for the experiment) 0.89-0.97 where the real ones gave 0.85-0.89; prefetching the records a
  * few blocks ahead, 0.82-0.85 (so the refill itself, not its wait, seems to be what costs); touching them
  * while they are still in L1, a quarter, half and three quarters of a group ahead (6 prefetches a pair of
  * blocks), 0.95-1.01. Q8_0, whose 17 lines a pair need half the arithmetic per byte, loses with them
