@@ -63,6 +63,7 @@
  * the same prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured,
  * keeps it. */
 #define GV_PF_SPARSE 576
+#define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 #define GV_PF_SPARSE_AHEAD (4 << 10)
 
 /* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes. */
@@ -199,8 +200,11 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
      * aq16_gemv_group in gemv_avx512q.c for why): on the Zen 5 with these kernels (stop 34, builds alternated
      * pass by pass over a 1B model's matrices from memory, 2 threads, kernels over a plain read) 0.69-0.77 ->
      * 0.79-0.85 in 7 rounds; its record and scale arrays touched as well, no better (0.79-0.83). Q8_0, not
-     * measured better with them in the AVX-512 gemv, does without. */
-    const int touch = is_q4 && NC == 1 && pfs == 64;
+     * measured better with them in the AVX-512 gemv, does without. And rows of more than GV16_TOUCH_NB blocks,
+     * as there (whose blocks then miss L1 as often as the reads they were to spare): stop 47, these kernels on
+     * a Zen 5, the 1B down product (n 8192) alone, builds alternated, kernels / plain read 0.954-0.986 with the
+     * touch, 0.965-0.999 without; gate / up (n 2048) 0.973 with, 0.965-0.966 without. */
+    const int touch = is_q4 && NC == 1 && pfs == 64 && nb <= GV16_TOUCH_NB;
     const int64_t t1 = nb / 4, t2 = nb / 2, t3 = nb - nb / 4; /* the touched blocks: b + t, mod nb */
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = grp + quant_r16_dwords(1, nd, nb, b), *hs = grp + quant_r16_scales(1, nd, nb, b);

@@ -220,6 +220,7 @@ AQ_INLINE __m512i aq16_bsum(const __m512i u[8], const uint8_t *xq, int32_t c)
 }
 
 #define AQ16_CMAX 16 /* bound of the tile's column arrays */
+#define AQ16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's records for rows of at most this many blocks */
 
 /* The gemm's tile: 16 rows (the group at g) x NC columns: s[c * lds + r] for r < 16. rec: the NC columns'
  * records interleaved (aq16_records_interleave): block b's record of column c at rec + (b NC + c) AQ_REC. nxt:
@@ -293,13 +294,24 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * a step (16 rounds): Q4_0 0.80-0.90 -> 0.85-1.01 (level in the minutes whose plain read passed 50 GB/s),
  * Q8_0 (sparse) 1.10-1.29 -> 1.23-1.47; 1B Q8_0 tg128 (`wafer bench -p 0 -n 128 -r 3 -t 2`, 3 pairs) 39.2,
  * 44.6, 42.5 -> 51.5, 47.7, 51.1 tokens/s; 1B Q4_0 tg128 level within this VM's noise (5 pairs, 54.7-67.7
- * tokens/s both). */
+ * tokens/s both).
+ *
+ * Only while the records are few (AQ16_TOUCH_NB): a row of 256 blocks or more has 12 KiB of them, the touches
+ * then miss L1 as often as the reads they were to spare and add their fills to the weights'. Measured on a Zen
+ * 5 again (stop 47, another VM whose read probe gave 52-86 GB/s; `wafer bench --stream`'s matrices one shape
+ * at a time, builds alternated run by run, medians of the runs' kernels / plain read): the 1B down product
+ * (n 8192) with the touch 0.91-0.92 where the plain read gave 40-80 GB/s and 0.78-0.80 above 80, without it
+ * 0.96 and 0.90-0.93; n 11008 (a 7B's down) 0.88 / 0.75 with, 0.95 / 0.90 without; the products of n 2048
+ * and 4096 level either way (0.93-0.98; n 4096's gate / up above 80 GB/s 0.925 with, 0.904 without). In the
+ * engine, 1B Q4_0 tg128 (`wafer bench -p 0 -n 128 -r 3 -t 2`, 5 rounds alternated) 111.4-114.3 tokens/s
+ * touching every product, 113.6-116.5 touching those of n <= 2048 only; its down product 2.28 -> 2.09 ms a
+ * token (WAFER_PROFILE). */
 AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g, const uint8_t *aux, size_t pf,
                                const int sparse)
 {
     const size_t nd = is_q4 ? 4 : 8, pb = 2 * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p = g;
-    const int touch = is_q4 && !sparse;
+    const int touch = is_q4 && !sparse && nb <= AQ16_TOUCH_NB;
     const int64_t t1 = nb / 4, t2 = nb / 2, t3 = nb - nb / 4; /* the touched records: b + t, mod nb */
     __m512 acc = _mm512_setzero_ps();
     int64_t b = 0;
