@@ -302,7 +302,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * at a time, builds alternated run by run, medians of the runs' kernels / plain read): the 1B down product
  * (n 8192) with the touch 0.91-0.92 where the plain read gave 40-80 GB/s and 0.78-0.80 above 80, without it
  * 0.96 and 0.90-0.93; n 11008 (a 7B's down) 0.88 / 0.75 with, 0.95 / 0.90 without; the products of n 2048
- * and 4096 level either way (0.93-0.98; n 4096's gate / up above 80 GB/s 0.925 with, 0.904 without). In the
+ * and 4096 level either way (0.90-0.98; n 4096's gate / up above 80 GB/s 0.925 with, 0.904 without). In the
  * engine, 1B Q4_0 tg128 (`wafer bench -p 0 -n 128 -r 3 -t 2`, 5 rounds alternated) 111.4-114.3 tokens/s
  * touching every product, 113.6-116.5 touching those of n <= 2048 only; its down product 2.28 -> 2.09 ms a
  * token (WAFER_PROFILE). */
