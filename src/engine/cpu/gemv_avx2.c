@@ -63,8 +63,9 @@
  * the same prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured,
  * keeps it. */
 #define GV_PF_SPARSE 576
-#define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 #define GV_PF_SPARSE_AHEAD (4 << 10)
+
+#define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 
 /* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes. */
 GV_INLINE size_t gv16_prefetch_rule(size_t *ahead)
