@@ -202,7 +202,7 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
      * pass by pass over a 1B model's matrices from memory, 2 threads, kernels over a plain read) 0.69-0.77 ->
      * 0.79-0.85 in 7 rounds; its record and scale arrays touched as well, no better (0.79-0.83). Q8_0, not
      * measured better with them in the AVX-512 gemv, does without. And rows of more than GV16_TOUCH_NB blocks,
-     * as there (whose blocks then miss L1 as often as the reads they were to spare): stop 47, these kernels on
+     * as there (whose blocks then miss L1 as often as the reads they were to spare): stop 35, these kernels on
      * a Zen 5, the 1B down product (n 8192) alone, builds alternated, kernels / plain read 0.954-0.986 with the
      * touch, 0.965-0.999 without; gate / up (n 2048) 0.973 with, 0.965-0.966 without. */
     const int touch = is_q4 && NC == 1 && pfs == 64 && nb <= GV16_TOUCH_NB;
@@ -771,7 +771,7 @@ GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
  * they are F16 values (kernel_ops' F16 from_f32 rounds them), so converting them back is exact and the sums
  * are those of the F32 row. Half the bytes: a 4-row tile of an 8192-element row streams 64 KiB of weights
  * between two reads of the activation, which as 32 KiB of F32 did not stay in L1 beside them. Measured on a
- * Zen 5 (stop 47, `wafer bench --stream f16`'s matrices one shape at a time, builds alternated run by run,
+ * Zen 5 (stop 35, `wafer bench --stream f16`'s matrices one shape at a time, builds alternated run by run,
  * medians of kernels / plain read, where the plain read gave 80-100 GB/s / 40-60): the 1B down product (n
  * 8192) 0.843 -> 0.917 / 0.976 -> 0.996, gate / up (n 2048) 0.915 -> 0.931 / 1.006 -> 1.007, q, k, v, o level
  * (0.909 / 0.908). The 8-element step and the tail read the F32 row. */

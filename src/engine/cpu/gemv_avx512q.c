@@ -298,7 +298,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  *
  * Only while the records are few (AQ16_TOUCH_NB): a row of 256 blocks or more has 12 KiB of them, the touches
  * then miss L1 as often as the reads they were to spare and add their fills to the weights'. Measured on a Zen
- * 5 again (stop 47, another VM whose read probe gave 52-86 GB/s; `wafer bench --stream`'s matrices one shape
+ * 5 again (stop 35, another VM whose read probe gave 52-86 GB/s; `wafer bench --stream`'s matrices one shape
  * at a time, builds alternated run by run, medians of the runs' kernels / plain read): the 1B down product
  * (n 8192) with the touch 0.91-0.92 where the plain read gave 40-80 GB/s and 0.78-0.80 above 80, without it
  * 0.96 and 0.90-0.93; n 11008 (a 7B's down) 0.88 / 0.75 with, 0.95 / 0.90 without; the products of n 2048
