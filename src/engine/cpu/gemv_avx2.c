@@ -52,7 +52,13 @@
 #include <string.h>
 
 #define GV_INLINE static inline __attribute__((always_inline))
-#define GV_PF (16 << 10) /* prefetch distance in bytes ahead along the stream of rows */
+/* Prefetch distance in bytes ahead along the stream of rows. 8 KiB, not the 16 KiB measured on the first Xeon:
+ * on the Zen 5 with WAFER_NO_AVX512 (2 threads, `wafer bench --stream`'s matrices, 16 / 8 / 4 KiB builds
+ * alternated run by run for 10 minutes, medians of kernels / plain read where the read gave 40-60 GB/s |
+ * above 80 GB/s): Q4_0 0.971 / 0.981 / 0.984 | 0.931 / 0.932 / 0.872, Q8_0 0.972 / 0.983 / 0.993 | 0.846 /
+ * 0.919 / 0.930, Q4_K 0.802 / 0.923 / 0.944 | 0.829 / 0.800 / 0.777, Q6_K 0.754 / 0.836 / 0.833 | 0.706 /
+ * 0.704 / 0.618 (stop 36). */
+#define GV_PF (8 << 10)
 
 /* On AMD family 0x19 (cpu_gemv16_sparse_prefetch) the R16 gemv prefetch one line per GV_PF_SPARSE bytes,
  * GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these kernels
@@ -667,6 +673,12 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
                          _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(49 + 2 * hq)))};
 #pragma GCC unroll 8
         for (int l = 0; l < 8; l++) {
+            /* A pointer GCC cannot see through, made in order (volatile), and the chains pinned (SIMD_KEEP):
+             * else it hoists the block's 64 activation broadcasts to its start and regroups the int32 adds to
+             * its end, and spills both (188 stores a block); one Zen 5 core over 64 rows x 2048 from L2
+             * (WAFER_NO_AVX512) 35 -> 42-46 GB/s, 2 threads from memory 0.58 -> 0.68 of a plain read. */
+            const int8_t *xl = bx->qs + 128 * hq + 4 * l;
+            __asm__ volatile("" : "+r"(xl));
             __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + l)));
             __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 + l)));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
@@ -680,12 +692,14 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
 #pragma GCC unroll 4
             for (int qt = 0; qt < 4; qt++) {
                 int32_t y;
-                memcpy(&y, bx->qs + 128 * hq + 32 * qt + 4 * l, 4);
+                memcpy(&y, xl + 32 * qt, 4);
                 __m256i t = _mm256_maddubs_epi16(qv[qt], _mm256_set1_epi32(y));
                 p[qt] = l & 1 ? _mm256_add_epi16(p[qt], t) : t;
+                SIMD_KEEP(p[qt]);
                 if (l & 1) { /* two dwords of group 8hq + 2qt + l / 4 */
                     int g = (2 * qt + (l >> 2)) & 3;
                     S = _mm256_add_epi32(S, _mm256_madd_epi16(p[qt], gvk_pick_s8(sd[qt >> 1], g, g)));
+                    SIMD_KEEP(S);
                 }
             }
         }
