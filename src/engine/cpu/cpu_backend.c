@@ -617,11 +617,11 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
  * ~1.5 us of streaming at 40 GB/s a core); what another thread can take is what no claim covers yet. */
 #define CPU_DECODE_CHUNK (64 << 10)
 
-/* Decode (one activation row) of w on thread ith of nth: out (=|+=) W act. Each thread streams its share of
- * the rows (threadpool_split over units of 16 rows: one contiguous range, which the gemv prefetch wants;
- * chunks handed out from one counter cost Q4_0 decode 7%), claiming it a chunk at a time from the front;
- * a thread done with its own share takes the back half of what another has not claimed, again while more
- * than a unit is left. So a core that the OS or another tenant takes away for a while no longer keeps the
+/* Decode (one activation row) of R16 weights w on thread ith of nth: out (=|+=) W act. Each thread streams
+ * its share of the groups of 16 rows (threadpool_split: one contiguous range, which the gemv prefetch wants;
+ * chunks handed out from one counter cost Q4_0 decode 7%), claiming it a chunk at a time from the front; a
+ * thread done with its own share takes the back half of what another has not claimed, again while more
+ * than a group is left. So a core that the OS or another tenant takes away for a while no longer keeps the
  * other waiting at the next barrier, and each range read is still one stream. Measured on the Zen 5 (stop
  * 37, `wafer bench -p 0 -n 64 -r 2 -t 2`, a busy loop running beside, alternated with the even split): 1B
  * Q4_0 33.6-36.4 against 31.6-33.7 tokens/s (faster in 14 of 15 pairs), Q4_K_M faster in 11 of 12 pairs
@@ -631,7 +631,7 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
                              float *out, bool accumulate, int which, int ith, int nth)
 {
     const struct gemv_ops *gv = cb->gemv[w->type];
-    const int64_t g = QUANT_R16_ROWS, units = (w->rows + g - 1) / g;
+    const int64_t g = QUANT_R16_ROWS, units = w->rows / g;
     int64_t chunk = CPU_DECODE_CHUNK / (int64_t)((size_t)g * w->row_bytes);
     chunk = chunk < 1 ? 1 : chunk;
     uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
@@ -658,8 +658,7 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
                 gv->prep(w->cols, a->buf, aux);
                 prepped = true;
             }
-            int64_t r1 = (u0 + k) * g;
-            op_gemv_rows(cb, w, a, aux, out, accumulate, u0 * g, r1 < w->rows ? r1 : w->rows);
+            op_gemv_rows(cb, w, a, aux, out, accumulate, u0 * g, (u0 + k) * g);
         }
     }
 }
@@ -672,25 +671,29 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
 #define CPU_MM_UNIT 24
 
 /* out[t][r] (=|+=) dot(W[r], act[t]) for every r, this thread's part of it; `which` names the product among
- * the pass's (its counters in cb->mm_next and cb->mm_take). Decode (one activation row): op_matmul_decode.
- * With several rows, each thread first takes CPU_MM_FIXED / nth of the rows as one range (the gemm kernels block
- * columns per call, so fewer calls stream the activations fewer times), then the rest is handed out in
- * chunks from the shared counter: a thread whose core is busy with other work takes fewer of them instead
- * of the others waiting for it at the next barrier (1B F16 pp512 with a busy loop on one of two cores:
- * 1.07-1.10x; level on a quiet machine). Which thread computes a row never changes its value: rows are
- * independent. */
+ * the pass's (its counters in cb->mm_next and cb->mm_take). Decode (one activation row): op_matmul_decode
+ * for R16 weights; rows-layout weights (F16, F32) in one range per thread, since the AMD F16 gemv cuts each
+ * call into 4 streams (gemv_avx2.c) that chunks would cut short (1B F16 tg128 read 83% of a 51 GB/s probe
+ * in 64 KiB chunks, 96-102% in one range). With several rows, each thread first takes CPU_MM_FIXED / nth of
+ * the rows as one range (the gemm kernels block columns per call, so fewer calls stream the activations
+ * fewer times), then the rest is handed out in chunks from the shared counter: a thread whose core is busy
+ * with other work takes fewer of them instead of the others waiting for it at the next barrier (1B F16
+ * pp512 with a busy loop on one of two cores: 1.07-1.10x; level on a quiet machine). Which thread computes
+ * a row never changes its value: rows are independent. */
 static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
                       float *out, int ldo, bool accumulate, int which, int ith, int nth)
 {
     int64_t r0, r1;
     /* R16 weights go in whole groups of 16 rows */
     int64_t unit = w->layout == WEIGHT_R16 ? 2 * CPU_MM_UNIT : CPU_MM_UNIT;
-    if (n_rows == 1 && cb->gemv[w->type] && nth > 1) {
+    if (n_rows == 1 && cb->gemv[w->type] && nth > 1 && w->layout == WEIGHT_R16) {
         op_matmul_decode(cb, w, a, out, accumulate, which, ith, nth);
         return;
     }
-    if (nth == 1) {
-        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, 0, w->rows, ith);
+    if ((n_rows == 1 && cb->gemv[w->type]) || nth == 1) { /* one range per thread */
+        threadpool_split(w->rows, ith, nth, &r0, &r1);
+        if (r1 > r0)
+            op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1, ith);
         return;
     }
     int64_t fixed = (int64_t)((double)w->rows * CPU_MM_FIXED / nth) / unit * unit;
