@@ -613,26 +613,32 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
         }
 }
 
-/* Decode's claim, in bytes of weights: an owner takes its share this much at a time (a compare-and-swap per
- * ~1.5 us of streaming at 40 GB/s a core); what another thread can take is what no claim covers yet. */
-#define CPU_DECODE_CHUNK (64 << 10)
+/* Decode's claim, in bytes of weights: an owner takes its share this much at a time, and what another thread
+ * can take is what no claim covers yet. Not less: a claim is a locked compare-and-swap, which waits for the
+ * core's loads in flight; every 64 KiB it held 0.75% of 1B Q4_0 decode's samples (`perf record -e
+ * cpu-clock`, Zen 5), every 256 KiB (6 us of streaming at 40 GB/s a core) it is gone from the profile. */
+#define CPU_DECODE_CHUNK (256 << 10)
 
 /* Decode (one activation row) of R16 weights w on thread ith of nth: out (=|+=) W act. Each thread streams
  * its share of the groups of 16 rows (threadpool_split: one contiguous range, which the gemv prefetch wants;
- * chunks handed out from one counter cost Q4_0 decode 7%), claiming it a chunk at a time from the front; a
- * thread done with its own share takes the back half of what another has not claimed, again while more
- * than a group is left. So a core that the OS or another tenant takes away for a while no longer keeps the
- * other waiting at the next barrier, and each range read is still one stream. Measured on the Zen 5 (stop
- * 37, `wafer bench -p 0 -n 64 -r 2 -t 2`, a busy loop running beside, alternated with the even split): 1B
- * Q4_0 33.6-36.4 against 31.6-33.7 tokens/s (faster in 14 of 15 pairs), Q4_K_M faster in 11 of 12 pairs
- * (median +5%); on the quiet machine level (tg128 at 84-85% / 93% of the probes beside in its fast / slow
- * minutes either way, 17-34 pairs a bucket). Which thread computes a row never changes its value. */
+ * chunks handed out from one counter cost Q4_0 decode 7%), claiming it CPU_DECODE_CHUNK at a time from the
+ * front; a thread done with its own share takes the back half of what another has not claimed, again while
+ * more than a group is left. So a core that the OS or another tenant takes away for a while no longer keeps
+ * the other waiting at the next barrier, and each range read is still one stream. Measured on the Zen 5
+ * (stop 37, `wafer bench -p 0 -n 64 -r 2 -t 2` with a busy loop running beside, alternated with the even
+ * split): 1B Q4_0 median 34.5 against 33.2 tokens/s, faster in 12 of 14 pairs (in 14 of 15 with 64 KiB
+ * claims), Q4_K_M faster in 11 of 12 pairs (median +5%). On the quiet machine level (tg128 at 83-85% / 92-93%
+ * of the probes beside in its fast / slow minutes either way, 15-34 runs a bucket), though the threads' waits
+ * at barriers fell from 8% of their samples to 1%: decode is bound by the memory both cores share, so while
+ * one waited the other had the bandwidth. Which thread computes a row never changes its value. */
 static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a,
                              float *out, bool accumulate, int which, int ith, int nth)
 {
     const struct gemv_ops *gv = cb->gemv[w->type];
     const int64_t g = QUANT_R16_ROWS, units = w->rows / g;
-    int64_t chunk = CPU_DECODE_CHUNK / (int64_t)((size_t)g * w->row_bytes);
+    /* CPU_DECODE_CHUNK, or a quarter of a share where that is less (small matrices: something to take back) */
+    int64_t chunk = CPU_DECODE_CHUNK / (int64_t)((size_t)g * w->row_bytes), quarter = units / nth / 4;
+    chunk = chunk < quarter ? chunk : quarter;
     chunk = chunk < 1 ? 1 : chunk;
     uint8_t *aux = cb->gemv_aux + (size_t)ith * cb->gemv_aux_cap;
     bool prepped = false;
