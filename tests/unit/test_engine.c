@@ -577,6 +577,18 @@ static void run_seq_a(struct engine *e, int n_vocab, bool mixed, float *out /* [
     free(lg);
 }
 
+/* run_seq_a on an engine of m with ep and n_threads threads, created and destroyed here. */
+static void run_seq_a_on(const struct model *m, struct engine_params *ep, int n_threads, bool mixed,
+                         float *out /* [7][n_vocab] */)
+{
+    char err[ERR_MSG_MAX];
+    ep->n_threads = n_threads;
+    struct engine *e = engine_create(m, ep, err);
+    assert_non_null(e);
+    run_seq_a(e, m->hp.n_vocab, mixed, out);
+    engine_destroy(e);
+}
+
 static void batch_invariance_check(const char *backend)
 {
     const enum ftype types[] = {FTYPE_F32, FTYPE_Q4_0, FTYPE_Q4_K_M, FTYPE_F16};
@@ -599,31 +611,21 @@ static void batch_invariance_check(const char *backend)
         /* every weight type with the default F16 cache; F32 weights also with a Q8_0 cache */
         for (int kv = 0; kv < (types[ti] == FTYPE_F32 ? 2 : 1); kv++) {
             ep.kv_type = kv ? DTYPE_Q8_0 : DTYPE_F16;
-            ep.n_threads = 1;
-            struct engine *e1 = engine_create(m, &ep, err);
-            assert_non_null(e1);
-            run_seq_a(e1, nv, false, alone);
-            engine_destroy(e1);
-            ep.n_threads = 2;
-            struct engine *e2 = engine_create(m, &ep, err);
-            assert_non_null(e2);
-            run_seq_a(e2, nv, true, mixed);
-            engine_destroy(e2);
-            for (int s = 0; s < 7; s++)
-                if (memcmp(alone + (size_t)s * nv, mixed + (size_t)s * nv, (size_t)nv * 4))
-                    fail_msg("%s, %s backend, kv %s: step %d logits differ between alone (1 thread) and batched "
-                             "(2 threads)", name, backend, dtype_name(ep.kv_type), s);
-            /* alone on 3 threads: decode's rows go to whichever thread takes them (op_matmul_decode), and on
-             * this machine's 2 cores the threads take turns, so they steal from each other */
-            ep.n_threads = 3;
-            struct engine *e3 = engine_create(m, &ep, err);
-            assert_non_null(e3);
-            run_seq_a(e3, nv, false, mixed);
-            engine_destroy(e3);
-            for (int s = 0; s < 7; s++)
-                if (memcmp(alone + (size_t)s * nv, mixed + (size_t)s * nv, (size_t)nv * 4))
-                    fail_msg("%s, %s backend, kv %s: step %d logits differ between 1 and 3 threads", name, backend,
-                             dtype_name(ep.kv_type), s);
+            run_seq_a_on(m, &ep, 1, false, alone);
+            /* batched on 2 threads; alone on 3, where decode's rows go to whichever thread takes them
+             * (op_matmul_decode): on this machine's 2 cores the threads take turns, so they take from each other */
+            const struct {
+                int threads;
+                bool mixed;
+                const char *what;
+            } runs[] = {{2, true, "batched (2 threads)"}, {3, false, "alone on 3 threads"}};
+            for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+                run_seq_a_on(m, &ep, runs[r].threads, runs[r].mixed, mixed);
+                for (int s = 0; s < 7; s++)
+                    if (memcmp(alone + (size_t)s * nv, mixed + (size_t)s * nv, (size_t)nv * 4))
+                        fail_msg("%s, %s backend, kv %s: step %d logits differ between alone (1 thread) and %s",
+                                 name, backend, dtype_name(ep.kv_type), s, runs[r].what);
+            }
         }
         free(alone), free(mixed);
         model_destroy(m);
