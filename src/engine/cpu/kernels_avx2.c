@@ -364,12 +364,18 @@ static void ka_from_f32_q8_k(const float *src, void *dst, int64_t n)
             memset(&y[b], 0, sizeof y[b]);
             continue;
         }
-        float max = amax; /* the sign of the first element reaching amax, as the scalar scan finds it */
-        for (int j = 0; j < QK_K; j++)
-            if (src[j] == amax || src[j] == -amax) {
-                max = src[j];
+        /* The sign of the first element reaching amax, as the scalar scan finds it (src[j] == amax || src[j] ==
+         * -amax is |src[j]| == amax, NaN never equal), 8 elements a compare: the element-by-element scan took
+         * 2-3% of a 1B Q4_K_M prefill (perf, Zen 5), more than the rest of the conversion. */
+        float max = amax;
+        __m256 va = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(ka_abs(_mm256_loadu_ps(src + j)), va, _CMP_EQ_OQ));
+            if (hit) {
+                max = src[j + __builtin_ctz((unsigned)hit)];
                 break;
             }
+        }
         float iscale = -127.0f / max;
         __m256 vid = _mm256_set1_ps(iscale);
         for (int j = 0; j < QK_K; j += 32)
