@@ -142,8 +142,8 @@ struct cpu_backend {
     float *rope; /* [T][head_dim] cos, sin of each token's rotation angles */
     uint8_t *act_buf[CPU_ACT_SLOTS]; /* [T][act_row_cap] */
     struct cpu_act *act; /* [n_threads][CPU_ACT_SLOTS]: each thread's view of the slots */
-    int *mm_next;       /* [CPU_MM_PER_LAYER * n_layers + 1]: per matrix product of a pass, the next chunk of its
-                         * shared rows (op_matmul; atomic), zeroed before each pass */
+    int *mm_next;       /* [CPU_MM_PER_LAYER * n_layers + 1]: per matrix product of a pass, how many of its
+                         * shared rows are claimed (op_matmul; atomic), zeroed before each pass */
     int mm_count;
     struct cpu_take *mm_take; /* [mm_count][n_threads]: decode's shares of each product (op_matmul_decode),
                                * zeroed before each pass */
@@ -669,11 +669,10 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
     }
 }
 
-/* Share of a product's rows each thread takes as one range before the rest is shared (see op_matmul), and
- * the shared chunks per thread; rows go in multiples of CPU_MM_UNIT (every kernel's row tile divides it), R16
- * weights' in multiples of 2 CPU_MM_UNIT (groups of 16 rows). */
+/* Share of a product's rows each thread takes as one range before the rest is shared (see op_matmul); rows
+ * go in multiples of CPU_MM_UNIT (every kernel's row tile divides it), R16 weights' in multiples of 2
+ * CPU_MM_UNIT (groups of 16 rows). */
 #define CPU_MM_FIXED 0.75
-#define CPU_MM_CHUNKS 4
 #define CPU_MM_UNIT 24
 
 /* out[t][r] (=|+=) dot(W[r], act[t]) for every r, this thread's part of it; `which` names the product among
@@ -682,10 +681,16 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
  * call into 4 streams (gemv_avx2.c) that chunks would cut short (1B F16 tg128 read 83% of a 51 GB/s probe
  * in 64 KiB chunks, 96-102% in one range). With several rows, each thread first takes CPU_MM_FIXED / nth of
  * the rows as one range (the gemm kernels block columns per call, so fewer calls stream the activations
- * fewer times), then the rest is handed out in chunks from the shared counter: a thread whose core is busy
- * with other work takes fewer of them instead of the others waiting for it at the next barrier (1B F16
- * pp512 with a busy loop on one of two cores: 1.07-1.10x; level on a quiet machine). Which thread computes
- * a row never changes its value: rows are independent. */
+ * fewer times), then the rest is claimed from the shared counter, each claim 1 / nth of what is left (at
+ * least a unit): a thread whose core is busy with other work takes less of it instead of the others waiting
+ * for it at the next barrier (1B F16 pp512 with a busy loop on one of two cores: 1.07-1.10x; level on a
+ * quiet machine), and the claims shrink towards the end, so the threads reach the barrier within a unit of
+ * each other where equal chunks (4 a thread until stop 38) left them up to a chunk apart. Measured with the
+ * first group's prefetch (gemm_prefetch_first), which made the smaller claims cheap, in one build switched
+ * by the environment (Zen 5, 1B Q4_K_M, `wafer bench -p 0 -n 64 -r 2 -b 8 -t 2`, alternated): 8 sequences
+ * 423.5 tokens/s with equal chunks and no first prefetch, 429.9-431.4 with it, 434.8-437.9 with these
+ * claims (and 414.6 with claims of one unit each: a call's setup still costs); pp512 level (560.8 / 563.9).
+ * Which thread computes a row never changes its value: rows are independent. */
 static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, const struct cpu_act *a, int n_rows,
                       float *out, int ldo, bool accumulate, int which, int ith, int nth)
 {
@@ -705,16 +710,21 @@ static void op_matmul(struct cpu_backend *cb, const struct model_weight *w, cons
     int64_t fixed = (int64_t)((double)w->rows * CPU_MM_FIXED / nth) / unit * unit;
     if (fixed > 0)
         op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, ith * fixed, (ith + 1) * fixed, ith);
-    int64_t pool0 = fixed * nth, pool = w->rows - pool0;
-    int64_t chunk = (pool + CPU_MM_CHUNKS * nth - 1) / (CPU_MM_CHUNKS * nth);
-    chunk = (chunk + unit - 1) / unit * unit;
+    int64_t pool0 = fixed * nth;
     for (;;) {
-        int64_t k = __atomic_fetch_add(&cb->mm_next[which], 1, __ATOMIC_RELAXED);
-        r0 = pool0 + k * chunk;
-        if (r0 >= w->rows)
-            break;
-        r1 = w->rows - r0 < chunk ? w->rows : r0 + chunk;
-        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, r0, r1, ith);
+        /* a claim: 1 / nth of the shared rows left, in whole units, at least one */
+        int done = __atomic_load_n(&cb->mm_next[which], __ATOMIC_RELAXED);
+        int64_t k;
+        do {
+            int64_t left = w->rows - pool0 - done;
+            if (left <= 0)
+                return;
+            k = left / nth / unit * unit;
+            k = k < unit ? unit : k;
+            k = k > left ? left : k;
+        } while (!__atomic_compare_exchange_n(&cb->mm_next[which], &done, done + (int)k, true, __ATOMIC_RELAXED,
+                                              __ATOMIC_RELAXED));
+        op_matmul_rows(cb, w, a, n_rows, out, ldo, accumulate, pool0 + done, pool0 + done + k, ith);
     }
 }
 

@@ -22,6 +22,17 @@ static inline int gemm_col_block(size_t bytes_per_col, int c)
     return cols > (1u << 20) ? 1 << 20 : (int)cols;
 }
 
+/* Every line of the first bytes of w (an R16 gemm call's first group of rows) asked into L1. The tiles
+ * prefetch the next group while they read one, so without this each call starts on lines that come from
+ * memory one miss after another: batched decode hands a product's rows out in several calls a thread
+ * (op_matmul), and one core of the Zen 5, 8 columns of Q4_K over 2048-element rows from memory, ran 1.10x /
+ * 1.30x faster with it in calls of 128 / 48 rows (level in one call over all rows; stop 38). */
+static inline void gemm_prefetch_first(const void *w, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i += 64)
+        __builtin_prefetch((const char *)w + i, 0, 3);
+}
+
 /* Runs TILE(arg, r, c, i, j) over an nr x nc product: the tile of r rows from row i and c columns from column
  * j, r in {R, 1} and c in {C, 1} constants (so each TILE call inlines with a fixed shape), columns in blocks of
  * jb (gemm_col_block); arg is passed through (a flag or a tile macro of the caller's). */

@@ -295,8 +295,10 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
  * columns, each 16-row group's two halves (8 rows each), tiles of C columns, then one tile of the last 1 to
  * C - 1 columns with their count as a constant (which keeps the accumulators in registers). TILE(NC, i, j, h,
  * g, pf) runs the tile of NC columns from j on half h of the group g of rows i..i+15; pf is the next group
- * (prefetched while the first column tile of a group's first half reads this one) or NULL. */
+ * (prefetched while the first column tile of a group's first half reads this one) or NULL; the first group
+ * is asked for at the start (gemm_prefetch_first). */
 #define GV16_LOOPS(C, jb, nr, nc, gbytes, w, TILE)                                                           \
+    gemm_prefetch_first((w), (gbytes));                                                                      \
     for (int j0 = 0; j0 < (nc); j0 += (jb)) {                                                                \
         int j1 = (nc) - j0 < (jb) ? (nc) : j0 + (jb);                                                        \
         for (int i = 0; i < (nr); i += 16) {                                                                 \

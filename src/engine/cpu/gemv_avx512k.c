@@ -46,6 +46,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
 
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/simd_fold.h"
 
 #include <immintrin.h>
@@ -1229,6 +1230,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     int64_t nb = n / QK_K;
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = ak_col_block(AK_XB, ldx, C, 1 << 20);
+    gemm_prefetch_first(W, gbytes);
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb;
         for (int i = 0; i < nr; i += 16) {

@@ -426,6 +426,7 @@ AQ_INLINE void aq16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     size_t tcol = (size_t)nb * AQ_REC; /* a column's records */
     int jb = aq16_col_block(nb);
+    gemm_prefetch_first(w, gbytes);
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int m = nc - j0 < jb ? nc - j0 : jb, nt = (m + AQ16_C - 1) / AQ16_C;
         for (int t = 0; t < nt; t++) { /* tile t's records at scratch + (ja - j0) tcol */
