@@ -4,7 +4,8 @@
  * L2 while every row tile passes over them; within a block, tiles of R weight rows x C columns, then the
  * leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps its own tile, whose
  * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
- * result.
+ * result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
+ * group of rows (gemm_prefetch_first).
  */
 #ifndef WAFER_ENGINE_GEMM_TILES_H
 #define WAFER_ENGINE_GEMM_TILES_H
