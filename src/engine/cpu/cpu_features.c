@@ -112,6 +112,18 @@ bool cpu_q8_0_gemv16_sparse_prefetch(void)
     return cpu_prefetch_rule(&sparse, cpu_is_amd_family_19_or_1a);
 }
 
+static bool cpu_is_amd_family_1a(void) { return cpu_is_amd() && cpu_family() == 0x1a; }
+
+bool cpu_gemv16_prefetch_nta(void)
+{
+    static int nta = -1;
+    if (nta < 0) {
+        int e = cpu_env_choice("WAFER_GEMV_PREFETCH_HINT", "nta", "l2");
+        nta = e >= 0 ? e : cpu_is_amd_family_1a();
+    }
+    return nta;
+}
+
 bool cpu_f16_gemm_whole_rows(void)
 {
     int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");

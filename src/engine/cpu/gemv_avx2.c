@@ -791,8 +791,8 @@ GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
  * medians of kernels / plain read, where the plain read gave 80-100 GB/s / 40-60): the 1B down product (n
  * 8192) 0.843 -> 0.917 / 0.976 -> 0.996, gate / up (n 2048) 0.915 -> 0.931 / 1.006 -> 1.007, q, k, v, o level
  * (0.909 / 0.908). The 8-element step and the tail read the F32 row. */
-GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
-                           const void *aux)
+GV_INLINE void gv_tile_f16_pf(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
+                              const void *aux, const size_t pfd)
 {
     const uint16_t *xh = aux;
     __m256 a0[4], a1[4];
@@ -801,8 +801,13 @@ GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, 
         a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        /* no software prefetch: F16 rows are whole pages read in order, which the hardware prefetcher
-         * follows best (measured: 95-97% of the read probe with L2 prefetches, 100%+ without) */
+        /* no software prefetch but with pfd (see gv_gemv_f16_streams): F16 rows are whole pages read in
+         * order, which the hardware prefetcher follows (measured: 95-97% of the read probe with L2 prefetches,
+         * 100%+ without, stop 9) */
+        if (pfd && (i & 31) == 0)
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                gemv_prefetch_line(w + (size_t)r * ldw + (size_t)i * 2 + pfd, 1);
         __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i)));
         __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i + 8)));
 #pragma GCC unroll 4
@@ -836,6 +841,13 @@ GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, 
         y[r] = simd_fold8(_mm256_add_ps(a0[r], a1[r]));
 }
 
+/* gv_tile_f16_pf without prefetches: F16 x F32 of NR rows ldw bytes apart. */
+GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
+                           const void *aux)
+{
+    gv_tile_f16_pf(n, NR, y, w, ldw, x, aux, 0);
+}
+
 static size_t gv_aux_none(int64_t n) { return 0; }
 static void gv_prep_none(int64_t n, const void *x, void *aux) {}
 
@@ -856,6 +868,11 @@ GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
 
 #define GV_STREAMS 4
+/* Where cpu_gemv16_prefetch_nta says so, each stream prefetches (prefetchnta) every line GV_F16_PF_NTA bytes
+ * ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream f16 -t 1`,
+ * alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5 0.95-0.96,
+ * 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
+#define GV_F16_PF_NTA (2 << 10)
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
  * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last
  * rows one at a time. */
@@ -864,9 +881,13 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
+    bool nta = cpu_gemv16_prefetch_nta();
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
-        gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux);
+        if (nta) /* a call per rule so that each inlined loop has its prefetch fixed */
+            gv_tile_f16_pf(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux, GV_F16_PF_NTA);
+        else
+            gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux);
         for (int k = 0; k < GV_STREAMS; k++)
             y[k * h + i] = t[k];
     }

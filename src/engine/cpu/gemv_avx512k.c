@@ -901,6 +901,11 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #ifndef AK16_PF
 #define AK16_PF (4 << 10)
 #endif
+/* The Q4_K gemv16's distance with the non-temporal hint (cpu_gemv16_prefetch_nta; Q6_K keeps AK16_PF). One core
+ * of the Zen 5 (`wafer bench --stream q4_k -t 1`, alternated, kernels / plain read): 0.82-0.83 at 2.25 KiB,
+ * 0.89 at 4, 0.92 at 6, 0.92-0.96 at 8, 0.88-0.92 at 10, 0.84-0.89 at 12; T1 at 8 KiB 0.86, at 4 0.81-0.87.
+ * Q6_K with the hint 0.92 at 4 KiB, 0.88-0.91 at 8 (stop 39). */
+#define AK16_PF_NTA_Q4_K (8 << 10)
 /* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; cpu_gemv16_sparse_prefetch). Q4_K not at
  * all: 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
  * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576
@@ -1157,7 +1162,8 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
 
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
- * gemv: AK16_PF bytes ahead), or NULL; one line every pfs bytes of it at each block's start (64: every line),
+ * gemv: AK16_PF or AK16_PF_NTA_Q4_K bytes ahead), or NULL; one line every pfs bytes of it at each block's start
+ * (64: every line; prefetchnta when nta, see gemv_prefetch_line),
  * or with pfs 0 (the gemm) every line spread over the block's loads, one beside each, into L1. Why spread:
  * a block's 36 (Q4_K) or 53 (Q6_K) prefetches issued together take the core's misses in flight for as long
  * as memory takes, and the tile's own loads queue behind them; the gemv's one column computes too little per
@@ -1175,7 +1181,7 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
  * better than 4-32 KiB. The AVX2 K-quant gemm keeps T1 (its run-time-hint build: Q6_K 1.25x with T0, Q4_K
  * at n 2048 0.8x), and so do the Q4_0 / Q8_0 gemm (mixed, 0.85-1.26x). (stop 33) */
 AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, size_t lds, const uint8_t *g,
-                         const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs)
+                         const uint8_t *x, size_t ldx, const uint8_t *nxt, const size_t pfs, const int nta)
 {
     const size_t gb = 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     __m512 acc[AK16_C];
@@ -1187,7 +1193,7 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
         const uint8_t *pfb = nxt && !pfs && !(is_q6 && NC == 1) ? nxt + (size_t)b * gb : NULL;
         if (nxt && !pfb)
             for (size_t i = 0; i < gb; i += pfs ? pfs : 64)
-                _mm_prefetch((const char *)nxt + (size_t)b * gb + i, _MM_HINT_T1);
+                gemv_prefetch_line(nxt + (size_t)b * gb + i, nta);
         const struct block_q8_k *bx[AK16_C];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
@@ -1214,7 +1220,7 @@ AK_INLINE void ak16_tile_tail(const int is_q6, const int C, int NC, int64_t nb, 
 #define AK16_TAIL(k)                                                                                       \
     case k:                                                                                                \
         if (C > k)                                                                                         \
-            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt, 0);                                \
+            ak16_tile(is_q6, nb, k < C ? k : 1, s, lds, g, x, ldx, nxt, 0, 0);                             \
         break;
     switch (NC) {
         AK16_TAIL(7) AK16_TAIL(6) AK16_TAIL(5) AK16_TAIL(4) AK16_TAIL(3) AK16_TAIL(2) AK16_TAIL(1)
@@ -1238,7 +1244,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
             int j = j0;
             for (; j + C <= j1; j += C)
                 ak16_tile(is_q6, nb, C, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
-                          j + 2 * C > j1 ? nxt : NULL, 0);
+                          j + 2 * C > j1 ? nxt : NULL, 0, 0);
             if (j < j1)
                 ak16_tile_tail(is_q6, C, j1 - j, nb, s + (size_t)j * lds + i, lds, g, X + (size_t)j * ldx, ldx,
                                j == j0 ? nxt : NULL);
@@ -1253,10 +1259,14 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         bool sparse = cpu_gemv16_sparse_prefetch(), pf = IS_Q6 || !sparse;                                 \
-        size_t pfs = sparse ? AK16_PF_SPARSE : 64;                                                         \
+        bool nta = !sparse && cpu_gemv16_prefetch_nta();                                                   \
+        size_t pfs = sparse ? AK16_PF_SPARSE : 64, ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;     \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + AK16_PF : NULL, pfs);                      \
+            if (nta) /* a call per hint so that each inlined loop has its prefetch fixed */                \
+                ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, g + ahead, pfs, 1);                             \
+            else                                                                                           \
+                ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, pf ? g + ahead : NULL, pfs, 0);                 \
         }                                                                                                  \
     }
 

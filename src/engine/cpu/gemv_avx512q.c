@@ -276,8 +276,11 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
 /* The decode gemv of one group (16 rows at g, nb blocks) against one column (its aux): y[r] for r < 16. A pair
  * of blocks a step, as quant.h stores them (the two blocks' F16 scales, 64 bytes, then their dwords: Q4_0 576
  * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
- * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead). And
- * for Q4_0 unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1:
+ * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead); with nta
+ * every line with prefetchnta instead (cpu_gemv16_prefetch_nta: one Zen 5 core read the Q4_0 weights at 0.96-0.97
+ * of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16; stop 39). And for Q4_0
+ * unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1 (with nta
+ * level without them: 0.97-0.98):
  *
  * Why the aux. A column's records (48 bytes a block, 3 KiB at n 2048) are read once per group, so between two
  * reads of a record 16 rows of weights stream past (18 KiB at n 2048 for Q4_0); on the Zen 5 they do not stay
@@ -307,7 +310,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * touching every product, 113.6-116.5 touching those of n <= 2048 only; its down product 2.28 -> 2.09 ms a
  * token (WAFER_PROFILE). */
 AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g, const uint8_t *aux, size_t pf,
-                               const int sparse)
+                               const int sparse, const int nta)
 {
     const size_t nd = is_q4 ? 4 : 8, pb = 2 * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p = g;
@@ -327,11 +330,11 @@ AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g
         }
         /* the pair's first line before its first load, the others after (measured a little ahead of all
          * before) */
-        _mm_prefetch((const char *)p + pf, _MM_HINT_T1);
+        gemv_prefetch_line((const char *)p + pf, nta);
         __m512i sc = _mm512_loadu_si512(p); /* the two blocks' 16 F16 scales each */
         if (!sparse)
             for (size_t i = 64; i < pb; i += 64)
-                _mm_prefetch((const char *)p + pf + i, _MM_HINT_T1);
+                gemv_prefetch_line((const char *)p + pf + i, nta);
         const uint8_t *q = p + 64;
         acc = aq16_block1(is_q4, q, _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), rec, acc);
         acc = aq16_block1(is_q4, q + 64 * nd, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1)), rec + AQ_REC, acc);
@@ -346,12 +349,16 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     bool sparse = is_q4 ? cpu_gemv16_sparse_prefetch() : cpu_q8_0_gemv16_sparse_prefetch();
+    bool nta = !sparse && cpu_gemv16_prefetch_nta();
+    size_t pf = is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8;
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
-        if (sparse) /* two calls so that each inlined loop has its prefetches fixed */
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1);
+        if (sparse) /* a call per rule so that each inlined loop has its prefetches fixed */
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1, 0);
+        else if (nta)
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, 1);
         else
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8, 0);
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, 0);
     }
 }
 
