@@ -114,11 +114,11 @@ bool cpu_q8_0_gemv16_sparse_prefetch(void)
 
 static bool cpu_is_amd_family_1a(void) { return cpu_is_amd() && cpu_family() == 0x1a; }
 
-bool cpu_gemv16_prefetch_nta(void)
+bool cpu_prefetch_nta(void)
 {
     static int nta = -1;
     if (nta < 0) {
-        int e = cpu_env_choice("WAFER_GEMV_PREFETCH_HINT", "nta", "l2");
+        int e = cpu_env_choice("WAFER_PREFETCH_NTA", "1", "0");
         nta = e >= 0 ? e : cpu_is_amd_family_1a();
     }
     return nta;

@@ -40,14 +40,15 @@ bool cpu_gemv16_sparse_prefetch(void);
 bool cpu_q8_0_gemv16_sparse_prefetch(void);
 
 /* true on AMD family 0x1a (Zen 5), where the decode gemv's prefetches that ask for every line (AVX-512 Q4_0,
- * Q4_K, Q6_K; the F16 gemv's streams, which ask for none elsewhere) use the non-temporal hint (prefetchnta)
- * instead of T1 (into L2), at the distances the kernel files give. What it gains there: one core reads the
- * weights at 0.96-0.97 of a plain read where T1 gave 0.91-0.92 (Q4_0), 0.92-0.95 / 0.81-0.87 (Q4_K), 0.92 /
- * 0.84 (Q6_K), and the F16 gemv 0.95-0.96 where no prefetch gave 0.91 (`wafer bench --stream TYPE -t 1`,
- * alternated; one core's read is bound by its own misses in flight, 41-43 GB/s on that VM in every minute, so
- * one thread shows what two see when the memory is fast). WAFER_GEMV_PREFETCH_HINT=nta or =l2 overrides the
- * CPU's rule; read at the first call and cached, as is the CPU's answer. The sums are the same either way. */
-bool cpu_gemv16_prefetch_nta(void);
+ * Q4_K, Q6_K, where the others use T1, into L2) and the F16 gemv's streams (which ask for none elsewhere) use
+ * the non-temporal hint (prefetchnta), at the distances the kernel files give. What it gains there, one core
+ * reading from memory (`wafer bench --stream TYPE -t 1`, alternated, kernels / plain read; one core's read is
+ * bound by its own misses in flight, 41-43 GB/s on that VM in every minute, so one thread shows what two see
+ * when the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
+ * against 0.84, F16 0.95-0.96 against 0.91 with none. Not the gemm's prefetch of its next group (gemv_avx512k.c,
+ * ak16_tile, says why). WAFER_PREFETCH_NTA=1 or =0 overrides the CPU's rule; read at the first call and
+ * cached, as is the CPU's answer. The sums are the same either way. */
+bool cpu_prefetch_nta(void);
 
 /* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5), where the AVX-512 F16 gemm converts
  * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures).

@@ -868,7 +868,7 @@ GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
 
 #define GV_STREAMS 4
-/* Where cpu_gemv16_prefetch_nta says so, each stream prefetches (prefetchnta) every line GV_F16_PF_NTA bytes
+/* Where cpu_prefetch_nta says so, each stream prefetches (prefetchnta) every line GV_F16_PF_NTA bytes
  * ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream f16 -t 1`,
  * alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5 0.95-0.96,
  * 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
@@ -881,7 +881,7 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
-    bool nta = cpu_gemv16_prefetch_nta();
+    bool nta = cpu_prefetch_nta();
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
         if (nta) /* a call per rule so that each inlined loop has its prefetch fixed */

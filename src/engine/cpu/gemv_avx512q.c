@@ -277,7 +277,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * of blocks a step, as quant.h stores them (the two blocks' F16 scales, 64 bytes, then their dwords: Q4_0 576
  * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
  * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead); with nta
- * every line with prefetchnta instead (cpu_gemv16_prefetch_nta: one Zen 5 core read the Q4_0 weights at 0.96-0.97
+ * every line with prefetchnta instead (cpu_prefetch_nta: one Zen 5 core read the Q4_0 weights at 0.96-0.97
  * of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16; stop 39). And for Q4_0
  * unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1 (with nta
  * level without them: 0.97-0.98):
@@ -349,7 +349,7 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     bool sparse = is_q4 ? cpu_gemv16_sparse_prefetch() : cpu_q8_0_gemv16_sparse_prefetch();
-    bool nta = !sparse && cpu_gemv16_prefetch_nta();
+    bool nta = !sparse && cpu_prefetch_nta();
     size_t pf = is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8;
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
