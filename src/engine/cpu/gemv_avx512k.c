@@ -1264,7 +1264,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         bool sparse = cpu_gemv16_sparse_prefetch(), pf = IS_Q6 || !sparse;                                 \
-        bool nta = !sparse && cpu_prefetch_nta();                                                   \
+        bool nta = !sparse && cpu_prefetch_nta();                                                          \
         size_t pfs = sparse ? AK16_PF_SPARSE : 64, ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;     \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
