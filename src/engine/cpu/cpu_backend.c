@@ -29,6 +29,13 @@
  * copy of which conversions the activation slots hold (all threads make the same decisions), so no thread
  * has to publish it. That leaves 10 barriers per layer.
  *
+ * What lies between decode's products costs most where the threads run on different CCDs: the Zen 5 VM this is
+ * measured on places its two vCPUs now on one CCD (a one-line ping-pong 80-100 ns; two threads read 50-55
+ * GB/s through the CCD's one link to memory), now on two (370-400 ns; 80-87 GB/s, a link each). There a
+ * barrier, the residual rows other threads wrote and the claims' words cost 4-5x as much as on one CCD
+ * (docs/performance.md, stop 40): decode resets its claim words on the thread that owns them, asks for its
+ * output rows for writing at each claim, and asks for a row's lines before the norm's sum runs over them.
+ *
  * WAFER_PROFILE=1 in the environment makes destroy (engine_destroy) print the wall time spent in each op
  * (measured on thread 0 at the barriers, so an op's time includes waiting for the slowest thread).
  */
@@ -441,6 +448,12 @@ static void op_rmsnorm_rows(const float *x, float *y, const float *w, int64_t r0
     for (int64_t r = r0; r < r1; r++) {
         const float *xr = x + (size_t)(idx ? idx[r] : r) * dim;
         float *yr = y + (size_t)r * dim;
+        /* the row's lines asked for at once: in decode every thread reads the whole row, which the product
+         * before wrote in parts on every core, and the sum's chain of dependent adds alone keeps few of its
+         * loads in flight (Zen 5, 1B Q4_0, the norms' time a token, alternated: threads on one CCD 67-91 ->
+         * 62-68 us; on two CCDs 111-136 -> 108-143, too few and too noisy to tell; stop 40) */
+        for (int i = 0; i < dim; i += 16)
+            __builtin_prefetch(xr + i, 0, 3);
         double ss = 0;
         for (int i = 0; i < dim; i++)
             ss += (double)xr[i] * xr[i];
@@ -619,6 +632,23 @@ static void op_matmul_rows(struct cpu_backend *cb, const struct model_weight *w,
  * cpu-clock`, Zen 5), every 256 KiB (6 us of streaming at 40 GB/s a core) it is gone from the profile. */
 #define CPU_DECODE_CHUNK (256 << 10)
 
+/* Asks for the lines of n floats at p in a state this core may write without asking again (prefetchw): a
+ * decode product's outputs, which the norm that follows has every thread read, so they sit shared in the other
+ * cores' caches, and a store to such a line waits for the other copies to be dropped (across CCDs ~0.4 us);
+ * an accumulating product's scalar adds (op_gemv_rows) queued behind those stores. Asked at the claim, the
+ * gemv's streaming covers the wait: on the Zen 5 with its threads on two CCDs, 1B Q4_0, the adds of wo and
+ * down took 24-25 and 35-45 us a token, 12 and 24-25 with this (stop 40). */
+static inline void cpu_prefetch_write(const float *p, int64_t n)
+{
+    for (int64_t i = 0; i < n; i += 16) {
+#if defined(__x86_64__) || defined(__i386__)
+        __asm__ volatile("prefetchw %0" : : "m"(p[i]));
+#else
+        __builtin_prefetch(p + i, 1, 3);
+#endif
+    }
+}
+
 /* Decode (one activation row) of R16 weights w on thread ith of nth: out (=|+=) W act. Each thread streams
  * its share of the groups of 16 rows (threadpool_split: one contiguous range, which the gemv prefetch wants;
  * chunks handed out from one counter cost Q4_0 decode 7%), claiming it CPU_DECODE_CHUNK at a time from the
@@ -660,6 +690,9 @@ static void op_matmul_decode(struct cpu_backend *cb, const struct model_weight *
             if (!atomic_compare_exchange_weak_explicit(&take[v].fb, &fb, to, memory_order_relaxed,
                                                        memory_order_relaxed))
                 continue;
+            cpu_prefetch_write(out + u0 * g, k * g);
+            if (accumulate)
+                cpu_prefetch_write(cb->tmp + u0 * g, k * g);
             if (!prepped) {
                 gv->prep(w->cols, a->buf, aux);
                 prepped = true;
@@ -1000,6 +1033,11 @@ static void cpu_job(void *ctx, int ith, int nth)
     struct threadpool *tp = cb->tp;
     int T = cb->b->n, dim = hp->dim, q_dim = hp->n_heads * hp->head_dim, kv_dim = hp->n_kv_heads * hp->head_dim;
 
+    /* This thread's decode shares (op_matmul_decode), reset here rather than by the caller, so that the owner's
+     * claims find the line in its own cache: reset by the calling thread, every other thread's first claim of
+     * each product fetched the line from that core. Nobody reads them before the barrier below. */
+    for (int i = 0; i < cb->mm_count; i++)
+        atomic_store_explicit(&cb->mm_take[(size_t)i * (size_t)nth + (size_t)ith].fb, 0, memory_order_relaxed);
     op_embed(cb, ith, nth);
     threadpool_barrier(tp);
     cpu_mark(cb, ith, OP_EMBED);
@@ -1062,7 +1100,6 @@ static int cpu_forward(struct backend *be, const struct backend_pass *pass, char
     if (cb->prof_on)
         cb->prof_last = clock_now_s();
     memset(cb->mm_next, 0, (size_t)cb->mm_count * sizeof *cb->mm_next); /* threadpool_run publishes it */
-    memset(cb->mm_take, 0, (size_t)cb->mm_count * (size_t)cb->p.n_threads * sizeof *cb->mm_take);
     threadpool_run(cb->tp, cpu_job, cb);
     if (cb->prof_on) {
         struct cpu_prof *pr = &cb->prof[cpu_prof_kind(cb)];
