@@ -85,8 +85,9 @@ static void bench_model_usage(FILE *f)
             "      --backend NAME    compute backend: cpu (default) or scalar (the plain reference)\n"
             "      --no-simd         portable scalar kernels\n"
             "      --mmap            map the file instead of reading it into memory (faster start, slower decode)\n"
-            "      --no-membw        skip the bandwidth probe (no GB/s share in the report)\n"
-            "      --membw           measure only the read bandwidth\n"
+            "      --no-membw        skip the bandwidth probe (no GB/s share in the report, no core round trip)\n"
+            "      --membw           measure only the read bandwidth and the cores' round trip (a cache line\n"
+            "                        between the first two CPUs and back: on an AMD EPYC it tells one CCD from two)\n"
             "      --membw-mib MIB   probe buffer size (default 1024; keep it far above the L3 cache)\n"
             "      --stream TYPE     instead of a model: the decode kernels for TYPE (f16, q8_0, q4_0, q4_k,\n"
             "                        q6_k) over a 1B model's matrices (dim 2048, FFN 8192, 16 layers) from\n"
@@ -496,10 +497,20 @@ static int bench_membw_only(const struct bench_opts *o)
     printf("read bandwidth: %.1f GB/s median of %d passes (best %.1f, worst %.1f), %d threads, %zu MiB buffer, %s loads\n",
            r.median_gbs, r.passes, r.best_gbs, r.worst_gbs, r.threads, r.bytes >> 20,
            membw_loads_name());
-    if (o->json)
+    double rtt = 0;
+    if (membw_round_trip_ns(0, &rtt, err) == 0)
+        printf("core round trip: %.0f ns (a cache line from one core to another and back; on an AMD EPYC about 100 "
+               "ns within a CCD, 350-450 across CCDs)\n", rtt);
+    else
+        fprintf(stderr, "wafer bench: no core round trip: %s\n", err);
+    if (o->json) {
+        char rt[32] = "null";
+        if (rtt > 0)
+            snprintf(rt, sizeof rt, "%.1f", rtt);
         printf("{\"membw_gbs\":%.3f,\"membw_best_gbs\":%.3f,\"membw_worst_gbs\":%.3f,\"threads\":%d,\"passes\":%d,"
-               "\"buffer_bytes\":%zu}\n",
-               r.median_gbs, r.best_gbs, r.worst_gbs, r.threads, r.passes, r.bytes);
+               "\"buffer_bytes\":%zu,\"core_round_trip_ns\":%s}\n",
+               r.median_gbs, r.best_gbs, r.worst_gbs, r.threads, r.passes, r.bytes, rt);
+    }
     return 0;
 }
 
@@ -664,6 +675,7 @@ int bench_model_main(int argc, char **argv)
 
     struct bench_stat pp = {0}, tg = {0}, bt = {0};
     double beside_gbs = 0, beside_pct = 0; /* the probes around the tg repetitions (0: none) */
+    double rtt[2] = {0, 0};                 /* core round trip before / after them, ns (0: not measured) */
     char at[32] = ""; /* " @ d4096": the depth label llama-bench prints */
     if (o.depth)
         snprintf(at, sizeof at, " @ d%ld", o.depth);
@@ -684,6 +696,10 @@ int bench_model_main(int argc, char **argv)
     if (o.n_gen > 0 && !o.spec) {
         if (bench_tg(&c, 1, 1, (int)o.depth) < 0)
             goto fail_run;
+        /* the cores' round trip before and after the repetitions: on a VM whose vCPUs move between CCDs it says
+         * where they ran (docs/performance.md, stop 40) */
+        if (have_bw && membw_round_trip_ns(0, &rtt[0], c.err))
+            rtt[0] = 0;
         /* each repetition against the mean of the probes just before and just after it */
         struct membw_result pb;
         bool probing = have_bw && bench_probe_run(&probe, BENCH_PROBE_PASSES, &pb, c.err) == 0;
@@ -703,6 +719,8 @@ int bench_model_main(int argc, char **argv)
         }
         if (have_bw && !probing)
             fprintf(stderr, "wafer bench: bandwidth probe beside generation failed (%s)\n", c.err);
+        if (rtt[0] > 0 && membw_round_trip_ns(0, &rtt[1], c.err))
+            rtt[1] = 0;
         if (probing) {
             beside_gbs = probed / (double)(o.repeat + 1);
             stats_sort(pct, (size_t)o.repeat);
@@ -718,6 +736,9 @@ int bench_model_main(int argc, char **argv)
             fprintf(stderr, ", %.0f%% of the probes beside each repetition (%.1f GB/s on average)", beside_pct,
                     beside_gbs);
         fputc('\n', stderr);
+        if (rtt[0] > 0 && rtt[1] > 0)
+            fprintf(stderr, "core round trip: %.0f ns before the tg repetitions, %.0f after (a cache line from one "
+                            "core to another and back)\n", rtt[0], rtt[1]);
         if (o.batch > 1) {
             if (bench_tg(&c, 1, (int)o.batch, 0) < 0)
                 goto fail_run;
@@ -809,6 +830,8 @@ int bench_model_main(int argc, char **argv)
                             have_bw && tg.valid ? json_real(100 * tg.mean * wgb / bw.median_gbs) : json_null());
         json_object_set_new(j, "membw_beside_gbs", beside_gbs > 0 ? json_real(beside_gbs) : json_null());
         json_object_set_new(j, "tg_beside_pct", beside_gbs > 0 ? json_real(beside_pct) : json_null());
+        json_object_set_new(j, "core_round_trip_ns_before", rtt[0] > 0 && rtt[1] > 0 ? json_real(rtt[0]) : json_null());
+        json_object_set_new(j, "core_round_trip_ns_after", rtt[0] > 0 && rtt[1] > 0 ? json_real(rtt[1]) : json_null());
         json_object_set_new(j, "batch", json_integer(o.batch));
         bench_json_stat(j, "batch_tps", "batch_tps_sd", bt);
         json_object_set_new(j, "batch_speedup", bt.valid && tg.mean > 0 ? json_real(bt.mean / tg.mean) : json_null());

@@ -11,6 +11,8 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/threadpool.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -175,5 +177,119 @@ int membw_measure(size_t bytes, int passes, int n_threads, struct membw_result *
         return ERR_NOMEM;
     int rc = membw_probe_run(p, passes, out, err);
     membw_probe_destroy(p);
+    return rc;
+}
+
+/* ---- a cache line between two cores (membw_round_trip_ns) ---- */
+
+#define MEMBW_RTT_RUNS 5
+
+struct membw_rtt {
+    _Alignas(64) atomic_uint line; /* the line handed back and forth: odd from the pinger, even from the echo */
+    _Alignas(64) int cpu[2];
+    int rounds;
+    atomic_int pinned;             /* threads that pinned themselves */
+    atomic_int ready;              /* threads that tried */
+    double ns[MEMBW_RTT_RUNS];
+};
+
+static bool membw_pin(int cpu)
+{
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    return pthread_setaffinity_np(pthread_self(), sizeof s, &s) == 0;
+}
+
+/* Both threads: pin, then wait until both tried, so neither spins on a line the other will never touch (a
+ * thread that could not pin still plays its part, and the caller reports the failure). */
+static void membw_rtt_start(struct membw_rtt *r, int who)
+{
+    if (membw_pin(r->cpu[who]))
+        atomic_fetch_add(&r->pinned, 1);
+    atomic_fetch_add(&r->ready, 1);
+    while (atomic_load(&r->ready) < 2)
+        sched_yield();
+}
+
+static void *membw_rtt_echo(void *arg)
+{
+    struct membw_rtt *r = arg;
+    membw_rtt_start(r, 1);
+    unsigned n = (unsigned)r->rounds * MEMBW_RTT_RUNS;
+    for (unsigned i = 0; i < n; i++) {
+        while (atomic_load_explicit(&r->line, memory_order_acquire) != 2 * i + 1)
+            ;
+        atomic_store_explicit(&r->line, 2 * i + 2, memory_order_release);
+    }
+    return NULL;
+}
+
+/* The pinger's runs, each timed. */
+static void membw_rtt_pings(struct membw_rtt *r)
+{
+    unsigned i = 0;
+    for (int run = 0; run < MEMBW_RTT_RUNS; run++) {
+        int64_t t0 = clock_now_ns();
+        for (int k = 0; k < r->rounds; k++, i++) {
+            atomic_store_explicit(&r->line, 2 * i + 1, memory_order_release);
+            while (atomic_load_explicit(&r->line, memory_order_acquire) != 2 * i + 2)
+                ;
+        }
+        r->ns[run] = (double)(clock_now_ns() - t0) / r->rounds;
+    }
+}
+
+static void *membw_rtt_ping(void *arg)
+{
+    struct membw_rtt *r = arg;
+    membw_rtt_start(r, 0);
+    membw_rtt_pings(r);
+    return NULL;
+}
+
+
+int membw_round_trip_ns(int rounds, double *ns, char *err)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return err_set(err, ERR_INTERNAL, "cannot read this process's CPUs");
+    struct membw_rtt *r = aligned_alloc(64, sizeof *r);
+    if (!r)
+        return err_set(err, ERR_NOMEM, "out of memory");
+    memset(r, 0, sizeof *r);
+    r->rounds = rounds > 0 ? rounds : 20000;
+    int found = 0;
+    for (int c = 0; c < CPU_SETSIZE && found < 2; c++)
+        if (CPU_ISSET(c, &allowed))
+            r->cpu[found++] = c;
+    int rc = 0;
+    if (found < 2) {
+        rc = err_set(err, ERR_INVALID_ARG, "a round trip between cores needs two CPUs; this process may use one");
+        goto out;
+    }
+    pthread_t t[2];
+    if (pthread_create(&t[1], NULL, membw_rtt_echo, r) != 0) {
+        rc = err_set(err, ERR_INTERNAL, "cannot start a thread");
+        goto out;
+    }
+    if (pthread_create(&t[0], NULL, membw_rtt_ping, r) != 0) {
+        /* the echo waits for a partner that will not come: play the pinger's part here, unpinned */
+        atomic_fetch_add(&r->ready, 1);
+        membw_rtt_pings(r);
+        pthread_join(t[1], NULL);
+        rc = err_set(err, ERR_INTERNAL, "cannot start a thread");
+        goto out;
+    }
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    if (atomic_load(&r->pinned) < 2) {
+        rc = err_set(err, ERR_INTERNAL, "cannot pin a thread to CPU %d or %d", r->cpu[0], r->cpu[1]);
+        goto out;
+    }
+    qsort(r->ns, MEMBW_RTT_RUNS, sizeof r->ns[0], membw_cmp_double);
+    *ns = r->ns[MEMBW_RTT_RUNS / 2];
+out:
+    free(r);
     return rc;
 }

@@ -34,6 +34,15 @@ struct membw_probe *membw_probe_create(size_t bytes, int n_threads, char *err);
 int membw_probe_run(struct membw_probe *p, int passes, struct membw_result *out, char *err);
 void membw_probe_destroy(struct membw_probe *p);
 
+/* How long a cache line takes to go from one core to another and back: two threads, pinned to the first two
+ * CPUs this process may run on, hand one line back and forth; the median over 5 runs of `rounds` round trips
+ * (0: 20,000), in ns, into *ns. Every barrier of the engine's passes and every row one thread writes and
+ * another reads pays it. On an AMD EPYC it says whether the two CPUs share a CCD, and with it the CCD's link
+ * to memory: on the Zen 5 VM of docs/performance.md (stop 40) 80-130 ns on one CCD (two threads read 50-55
+ * GB/s), 350-460 ns across two (80-87 GB/s). 0, or ERR_INVALID_ARG when fewer than two CPUs are allowed, or
+ * ERR_INTERNAL when a thread cannot be started or pinned, with a message. */
+int membw_round_trip_ns(int rounds, double *ns, char *err);
+
 /* Reads n bytes (multiple of 128, 32-byte aligned) and returns a checksum of them, so the compiler cannot
  * drop the loads. The scalar and AVX2 versions return the same value for the same bytes (the test checks). */
 uint64_t membw_read_scalar(const void *p, size_t n);

@@ -41,6 +41,9 @@ def test_bench_json_all_parts():
     # share of each repetition against the two probes around it
     assert j["membw_beside_gbs"] > 0 and j["tg_beside_pct"] > 0
     assert "% of the probes beside each repetition" in r.stderr
+    if len(os.sched_getaffinity(0)) >= 2:  # the cores' round trip before and after the tg repetitions
+        assert j["core_round_trip_ns_before"] > 1 and j["core_round_trip_ns_after"] > 1
+        assert "core round trip:" in r.stderr
     assert j["peak_rss_bytes"] > j["model_bytes"]
     assert "| pp32 |" in r.stdout and "| tg8 |" in r.stdout and "| tg8 x3 |" in r.stdout
     assert "beside," in r.stdout
@@ -54,6 +57,7 @@ def test_bench_skips_parts():
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert j["pp_tps"] is None and j["tg_tps"] > 0 and j["membw_gbs"] is None and j["tg_roofline_pct"] is None
     assert j["membw_beside_gbs"] is None and j["tg_beside_pct"] is None and "beside" not in r.stderr
+    assert j["core_round_trip_ns_before"] is None and "core round trip" not in r.stderr
     assert j["batch_tps"] is None
     r = bench("--model", STORIES, "-p", "8", "-n", "0", "-r", "1", "--no-membw", "--json")
     assert r.returncode == 0, r.stderr
@@ -134,6 +138,11 @@ def test_bench_membw_only():
     assert "read bandwidth:" in r.stdout
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert j["membw_gbs"] > 0 and j["threads"] == 1 and j["buffer_bytes"] == 16 << 20
+    # the cores' round trip beside it (CI machines have two CPUs; one alone gets null and a message)
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert "core round trip:" in r.stdout and 1 < j["core_round_trip_ns"] < 1e6
+    else:
+        assert j["core_round_trip_ns"] is None and "two CPUs" in r.stderr
 
 
 def test_bench_usage_errors(tmp_path):

@@ -1,6 +1,7 @@
 /*
  * membw tests: the AVX2 read loop returns the scalar loop's checksum (so both read every byte), and the probe
- * gives a sane figure for a small buffer (once, or again and again on a kept buffer) and refuses bad arguments.
+ * gives a sane figure for a small buffer (once, or again and again on a kept buffer) and refuses bad arguments;
+ * the cores' round trip is a sane time with two CPUs and a clear refusal with one.
  */
 #include "testutil.h"
 
@@ -8,6 +9,7 @@
 #include "core/err.h"
 #include "engine/cpu/kernels.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,12 +77,39 @@ static void test_probe_again(void **state)
     membw_probe_destroy(NULL);
 }
 
+static void test_round_trip(void **state)
+{
+    (void)state;
+    cpu_set_t all, one;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    char err[ERR_MSG_MAX];
+    double ns = 0;
+    if (CPU_COUNT(&all) >= 2) {
+        assert_int_equal(membw_round_trip_ns(2000, &ns, err), 0);
+        assert_true(ns > 1 && ns < 1e6); /* a line between two cores: tens of ns to a few us on a busy host */
+    }
+    /* this thread on one CPU: nothing to measure between, a message that says why */
+    int first = 0;
+    while (!CPU_ISSET(first, &all))
+        first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    ns = -1;
+    int rc = membw_round_trip_ns(2000, &ns, err);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    assert_int_equal(rc, ERR_INVALID_ARG);
+    assert_true(ns == -1);
+    assert_non_null(strstr(err, "two CPUs"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_avx2_matches_scalar),
         cmocka_unit_test(test_measure_small),
         cmocka_unit_test(test_probe_again),
+        cmocka_unit_test(test_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
