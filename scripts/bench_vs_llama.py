@@ -96,7 +96,9 @@ def main():
             raw.setdefault(name, {}).setdefault("wafer", []).append(w)
             print(f"round {rnd + 1} {name} wafer: pp {fmt(w['pp_tps'])} tg {fmt(w['tg_tps'], 2)} "
                   f"({fmt(w['tg_roofline_pct'], 0)}% of {fmt(w['membw_gbs'])} GB/s before loading, "
-                  f"{fmt(w.get('tg_beside_pct'), 0)}% of {fmt(w.get('membw_beside_gbs'))} GB/s beside) "
+                  f"{fmt(w.get('tg_beside_pct'), 0)}% of {fmt(w.get('membw_beside_gbs'))} GB/s beside; "
+                  f"core round trip {fmt(w.get('core_round_trip_ns_before'), 0)} / "
+                  f"{fmt(w.get('core_round_trip_ns_after'), 0)} ns before / after) "
                   f"batch {fmt(w['batch_tps'])}",
                   file=sys.stderr)
             for ln, lp in llamas:
