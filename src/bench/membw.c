@@ -1,7 +1,8 @@
 /*
  * membw: the read-bandwidth probe (see membw.h). It runs on the engine's own thread pool, so the figure it
  * gives is what the decode loop's threads can get. Each pass is one pool job; the time of a pass is from
- * its start until the last thread finished its share, so a slow thread counts.
+ * its start until the last thread finished its share, so a slow thread counts. The cores' round trip runs on
+ * two threads of its own, pinned, so the figure is one core's line going to another and back.
  */
 #include "bench/membw.h"
 

@@ -2,7 +2,9 @@
  * membw: how fast this machine reads memory, the ceiling of decode speed (every generated token reads every
  * weight once). A STREAM-style probe: the engine's thread pool reads a buffer far larger than the caches,
  * each thread its own contiguous share (front to back, and as 4 runs side by side: each pass counts the
- * faster), with wide loads and nothing written, several passes; the result is bytes read per second.
+ * faster), with wide loads and nothing written, several passes; the result is bytes read per second. Beside
+ * it, how long a cache line takes between two cores (membw_round_trip_ns), which on CPUs built of chiplets
+ * says whether two threads share one's link to memory.
  */
 #ifndef WAFER_BENCH_MEMBW_H
 #define WAFER_BENCH_MEMBW_H
