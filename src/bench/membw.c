@@ -202,21 +202,23 @@ static bool membw_pin(int cpu)
     return pthread_setaffinity_np(pthread_self(), sizeof s, &s) == 0;
 }
 
-/* Both threads: pin, then wait until both tried, so neither spins on a line the other will never touch (a
- * thread that could not pin still plays its part, and the caller reports the failure). */
-static void membw_rtt_start(struct membw_rtt *r, int who)
+/* Both threads: pin, then wait until both tried; true when both are pinned. Otherwise neither plays (the
+ * caller reports it): two unpinned threads could share one CPU, and each spin would last a time slice. */
+static bool membw_rtt_start(struct membw_rtt *r, int who)
 {
     if (membw_pin(r->cpu[who]))
         atomic_fetch_add(&r->pinned, 1);
     atomic_fetch_add(&r->ready, 1);
     while (atomic_load(&r->ready) < 2)
         sched_yield();
+    return atomic_load(&r->pinned) == 2;
 }
 
 static void *membw_rtt_echo(void *arg)
 {
     struct membw_rtt *r = arg;
-    membw_rtt_start(r, 1);
+    if (!membw_rtt_start(r, 1))
+        return NULL;
     unsigned n = (unsigned)r->rounds * MEMBW_RTT_RUNS;
     for (unsigned i = 0; i < n; i++) {
         while (atomic_load_explicit(&r->line, memory_order_acquire) != 2 * i + 1)
@@ -244,11 +246,10 @@ static void membw_rtt_pings(struct membw_rtt *r)
 static void *membw_rtt_ping(void *arg)
 {
     struct membw_rtt *r = arg;
-    membw_rtt_start(r, 0);
-    membw_rtt_pings(r);
+    if (membw_rtt_start(r, 0))
+        membw_rtt_pings(r);
     return NULL;
 }
-
 
 int membw_round_trip_ns(int rounds, double *ns, char *err)
 {
@@ -275,9 +276,7 @@ int membw_round_trip_ns(int rounds, double *ns, char *err)
         goto out;
     }
     if (pthread_create(&t[0], NULL, membw_rtt_ping, r) != 0) {
-        /* the echo waits for a partner that will not come: play the pinger's part here, unpinned */
-        atomic_fetch_add(&r->ready, 1);
-        membw_rtt_pings(r);
+        atomic_fetch_add(&r->ready, 1); /* the echo's partner will not come: let it see two not pinned */
         pthread_join(t[1], NULL);
         rc = err_set(err, ERR_INTERNAL, "cannot start a thread");
         goto out;
