@@ -94,7 +94,9 @@ static void bench_model_usage(FILE *f)
             "                        memory, as decode runs them, alternated pass by pass with a plain read of\n"
             "                        the same bytes; reports both GB/s and the kernels' share of the read\n"
             "                        (-r passes of each, default 20); with --batch B the gemm batched\n"
-            "                        decode runs on B columns instead, also as multiply-adds per second\n"
+            "                        decode runs on B columns instead, also as multiply-adds per second;\n"
+            "                        and the same arithmetic on weights that stay in L2, so that\n"
+            "                        kernels from memory / from cache says what the read costs them\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
             "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
@@ -543,6 +545,8 @@ static int bench_stream_only(const struct bench_opts *o)
            "%.1f GB/s, %.1f GMAC/s (medians of %d passes each, alternated); kernels / read %.2f (median of the pairs, "
            "%.2f-%.2f)\n", dtype_name(t), r.layout, so.batch, so.batch > 1 ? "s" : "", r.threads, r.bytes / 1e6,
            r.read_gbs, r.kernel_gbs, r.kernel_gmacs, r.passes, r.share, r.share_lo, r.share_hi);
+    printf("the same arithmetic from cache (each thread's %d KiB slices, in L2): %.1f GB/s, %.1f GMAC/s; kernels "
+           "from memory / from cache %.2f\n", r.cache_kib, r.cache_gbs, r.cache_gmacs, r.kernel_gmacs / r.cache_gmacs);
     if (o->json) {
         json_t *j = json_object();
         if (!j)
@@ -560,6 +564,9 @@ static int bench_stream_only(const struct bench_opts *o)
         json_object_set_new(j, "kernel_share", json_real(r.share));
         json_object_set_new(j, "kernel_share_lo", json_real(r.share_lo));
         json_object_set_new(j, "kernel_share_hi", json_real(r.share_hi));
+        json_object_set_new(j, "cache_kib", json_integer(r.cache_kib));
+        json_object_set_new(j, "cache_gbs", json_real(r.cache_gbs));
+        json_object_set_new(j, "cache_gmacs", json_real(r.cache_gmacs));
         char *txt = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         if (!txt)

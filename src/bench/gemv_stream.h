@@ -14,7 +14,9 @@
  * With a batch of B columns it runs the gemm batched decode runs instead (B sequences, one token each): the
  * weights still come from memory once per pass, but each byte now feeds B columns' arithmetic, so the
  * question becomes whether the arithmetic hides the read (kernels / read near the arithmetic's own limit)
- * or adds to it.
+ * or adds to it. A third kind of pass answers it: the same arithmetic on weights that stay in each core's L2
+ * (cache_gmacs), so kernel_gmacs / cache_gmacs is what memory costs the kernels (on the Zen 5, 8 columns of
+ * Q4_K / Q6_K lost 20-35% to it where Q4_0 lost none; docs/performance.md, stop 41).
  */
 #ifndef WAFER_BENCH_GEMV_STREAM_H
 #define WAFER_BENCH_GEMV_STREAM_H
@@ -42,6 +44,13 @@ struct gemv_stream_result {
     double share;          /* median over adjacent (read, kernel) pairs of read time / kernel time */
     double share_lo, share_hi; /* lowest and highest pair */
     double kernel_gmacs;   /* multiply-adds per second of the kernel passes (median), in billions */
+    /* The same arithmetic with the weights in cache: passes that run the kernel over as many rows of each
+     * shape as the kernel passes, taken again and again from a slice of cache_kib KiB per thread and shape
+     * that stays in L2 (medians). Against kernel_gmacs it says what reading from memory costs the kernels
+     * beyond their arithmetic: with B columns the question is whether the arithmetic hides the read. */
+    double cache_gbs;      /* weight bytes the kernels went through per second (what they would read) */
+    double cache_gmacs;
+    int cache_kib;
 };
 
 /* Fills o with the defaults for type t. */

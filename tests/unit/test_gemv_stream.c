@@ -1,8 +1,8 @@
 /*
  * gemv_stream tests (`wafer bench --stream`): on small shapes, every weight type with a decode kernel here
  * runs, one column (the gemv) and 8 (the batched gemm), reads the bytes its matrices hold, in the layout the
- * engine would give them, and reports sane figures; a type without a kernel, bad shapes and a bad batch are
- * refused with a message.
+ * engine would give them, and reports sane figures, from memory and from cache; a type without a kernel, bad
+ * shapes and a bad batch are refused with a message.
  */
 #include "testutil.h"
 
@@ -54,6 +54,10 @@ static void test_every_type(void **state)
         double elems = 2.0 * (4 * 256 * 256 + 2 * 512 * 256 + 256 * 512);
         assert_true(fabs(r.kernel_gmacs / r.kernel_gbs - elems * batch / (double)r.bytes) < 1e-6 * r.kernel_gmacs);
         assert_true(r.share_lo > 0 && r.share_lo <= r.share && r.share <= r.share_hi);
+        /* the from-cache passes do the same arithmetic over the same row counts: the same MACs per byte */
+        assert_true(r.cache_kib >= 64 && r.cache_kib <= 512);
+        assert_true(r.cache_gbs > 0 && r.cache_gmacs > 0);
+        assert_true(fabs(r.cache_gmacs / r.cache_gbs - elems * batch / (double)r.bytes) < 1e-6 * r.cache_gmacs);
         ran++;
     }
     if (!ran)
