@@ -16,7 +16,7 @@
  * question becomes whether the arithmetic hides the read (kernels / read near the arithmetic's own limit)
  * or adds to it. A third kind of pass answers it: the same arithmetic on weights that stay in each core's L2
  * (cache_gmacs), so kernel_gmacs / cache_gmacs is what memory costs the kernels (on the Zen 5, 8 columns of
- * Q4_K / Q6_K lost 20-35% to it where Q4_0 lost none; docs/performance.md, stop 41).
+ * Q4_K / Q6_K lost 24-42% to it, Q4_0 4-24%; docs/performance.md, stop 41).
  */
 #ifndef WAFER_BENCH_GEMV_STREAM_H
 #define WAFER_BENCH_GEMV_STREAM_H
