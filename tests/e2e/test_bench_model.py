@@ -145,6 +145,28 @@ def test_bench_membw_only():
         assert j["core_round_trip_ns"] is None and "two CPUs" in r.stderr
 
 
+def test_bench_stream():
+    """`--stream TYPE`: the decode kernels over a 1B model's matrices against a plain read, and (since stop 41)
+    the same arithmetic from cache; the JSON line carries all three, and the figures agree with each other."""
+    r = bench("--stream", "q4_0", "--threads", "2", "--batch", "8", "-r", "2", "--json")
+    if r.returncode == 2 and "no decode kernel" in r.stderr:
+        pytest.skip("no AVX2 here: no decode kernels to measure")
+    assert r.returncode == 0, r.stderr
+    assert "kernels / read" in r.stdout and "the same arithmetic from cache" in r.stdout
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["type"] == "q4_0" and j["batch"] == 8 and j["threads"] == 2 and j["passes"] == 2
+    assert j["read_gbs"] > 0 and j["kernel_gbs"] > 0 and j["cache_gbs"] > 0
+    assert 64 <= j["cache_kib"] <= 512
+    # the kernel and from-cache passes do the same multiply-adds over the same bytes
+    assert j["kernel_gmacs"] / j["kernel_gbs"] == pytest.approx(j["cache_gmacs"] / j["cache_gbs"], rel=1e-6)
+    r = bench("--stream", "bogus")
+    assert r.returncode == 2 and "is not a weight type" in r.stderr
+    r = bench("--stream", "q5_0")
+    assert r.returncode == 2 and "no decode kernel for q5_0" in r.stderr
+    r = bench("--stream", "q4_0", "--batch", "65")
+    assert r.returncode == 2 and "1-64" in r.stderr
+
+
 def test_bench_usage_errors(tmp_path):
     r = bench("--help")
     assert r.returncode == 0 and "wafer bench --model M" in r.stdout and "wafer bench --membw" in r.stdout
