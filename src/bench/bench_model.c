@@ -567,6 +567,8 @@ static int bench_stream_only(const struct bench_opts *o)
         json_object_set_new(j, "cache_kib", json_integer(r.cache_kib));
         json_object_set_new(j, "cache_gbs", json_real(r.cache_gbs));
         json_object_set_new(j, "cache_gmacs", json_real(r.cache_gmacs));
+        json_object_set_new(j, "macs_per_pass", json_real(r.macs));
+        json_object_set_new(j, "cache_macs_per_pass", json_real(r.cache_macs));
         char *txt = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         if (!txt)

@@ -66,6 +66,7 @@ struct gs_job {
     bool read;             /* this pass: plain read instead of the kernel */
     bool cached;           /* this pass: the kernel over the thread's cache-resident slices (gs_job_fn) */
     size_t cache_bytes;    /* a slice's bytes (gs_cache_bytes) */
+    _Atomic uint64_t cache_macs; /* multiply-adds the threads' kernel calls did in the last from-cache pass */
     struct gs_mat *mats;
     int n_mats;
     int batch;             /* activation columns (gemv_stream_opts) */
@@ -131,9 +132,12 @@ static void gs_job_fn(void *ctx, int ith, int nth)
             int64_t k = (int64_t)(j->cache_bytes / s->row_bytes) / unit * unit;
             k = k < unit ? unit : k;
             k = k < s1 - s0 ? k : s1 - s0;
-            for (int64_t d = 0; k > 0 && d < r1 - r0; d += k)
-                gs_kernel(j, s, s->w + (size_t)s0 * s->row_bytes, r1 - r0 - d < k ? r1 - r0 - d : k, j->y + r0,
-                          ith); /* the same outputs each time: they stay in cache too */
+            for (int64_t d = 0, n; k > 0 && d < r1 - r0; d += n) {
+                n = r1 - r0 - d < k ? r1 - r0 - d : k;
+                gs_kernel(j, s, s->w + (size_t)s0 * s->row_bytes, n, j->y + r0, ith); /* the same outputs each time */
+                atomic_fetch_add_explicit(&j->cache_macs, (uint64_t)n * (uint64_t)s->cols * (uint64_t)j->batch,
+                                          memory_order_relaxed);
+            }
         } else if (r1 > r0) {
             gs_kernel(j, a, w, r1 - r0, j->y + r0, ith);
         }
@@ -290,6 +294,7 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         for (int v = 0; v < 3; v++) {
             j.read = v == 0;
             j.cached = v == 2;
+            atomic_store(&j.cache_macs, 0);
             double t0 = clock_now_s();
             threadpool_run(j.tp, gs_job_fn, &j);
             double t = clock_now_s() - t0;
@@ -320,6 +325,8 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     for (int m = 0; m < n_mats; m++)
         macs += (double)j.mats[m].rows * (double)j.mats[m].cols * batch;
     out->kernel_gmacs = macs / sk.p50 / 1e9;
+    out->macs = macs;
+    out->cache_macs = (double)atomic_load(&j.cache_macs);
     out->cache_gbs = bytes / sc.p50 / 1e9;
     out->cache_gmacs = macs / sc.p50 / 1e9;
     out->cache_kib = (int)(j.cache_bytes >> 10);

@@ -44,12 +44,14 @@ struct gemv_stream_result {
     double share;          /* median over adjacent (read, kernel) pairs of read time / kernel time */
     double share_lo, share_hi; /* lowest and highest pair */
     double kernel_gmacs;   /* multiply-adds per second of the kernel passes (median), in billions */
+    double macs;           /* multiply-adds a kernel pass does (every matrix, every column) */
     /* The same arithmetic with the weights in cache: passes that run the kernel over as many rows of each
      * shape as the kernel passes, taken again and again from a slice of cache_kib KiB per thread and shape
      * that stays in L2 (medians). Against kernel_gmacs it says what reading from memory costs the kernels
      * beyond their arithmetic: with B columns the question is whether the arithmetic hides the read. */
     double cache_gbs;      /* weight bytes the kernels went through per second (what they would read) */
     double cache_gmacs;
+    double cache_macs;     /* multiply-adds the last from-cache pass's kernel calls did: macs when all ran */
     int cache_kib;
 };
 

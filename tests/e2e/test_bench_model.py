@@ -157,7 +157,9 @@ def test_bench_stream():
     assert j["type"] == "q4_0" and j["batch"] == 8 and j["threads"] == 2 and j["passes"] == 2
     assert j["read_gbs"] > 0 and j["kernel_gbs"] > 0 and j["cache_gbs"] > 0
     assert 64 <= j["cache_kib"] <= 512
-    # the kernel and from-cache passes do the same multiply-adds over the same bytes
+    # the kernel and from-cache passes do the same multiply-adds over the same bytes (the latter as counted
+    # while its calls ran)
+    assert j["macs_per_pass"] > 0 and j["cache_macs_per_pass"] == j["macs_per_pass"]
     assert j["kernel_gmacs"] / j["kernel_gbs"] == pytest.approx(j["cache_gmacs"] / j["cache_gbs"], rel=1e-6)
     r = bench("--stream", "bogus")
     assert r.returncode == 2 and "is not a weight type" in r.stderr

@@ -54,7 +54,9 @@ static void test_every_type(void **state)
         double elems = 2.0 * (4 * 256 * 256 + 2 * 512 * 256 + 256 * 512);
         assert_true(fabs(r.kernel_gmacs / r.kernel_gbs - elems * batch / (double)r.bytes) < 1e-6 * r.kernel_gmacs);
         assert_true(r.share_lo > 0 && r.share_lo <= r.share && r.share <= r.share_hi);
-        /* the from-cache passes do the same arithmetic over the same row counts: the same MACs per byte */
+        /* the from-cache passes do the same arithmetic over the same row counts, counted as their calls ran */
+        assert_true(r.macs == elems * batch);
+        assert_true(r.cache_macs == r.macs);
         assert_true(r.cache_kib >= 64 && r.cache_kib <= 512);
         assert_true(r.cache_gbs > 0 && r.cache_gmacs > 0);
         assert_true(fabs(r.cache_gmacs / r.cache_gbs - elems * batch / (double)r.bytes) < 1e-6 * r.cache_gmacs);
