@@ -23,6 +23,7 @@
  */
 #include "jobs/store.h"
 
+#include "core/fsutil.h"
 #include "core/log.h"
 
 #include <dirent.h>
@@ -181,24 +182,6 @@ static int sq_fsync_dir(const char *dir)
     return rc;
 }
 
-static int sq_mkdirs(const char *path, char *err)
-{
-    char buf[PATH_MAX + 64];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p == '/' || *p == 0) {
-            char c = *p;
-            *p = 0;
-            if (mkdir(buf, 0700) && errno != EEXIST)
-                return err_set(err, ERR_IO, "cannot create the data dir %s: %s", buf, strerror(errno));
-            *p = c;
-            if (!c)
-                break;
-        }
-    }
-    return 0;
-}
-
 /* ---- open/close ---- */
 
 static void sq_close(struct jobs_backend *b)
@@ -260,7 +243,7 @@ static struct jobs_backend *sq_open_once(const char *data_dir, bool *full, char 
     snprintf(q->dir, sizeof q->dir, "%s", data_dir);
     char path[PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/files", q->dir);
-    if (sq_mkdirs(path, err))
+    if (fs_mkdirs(path, 0700, err))
         goto fail;
     snprintf(path, sizeof path, "%s/lock", q->dir);
     q->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -12,6 +12,7 @@
 #include "pull/pull.h"
 
 #include "core/err.h"
+#include "core/fsutil.h"
 #include "pull/progress.h"
 #include "pull/sha256.h"
 
@@ -32,27 +33,6 @@ void pull_opts_default(struct pull_opts *o)
 }
 
 /* mkdir -p of the folder that holds path (path's last component is a file). */
-static int pull_mkdirs_for(const char *path, char *err)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    char *slash = strrchr(buf, '/');
-    if (!slash)
-        return 0;
-    *slash = 0;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(buf, 0755) && errno != EEXIST)
-            return err_set(err, ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST)
-        return err_set(err, ERR_IO, "cannot create %s: %s", buf, strerror(errno));
-    return 0;
-}
-
 static void pull_fsync_dir_of(const char *path)
 {
     char buf[4096];
@@ -136,7 +116,7 @@ static int pull_fetch(const struct hub *h, const char *dir, const struct hub_spe
     char part_name[200], part[4400];
     pull_part_name(spec, meta, part_name, sizeof part_name);
     snprintf(part, sizeof part, "%s/.downloads/%s", dir, part_name);
-    int rc = pull_mkdirs_for(part, err);
+    int rc = fs_mkdirs_for(part, 0755, err);
     if (rc)
         return rc;
     int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -190,7 +170,7 @@ static int pull_fetch(const struct hub *h, const char *dir, const struct hub_spe
     if (!rc && fsync(fd))
         rc = err_set(err, ERR_IO, "cannot sync %s: %s", part, strerror(errno));
     if (!rc)
-        rc = pull_mkdirs_for(dest, err);
+        rc = fs_mkdirs_for(dest, 0755, err);
     if (!rc && rename(part, dest))
         rc = err_set(err, ERR_IO, "cannot move %s to %s: %s", part, dest, strerror(errno));
     if (!rc)
