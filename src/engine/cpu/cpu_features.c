@@ -5,6 +5,7 @@
 #include "engine/cpu/cpu_features.h"
 
 #include <cpuid.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,8 +74,7 @@ unsigned cpu_family(void)
     return (unsigned)fam;
 }
 
-/* AMD family 0x19 (Zen 3, Zen 4): where most per-CPU decisions below were measured (on a Zen 4); 0x1a is Zen 5. */
-static bool cpu_is_amd_family_19(void) { return cpu_is_amd() && cpu_family() == 0x19; }
+/* AMD family 0x19 (Zen 3, Zen 4) or 0x1a (Zen 5). */
 static bool cpu_is_amd_family_19_or_1a(void)
 {
     return cpu_is_amd() && (cpu_family() == 0x19 || cpu_family() == 0x1a);
@@ -90,38 +90,120 @@ static int cpu_env_choice(const char *name, const char *yes, const char *no)
     return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
 }
 
-/* A gemv16 prefetch rule: WAFER_GEMV_PREFETCH when set, else the CPU's, asked once into *cached (-1 before). */
-static bool cpu_prefetch_rule(int *cached, bool (*cpu_rule)(void))
+static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse"};
+
+const char *cpu_prefetch_name(int rule)
 {
-    if (*cached < 0) {
-        int e = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
-        *cached = e >= 0 ? e : cpu_rule();
+    return rule >= 0 && rule < CPU_PREFETCH_COUNT ? cpu_prefetch_names[rule] : "?";
+}
+
+int cpu_prefetch_parse(const char *s)
+{
+    for (int r = 0; s && r < CPU_PREFETCH_COUNT; r++)
+        if (!strcmp(s, cpu_prefetch_names[r]))
+            return r;
+    return -1;
+}
+
+/* The types with a decode gemv that takes a rule. */
+static bool cpu_prefetch_type(enum dtype t)
+{
+    return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K || t == DTYPE_Q6_K || t == DTYPE_F16;
+}
+
+enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
+{
+    if (!cpu_prefetch_type(t) || !cpu_is_amd())
+        return CPU_PREFETCH_EVERY;
+    if (cpu_family() == 0x19)
+        return t == DTYPE_F16 ? CPU_PREFETCH_EVERY : CPU_PREFETCH_SPARSE;
+    if (cpu_family() == 0x1a) {
+        if (t == DTYPE_F16)
+            return CPU_PREFETCH_NTA;
+        if (!gemv_cpu_has_avx512())
+            return CPU_PREFETCH_EVERY;
+        return t == DTYPE_Q8_0 ? CPU_PREFETCH_SPARSE : CPU_PREFETCH_NTA;
     }
-    return *cached;
+    return CPU_PREFETCH_EVERY;
 }
 
-bool cpu_gemv16_sparse_prefetch(void)
+int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFETCH_COUNT])
 {
-    static int sparse = -1;
-    return cpu_prefetch_rule(&sparse, cpu_is_amd_family_19);
+    if (!cpu_prefetch_type(t) || !kernel_cpu_has_avx2())
+        return 0;
+    enum cpu_prefetch all[CPU_PREFETCH_COUNT];
+    int n = 0;
+    if (t == DTYPE_F16 && !cpu_is_amd()) /* the rows gemv (gemv_avx2.c), which has no rule */
+        return 0;
+    if (t == DTYPE_F16) /* the streams (on AMD): none or NTA */
+        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA;
+    else if (gemv_cpu_has_avx512())
+        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_SPARSE;
+    else /* AVX2's gemv16: no NTA */
+        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_SPARSE;
+    enum cpu_prefetch b = cpu_decode_prefetch_builtin(t);
+    int k = 0;
+    out[k++] = b;
+    for (int i = 0; i < n; i++)
+        if (all[i] != b)
+            out[k++] = all[i];
+    return k;
 }
 
-bool cpu_q8_0_gemv16_sparse_prefetch(void)
+/* tuned rule + 1 per type (0: none), so that the zeroed array means none */
+static _Atomic int cpu_tuned[DTYPE_COUNT];
+
+void cpu_decode_prefetch_set(enum dtype t, int rule)
 {
-    static int sparse = -1;
-    return cpu_prefetch_rule(&sparse, cpu_is_amd_family_19_or_1a);
+    if ((int)t < 0 || t >= DTYPE_COUNT)
+        return;
+    atomic_store_explicit(&cpu_tuned[t], rule >= 0 && rule < CPU_PREFETCH_COUNT ? rule + 1 : 0, memory_order_relaxed);
 }
 
-static bool cpu_is_amd_family_1a(void) { return cpu_is_amd() && cpu_family() == 0x1a; }
-
-bool cpu_prefetch_nta(void)
+int cpu_decode_prefetch_tuned(enum dtype t)
 {
-    static int nta = -1;
-    if (nta < 0) {
-        int e = cpu_env_choice("WAFER_PREFETCH_NTA", "1", "0");
-        nta = e >= 0 ? e : cpu_is_amd_family_1a();
+    if ((int)t < 0 || t >= DTYPE_COUNT)
+        return -1;
+    return atomic_load_explicit(&cpu_tuned[t], memory_order_relaxed) - 1;
+}
+
+/* the environment's overrides, read once: getenv walks the whole environment, and cpu_decode_prefetch is asked
+ * per kernel call (-2 before the first read, then cpu_env_choice's answer) */
+static int cpu_env_sparse = -2, cpu_env_nta = -2;
+
+static void cpu_env_read(void)
+{
+    if (cpu_env_sparse == -2) {
+        cpu_env_nta = cpu_env_choice("WAFER_PREFETCH_NTA", "1", "0");
+        cpu_env_sparse = cpu_env_choice("WAFER_GEMV_PREFETCH", "sparse", "every");
     }
-    return nta;
+}
+
+bool cpu_decode_prefetch_env(void)
+{
+    cpu_env_read();
+    return cpu_env_sparse >= 0 || cpu_env_nta >= 0;
+}
+
+enum cpu_prefetch cpu_decode_prefetch(enum dtype t)
+{
+    cpu_env_read();
+    int env_sparse = cpu_env_sparse, env_nta = cpu_env_nta;
+    int tuned = cpu_decode_prefetch_tuned(t);
+    enum cpu_prefetch r = tuned >= 0 ? (enum cpu_prefetch)tuned : cpu_decode_prefetch_builtin(t);
+    if (!cpu_prefetch_type(t))
+        return CPU_PREFETCH_EVERY;
+    /* WAFER_GEMV_PREFETCH: sparse or not; where not, NTA as this CPU family's rule for the stream prefetch
+     * says (Zen 5), unless WAFER_PREFETCH_NTA says otherwise */
+    if (env_sparse == 1 && t != DTYPE_F16)
+        return CPU_PREFETCH_SPARSE;
+    if (env_sparse == 0 && r == CPU_PREFETCH_SPARSE)
+        r = cpu_is_amd() && cpu_family() == 0x1a && gemv_cpu_has_avx512() ? CPU_PREFETCH_NTA : CPU_PREFETCH_EVERY;
+    if (env_nta == 1 && r == CPU_PREFETCH_EVERY)
+        r = CPU_PREFETCH_NTA;
+    if (env_nta == 0 && r == CPU_PREFETCH_NTA)
+        r = CPU_PREFETCH_EVERY;
+    return r;
 }
 
 bool cpu_f16_gemm_whole_rows(void)

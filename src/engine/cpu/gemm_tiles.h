@@ -6,7 +6,7 @@
  * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
  * result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
  * group of rows (gemm_prefetch_first), and the decode gemv's prefetch of a line of weights ahead of its stream
- * with the hint cpu_prefetch_nta chooses (gemv_prefetch_line).
+ * with the hint the decode rule chooses (gemv_prefetch_line, cpu_decode_prefetch).
  */
 #ifndef WAFER_ENGINE_GEMM_TILES_H
 #define WAFER_ENGINE_GEMM_TILES_H
@@ -36,7 +36,7 @@ static inline void gemm_prefetch_first(const void *w, size_t bytes)
 }
 
 /* The decode gemv's prefetch of the weight line at p, ahead of the stream: prefetchnta when nta (a constant in
- * the inlined loop, from cpu_prefetch_nta), else prefetcht1 (into L2). */
+ * the inlined loop, from cpu_decode_prefetch), else prefetcht1 (into L2). */
 static inline __attribute__((always_inline)) void gemv_prefetch_line(const void *p, const int nta)
 {
     if (nta)

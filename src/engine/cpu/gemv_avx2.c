@@ -60,8 +60,8 @@
  * 0.704 / 0.618 (stop 36). */
 #define GV_PF (8 << 10)
 
-/* On AMD family 0x19 (cpu_gemv16_sparse_prefetch) the R16 gemv prefetch one line per GV_PF_SPARSE bytes,
- * GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these kernels
+/* Under the SPARSE rule (cpu_decode_prefetch; built in on AMD family 0x19) the R16 gemv prefetch one line
+ * per GV_PF_SPARSE bytes, GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these kernels
  * (WAFER_NO_AVX512=1 wafer bench --stream TYPE; shares of a plain read, every line / none / sparse): one thread
  * Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
  * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 /
@@ -74,9 +74,9 @@
 #define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 
 /* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes. */
-GV_INLINE size_t gv16_prefetch_rule(size_t *ahead)
+GV_INLINE size_t gv16_prefetch_rule(enum dtype t, size_t *ahead)
 {
-    bool sparse = cpu_gemv16_sparse_prefetch();
+    bool sparse = cpu_decode_prefetch(t) == CPU_PREFETCH_SPARSE;
     *ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF;
     return sparse ? GV_PF_SPARSE : 64;
 }
@@ -285,7 +285,7 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    size_t ahead, pfs = gv16_prefetch_rule(&ahead);
+    size_t ahead, pfs = gv16_prefetch_rule(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0, &ahead);
     for (int64_t i = 0; i < nr; i += 16)
         gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, x, 0, aux, 0,
                   w + (size_t)(i / 16) * gbytes + ahead, pfs);
@@ -766,7 +766,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
-        size_t ahead, pfs = gv16_prefetch_rule(&ahead);                                                   \
+        size_t ahead, pfs = gv16_prefetch_rule(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K, &ahead);                  \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs);                       \
@@ -868,8 +868,8 @@ GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
 
 #define GV_STREAMS 4
-/* Where cpu_prefetch_nta says so, each stream prefetches (prefetchnta) every line GV_F16_PF_NTA bytes
- * ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream f16 -t 1`,
+/* Under the NTA rule (cpu_decode_prefetch; built in on AMD family 0x1a) each stream prefetches
+ * (prefetchnta) every line GV_F16_PF_NTA bytes ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream f16 -t 1`,
  * alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5 0.95-0.96,
  * 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
 #define GV_F16_PF_NTA (2 << 10)
@@ -881,7 +881,7 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
-    bool nta = cpu_prefetch_nta();
+    bool nta = cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_NTA;
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
         if (nta) /* a call per rule so that each inlined loop has its prefetch fixed */

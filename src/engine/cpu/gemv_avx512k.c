@@ -901,12 +901,12 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #ifndef AK16_PF
 #define AK16_PF (4 << 10)
 #endif
-/* The Q4_K gemv16's distance with the non-temporal hint (cpu_prefetch_nta; Q6_K keeps AK16_PF). One core
- * of the Zen 5 (`wafer bench --stream q4_k -t 1`, alternated, kernels / plain read): 0.82-0.83 at 2.25 KiB,
+/* The Q4_K gemv16's distance with the non-temporal hint (the NTA rule of cpu_decode_prefetch; Q6_K keeps
+ * AK16_PF). One core of the Zen 5 (`wafer bench --stream q4_k -t 1`, alternated, kernels / plain read): 0.82-0.83 at 2.25 KiB,
  * 0.89 at 4, 0.92 at 6, 0.92-0.96 at 8, 0.88-0.92 at 10, 0.84-0.89 at 12; T1 at 8 KiB 0.86, at 4 0.81-0.87.
  * Q6_K with the hint 0.92 at 4 KiB, 0.88-0.91 at 8 (stop 39). */
 #define AK16_PF_NTA_Q4_K (8 << 10)
-/* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; cpu_gemv16_sparse_prefetch). Q4_K not at
+/* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; the SPARSE rule of cpu_decode_prefetch). Q4_K not at
  * all: 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
  * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576
  * bytes 16 KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K, read in its stored order
@@ -1180,7 +1180,7 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
  * decides what one thread gets, which is left open. One group (18-107 KiB) ahead measured as well as or
  * better than 4-32 KiB. The AVX2 K-quant gemm keeps T1 (its run-time-hint build: Q6_K 1.25x with T0, Q4_K
  * at n 2048 0.8x), and so do the Q4_0 / Q8_0 gemm (mixed, 0.85-1.26x). (stop 33) Not prefetchnta, which the
- * Zen 5's gemv takes (cpu_prefetch_nta): one core, `--stream q4_k -b 8 -t 1`, the hint chosen at run time in
+ * Zen 5's gemv takes (the NTA rule): one core, `--stream q4_k -b 8 -t 1`, the hint chosen at run time in
  * two builds whose code differed only around that choice: NTA 331-337 GMAC/s, T1 318-324, T0 255-264 in
  * one; T0 363-366, NTA 283-291 in the other; this build's T0 291-293. How the tile's code falls (its spills
  * moved by a third between the builds) decides again, and an NTA line, in L1 only, is lost if the tile has
@@ -1263,8 +1263,8 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     {                                                                                                      \
         int64_t nb = n / QK_K;                                                                             \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
-        bool sparse = cpu_gemv16_sparse_prefetch(), pf = IS_Q6 || !sparse;                                 \
-        bool nta = !sparse && cpu_prefetch_nta();                                                          \
+        enum cpu_prefetch rule = cpu_decode_prefetch(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K);                      \
+        bool sparse = rule == CPU_PREFETCH_SPARSE, pf = IS_Q6 || !sparse, nta = rule == CPU_PREFETCH_NTA;   \
         size_t pfs = sparse ? AK16_PF_SPARSE : 64, ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;     \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \

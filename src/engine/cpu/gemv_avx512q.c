@@ -71,11 +71,11 @@
  * run the median of 20 alternations): Q4_0 1.00-1.30x, median 1.03x in 28 runs (fast-memory minutes as slow
  * ones), Q8_0 1.00-1.19x, median 1.02x in 18; one per block, or 16 KiB ahead,
  * no better; one per 4 blocks 1.0-1.05x; T0 0.97-1.04x. The hardware prefetcher fetches the lines between
- * (cpu_gemv16_sparse_prefetch). On the Zen 5 (family 0x1a, stop 32) Q8_0 gains from it too, Q4_0 does not:
+ * (cpu_decode_prefetch's SPARSE). On the Zen 5 (family 0x1a, stop 32) Q8_0 gains from it too, Q4_0 does not:
  * `wafer bench --stream T -t 2`, WAFER_GEMV_PREFETCH=sparse / every alternated, kernels over a plain read,
  * Q8_0 1.01-1.16 (7 runs) / 0.80-1.00 (7), 1B Q8_0 tg128 38.3-39.9 / 25.9-28.9 tokens/s (3 pairs); Q4_0
  * 0.75-0.88 / 0.75-0.89 (7 each), tg128 70-75% / 81-83% of the probes beside (3 pairs). So Q8_0 asks
- * cpu_q8_0_gemv16_sparse_prefetch, Q4_0 cpu_gemv16_sparse_prefetch. */
+ * sparsely there and Q4_0 does not: the built-in rules of cpu_features.h. */
 #ifndef AQ16_PF_SPARSE
 #define AQ16_PF_SPARSE (32 << 10)
 #endif
@@ -277,8 +277,8 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * of blocks a step, as quant.h stores them (the two blocks' F16 scales, 64 bytes, then their dwords: Q4_0 576
  * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
  * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead); with nta
- * every line with prefetchnta instead (cpu_prefetch_nta: one Zen 5 core read the Q4_0 weights at 0.96-0.97
- * of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16; stop 39). And for Q4_0
+ * every line with prefetchnta instead (the NTA rule, cpu_decode_prefetch: one Zen 5 core read the Q4_0
+ * weights at 0.96-0.97 of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16; stop 39). And for Q4_0
  * unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1 (with nta
  * level without them: 0.97-0.98):
  *
@@ -348,8 +348,8 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    bool sparse = is_q4 ? cpu_gemv16_sparse_prefetch() : cpu_q8_0_gemv16_sparse_prefetch();
-    bool nta = !sparse && cpu_prefetch_nta();
+    enum cpu_prefetch rule = cpu_decode_prefetch(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0);
+    bool sparse = rule == CPU_PREFETCH_SPARSE, nta = rule == CPU_PREFETCH_NTA;
     size_t pf = is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8;
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
