@@ -57,6 +57,7 @@ BACKEND_USERS = {
     "src/engine/backend.c": "the registry lists every backend",
     "src/bench/membw.c": "the bandwidth probe uses the CPU's own vector loads and thread pool",
     "src/bench/gemv_stream.c": "`bench --stream` measures the CPU backend's own decode kernels against membw's read",
+    "src/bench/bench_tune.c": "`bench --tune` measures the CPU backend's decode prefetch rules, writes its tune file",
 }
 # the scalar reference backend computes with the CPU backend's portable reference kernels (same numerics)
 BACKEND_SHARED = (("src/engine/scalar/", "src/engine/cpu/kernels"), ("src/engine/scalar/", "src/engine/cpu/attn"))

@@ -34,6 +34,7 @@
 #include "bench/bench_model.h"
 
 #include "bench/bench_spec.h"
+#include "bench/bench_tune.h"
 #include "bench/gemv_stream.h"
 #include "bench/membw.h"
 #include "core/flags.h"
@@ -63,7 +64,8 @@ static void bench_model_usage(FILE *f)
     fprintf(f,
             "usage: wafer bench --model M.gguf [options]\n"
             "       wafer bench --membw [--threads N] [--membw-mib MIB] [--json]\n"
-            "       wafer bench --stream TYPE [--batch B] [--threads N] [--repeat R] [--json]\n\n"
+            "       wafer bench --stream TYPE [--batch B] [--threads N] [--repeat R] [--json]\n"
+            "       wafer bench --tune [--threads N] [--repeat R] [--tune-file PATH | --no-save] [--json]\n\n"
             "Measures the engine on a GGUF model as llama-bench does: prompt processing (ppN: N tokens in\n"
             "one sequence) and generation (tgN: N tokens decoded one at a time), in tokens/s, mean +- stddev\n"
             "over repetitions after one warm-up run. Generation is also given as GB/s of weights read and as a\n"
@@ -97,6 +99,16 @@ static void bench_model_usage(FILE *f)
             "                        decode runs on B columns instead, also as multiply-adds per second;\n"
             "                        and the same arithmetic on weights that stay in L2, so that\n"
             "                        kernels from memory / from cache says what the read costs them\n"
+            "      --tune            instead of a model: measure how each decode kernel should ask for its\n"
+            "                        weights on this CPU (prefetch every line, with prefetchnta, or sparsely;\n"
+            "                        the 1B model's matrices from memory, -r rounds, default 10, about a\n"
+            "                        minute) and save what read fastest to the tune file, which every later\n"
+            "                        wafer process on the same CPU applies (results are the same bits under\n"
+            "                        every rule; only the speed changes)\n"
+            "      --tune-file PATH  where --tune saves (default $WAFER_TUNE_FILE, else\n"
+            "                        $XDG_CACHE_HOME/wafer/tune.json, else ~/.cache/wafer/tune.json)\n"
+            "      --tune-types L    --tune only these types (comma-separated: q4_0,q8_0,q4_k,q6_k,f16)\n"
+            "      --no-save         --tune: print the table, write no file\n"
             "      --verify K        also time verify passes of 1 + k tokens, k = 0..K (speculative decoding's\n"
             "                        cost relative to one token; 0 = skip, the default)\n"
             "      --spec SRC        instead of pp/tg: speculative decoding end to end, greedy answers of -n\n"
@@ -116,6 +128,8 @@ struct bench_opts {
     bool json, no_membw, membw_only, use_mmap, draft_fixed, repeat_set;
     const char *spec, *draft_model; /* --spec SRC, --draft-model FILE */
     const char *stream;             /* --stream TYPE */
+    bool tune, no_save;             /* --tune, --no-save */
+    const char *tune_file, *tune_types; /* --tune-file PATH, --tune-types LIST */
     struct engine_opts eo; /* --kv-type, --no-simd, --backend */
 };
 
@@ -392,6 +406,8 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         {"spec", required_argument, 0, 10},     {"draft-model", required_argument, 0, 11},
         {"draft-fixed", no_argument, 0, 12},    {"depth", required_argument, 0, 'd'},
         {"stream", required_argument, 0, 13},   {"help", no_argument, 0, 'h'},
+        {"tune", no_argument, 0, 14},           {"tune-file", required_argument, 0, 15},
+        {"tune-types", required_argument, 0, 16}, {"no-save", no_argument, 0, 17},
         {0, 0, 0, 0},
     };
     memset(o, 0, sizeof *o);
@@ -448,6 +464,10 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         case 11: o->draft_model = optarg; break;
         case 12: o->draft_fixed = true; break;
         case 13: o->stream = optarg; break;
+        case 14: o->tune = true; break;
+        case 15: o->tune_file = optarg; break;
+        case 16: o->tune_types = optarg; break;
+        case 17: o->no_save = true; break;
         case 'h': bench_model_usage(stdout); return -1;
         default: bench_model_usage(stderr); return 2;
         }
@@ -457,6 +477,21 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
         bench_model_usage(stderr);
         return 2;
     }
+    if ((o->tune_file || o->tune_types || o->no_save) && !o->tune) {
+        fprintf(stderr, "wafer bench: --tune-file, --tune-types and --no-save go with --tune\n");
+        return 2;
+    }
+    if (o->tune && (o->model_path || o->membw_only || o->stream)) {
+        fprintf(stderr, "wafer bench: --tune measures the decode kernels without a model; leave out --model, --membw "
+                        "and --stream\n");
+        return 2;
+    }
+    if (o->tune && o->tune_file && o->no_save) {
+        fprintf(stderr, "wafer bench: --tune-file names where to save; --no-save saves nothing\n");
+        return 2;
+    }
+    if (o->tune)
+        return 0;
     if (o->stream && (o->model_path || o->membw_only)) {
         fprintf(stderr, "wafer bench: --stream measures the kernels without a model; leave out --model and --membw\n");
         return 2;
@@ -547,6 +582,8 @@ static int bench_stream_only(const struct bench_opts *o)
            r.read_gbs, r.kernel_gbs, r.kernel_gmacs, r.passes, r.share, r.share_lo, r.share_hi);
     printf("the same arithmetic from cache (each thread's %d KiB slices, in L2): %.1f GB/s, %.1f GMAC/s; kernels "
            "from memory / from cache %.2f\n", r.cache_kib, r.cache_gbs, r.cache_gmacs, r.kernel_gmacs / r.cache_gmacs);
+    if (r.decode_prefetch[0]) /* the rule the kernel passes ran under (gemv_stream_run applies the tune file) */
+        fprintf(stderr, "decode prefetch: %s (%s)\n", r.decode_prefetch, r.decode_prefetch_source);
     if (o->json) {
         json_t *j = json_object();
         if (!j)
@@ -569,6 +606,10 @@ static int bench_stream_only(const struct bench_opts *o)
         json_object_set_new(j, "cache_gmacs", json_real(r.cache_gmacs));
         json_object_set_new(j, "macs_per_pass", json_real(r.macs));
         json_object_set_new(j, "cache_macs_per_pass", json_real(r.cache_macs));
+        if (r.decode_prefetch[0]) {
+            json_object_set_new(j, "decode_prefetch", json_string(r.decode_prefetch));
+            json_object_set_new(j, "decode_prefetch_source", json_string(r.decode_prefetch_source));
+        }
         char *txt = json_dumps(j, JSON_COMPACT);
         json_decref(j);
         if (!txt)
@@ -589,6 +630,11 @@ int bench_model_main(int argc, char **argv)
         return bench_membw_only(&o);
     if (o.stream)
         return bench_stream_only(&o);
+    if (o.tune) {
+        struct bench_tune_opts to = {.threads = (int)o.threads, .rounds = o.repeat_set ? (int)o.repeat : 0,
+                                     .path = o.tune_file, .types = o.tune_types, .save = !o.no_save, .json = o.json};
+        return bench_tune_run(&to);
+    }
 
     int rc = 1;
     struct bench_ctx c = {.rng = 0x2545F4914F6CDD1Dull, .bos = -1};
@@ -674,6 +720,8 @@ int bench_model_main(int argc, char **argv)
     sysinfo_cpu_name(cpu, sizeof cpu);
     sysinfo_cpu_flags(cpu_flags, sizeof cpu_flags);
     fprintf(stderr, "cpu: %s (%s)\n", cpu, cpu_flags[0] ? cpu_flags : "flags unknown");
+    if (desc.decode_prefetch[0])
+        fprintf(stderr, "decode prefetch: %s (%s)\n", desc.decode_prefetch, desc.decode_prefetch_source);
     fprintf(stderr, "model: %s (%s, %.1f MB file, %.1f MB of weights read per token), %d threads, %s kernels, "
                     "KV %s %.1f MiB, loaded in %.0f ms\n",
             o.model_path, dtype_name(c.m->main_type), c.m->file_bytes / 1e6, wgb * 1e3, p->n_threads, simd,
@@ -825,6 +873,10 @@ int bench_model_main(int argc, char **argv)
         json_object_set_new(j, "threads", json_integer(p->n_threads));
         json_object_set_new(j, "cpu", json_string(cpu));
         json_object_set_new(j, "cpu_flags", json_string(cpu_flags));
+        if (desc.decode_prefetch[0]) {
+            json_object_set_new(j, "decode_prefetch", json_string(desc.decode_prefetch));
+            json_object_set_new(j, "decode_prefetch_source", json_string(desc.decode_prefetch_source));
+        }
         json_object_set_new(j, "simd", json_string(simd));
         json_object_set_new(j, "n_prompt", json_integer(o.n_prompt));
         json_object_set_new(j, "n_gen", json_integer(o.n_gen));

@@ -22,6 +22,8 @@
 #include "core/clock.h"
 #include "core/err.h"
 #include "core/stats.h"
+#include "engine/cpu/cpu_features.h"
+#include "engine/cpu/cpu_tune.h"
 #include "engine/cpu/gemv.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/threadpool.h"
@@ -30,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -199,6 +202,24 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
                        dim, ffn, kv, layers, passes);
     if (batch > 64)
         return err_set(err, ERR_INVALID_ARG, "stream: --batch takes 1-64 columns (got %d)", batch);
+    int n_rules = o->n_rules;
+    if (n_rules < 0 || n_rules > 3 || (n_rules > 0 && batch > 1))
+        return err_set(err, ERR_INVALID_ARG, "stream: 0-3 prefetch rules, with one column only (%d rules, %d columns)",
+                       n_rules, batch);
+    cpu_tune_load_once(); /* the rules decode runs on this CPU */
+    for (int i = 0; i < n_rules; i++) {
+        enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+        int k = cpu_decode_prefetch_candidates(o->type, c), ok = 0;
+        for (int q = 0; q < k; q++)
+            ok |= (int)c[q] == o->rules[i];
+        if (!ok)
+            return err_set(err, ERR_INVALID_ARG, "stream: the %s decode gemv has no prefetch rule '%s' on this CPU",
+                           dtype_name(o->type), cpu_prefetch_name(o->rules[i]));
+    }
+    if (n_rules && cpu_decode_prefetch_env())
+        return err_set(err, ERR_INVALID_ARG, "stream: WAFER_GEMV_PREFETCH or WAFER_PREFETCH_NTA in the environment "
+                                              "decides the prefetch rule; unset them to measure the rules");
+    int saved_rule = cpu_decode_prefetch_tuned(o->type);
     bool r16 = g->gemv16 && quant_r16_supported(o->type);
     if (batch > 1 && !(r16 ? g->gemm16 != NULL : g->gemm != NULL))
         return err_set(err, ERR_UNSUPPORTED, "stream: no batched kernel for %s on this CPU", dtype_name(o->type));
@@ -228,12 +249,13 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     float *xf = malloc((size_t)ffn * sizeof *xf);
     double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
     double *pair = malloc((size_t)passes * sizeof(double)), *t_cache = malloc((size_t)passes * sizeof(double));
+    double *t_rule = malloc((size_t)passes * 3 * sizeof(double)); /* [rule][pass] */
     j.mats = calloc((size_t)n_mats, sizeof *j.mats);
     j.ldy = (size_t)(ffn > dim ? ffn : dim);
     j.y = malloc(j.ldy * (size_t)batch * sizeof(float));
     j.tp = threadpool_create(o->n_threads);
     if (!buf || !tmp || !pool_dim || !pool_ffn || !x_dim || !x_ffn || !xa_dim || !xa_ffn || !xf || !t_read || !t_kern ||
-        !pair || !t_cache || !j.mats || !j.y || !j.tp) {
+        !pair || !t_cache || !t_rule || !j.mats || !j.y || !j.tp) {
         err_set(err, ERR_NOMEM, "stream: cannot allocate %.0f MB of weights and buffers", total / 1e6);
         goto out;
     }
@@ -291,16 +313,22 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     /* one untimed pass of each (threads awake, pages and TLB warm, the slices in cache), then alternated timed
      * passes: read, kernel, kernel from cache */
     for (int p = -1; p < passes; p++)
-        for (int v = 0; v < 3; v++) {
+        for (int v = 0; v < (n_rules ? 1 + n_rules : 3); v++) {
             j.read = v == 0;
-            j.cached = v == 2;
+            j.cached = !n_rules && v == 2;
+            if (n_rules && v > 0)
+                cpu_decode_prefetch_set(o->type, o->rules[v - 1]);
             atomic_store(&j.cache_macs, 0);
             double t0 = clock_now_s();
             threadpool_run(j.tp, gs_job_fn, &j);
             double t = clock_now_s() - t0;
-            if (p >= 0)
-                (v == 0 ? t_read : v == 1 ? t_kern : t_cache)[p] = t;
+            if (p < 0)
+                continue;
+            if (n_rules && v > 0)
+                t_rule[(size_t)(v - 1) * passes + p] = t;
+            (v == 0 ? t_read : v == 1 ? t_kern : t_cache)[p] = t; /* with rules: t_kern the first rule's */
         }
+    cpu_decode_prefetch_set(o->type, saved_rule);
     double bytes = 0;
     for (int m = 0; m < n_mats; m++)
         bytes += (double)j.mats[m].rows * (double)j.mats[m].row_bytes;
@@ -330,6 +358,27 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     out->cache_gbs = bytes / sc.p50 / 1e9;
     out->cache_gmacs = macs / sc.p50 / 1e9;
     out->cache_kib = (int)(j.cache_bytes >> 10);
+    for (int i = 0; i < n_rules; i++) { /* the ratios of each round first: stats_summarize sorts what it is given */
+        struct stats_summary s2;
+        for (int p = 0; p < passes; p++)
+            pair[p] = t_rule[p] / t_rule[(size_t)i * passes + p];
+        stats_summarize(pair, (size_t)passes, &s2);
+        out->rule_vs_first[i] = s2.p50;
+    }
+    for (int i = 0; i < n_rules; i++) {
+        struct stats_summary s1;
+        stats_summarize(t_rule + (size_t)i * passes, (size_t)passes, &s1);
+        out->rule_gbs[i] = bytes / s1.p50 / 1e9;
+    }
+    if (batch == 1 && !n_rules) {
+        const char *rule = cpu_prefetch_name(cpu_decode_prefetch(o->type));
+        snprintf(out->decode_prefetch, sizeof out->decode_prefetch, "%s", rule);
+        snprintf(out->decode_prefetch_source, sizeof out->decode_prefetch_source, "%s", cpu_tune_source());
+    }
+    if (n_rules) { /* no from-cache passes ran */
+        out->cache_gbs = out->cache_gmacs = out->cache_macs = 0;
+        out->cache_kib = 0;
+    }
     rc = 0;
 out:
     if (j.tp)
@@ -349,6 +398,7 @@ out:
     free(t_kern);
     free(pair);
     free(t_cache);
+    free(t_rule);
     free(j.mats);
     free(j.y);
     free(j.aux);

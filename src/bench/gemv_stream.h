@@ -33,6 +33,12 @@ struct gemv_stream_opts {
     int layers;            /* 1-1024 (default 16) */
     int batch;             /* activation columns: 1 (default) the decode gemv; 2-64 the gemm that batched
                             * decode runs (B sequences, one token each), on B different columns */
+    /* With n_rules > 0 (batch 1 only): instead of the kernel and from-cache passes, one kernel pass under each
+     * of these decode prefetch rules (cpu_features.h: cpu_decode_prefetch_candidates of the type), in this
+     * order after each read pass, the rule set for the type before each (cpu_decode_prefetch_set) and the type's
+     * tuned rule put back at the end: `wafer bench --tune`. The environment's overrides must be unset. */
+    int n_rules;
+    int rules[3];
 };
 
 struct gemv_stream_result {
@@ -53,6 +59,15 @@ struct gemv_stream_result {
     double cache_gmacs;
     double cache_macs;     /* multiply-adds the last from-cache pass's kernel calls did: macs when all ran */
     int cache_kib;
+    /* With rules (gemv_stream_opts n_rules), per rule i in that order: the median GB/s of its passes, and the
+     * median over the rounds of the first rule's pass time / rule i's (above 1: rule i read faster than the
+     * first in the same minutes); kernel_gbs and share are then the first rule's. */
+    double rule_gbs[3];
+    double rule_vs_first[3];
+    /* batch 1 without rules: the decode prefetch rule the kernel passes ran under ("nta", ...; cpu_features.h)
+     * and where it came from ("built-in rules", "tune file PATH"); "" otherwise */
+    char decode_prefetch[16];
+    char decode_prefetch_source[640];
 };
 
 /* Fills o with the defaults for type t. */

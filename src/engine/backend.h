@@ -66,6 +66,10 @@ struct backend_desc {
     /* instruction set of the kernels per weight type the model uses ("avx512", "avx-vnni", "avx2",
      * "scalar"); NULL for types the model does not use */
     const char *isa[DTYPE_COUNT];
+    /* how its decode kernels read their weights ("q4_0 nta, q8_0 sparse, ..."; cpu_features.h) and where that
+     * came from ("built-in rules", "tune file PATH"); "" where the backend has no such choice */
+    char decode_prefetch[128];
+    char decode_prefetch_source[640];
 };
 
 struct backend_ops {

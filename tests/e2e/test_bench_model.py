@@ -169,6 +169,74 @@ def test_bench_stream():
     assert r.returncode == 2 and "1-64" in r.stderr
 
 
+def bench_env(env, *args):
+    return subprocess.run([WAFER, "bench", *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_bench_tune(tmp_path):
+    """`--tune` (stop 42): every decode prefetch rule of a type measured against the built-in one in the same
+    rounds, the choice by the documented margin, the tune file written (its folder made) with what the table
+    says; a later process applies a tune file for its own CPU (`--stream` says which rule ran and from where),
+    ignores one from another CPU with a warning, and none at all with WAFER_TUNE_FILE empty; refusals."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("WAFER_GEMV_PREFETCH", "WAFER_PREFETCH_NTA", "WAFER_TUNE_FILE")}
+    path = tmp_path / "cache" / "wafer" / "tune.json"
+    r = bench_env(clean, "--tune", "--tune-types", "q4_0,q4_k", "-r", "2", "-t", "2", "--tune-file", str(path),
+                  "--json")
+    if r.returncode == 2 and "portable scalar" in r.stderr:
+        pytest.skip("no AVX2 here: no decode rules to choose")
+    assert r.returncode == 0, r.stderr
+    assert "built-in" in r.stdout and f"wrote {path}" in r.stdout
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert set(j["types"]) == {"q4_0", "q4_k"} and j["threads"] == 2 and j["rounds"] == 2
+    assert j["isa"] in ("avx512", "avx2") and j["tune_file"] == str(path)
+    for t, f in j["types"].items():
+        rules = f["rule_gbs"]
+        assert len(rules) == (3 if j["isa"] == "avx512" else 2), t
+        assert set(rules) <= {"every", "nta", "sparse"} and all(v > 0 for v in rules.values())
+        assert set(f["vs_builtin"]) == set(rules) and f["vs_builtin"][f["builtin"]] == 1.0
+        best = max(f["vs_builtin"], key=f["vs_builtin"].get)
+        assert f["chosen"] == (best if f["vs_builtin"][best] >= 1.05 else f["builtin"]), f
+    tf = json.loads(path.read_text())
+    assert tf["version"] == 1 and tf["cpu"] == j["cpu"] and tf["isa"] == j["isa"] and tf["threads"] == 2
+    assert tf["decode_prefetch"] == {t: f["chosen"] for t, f in j["types"].items()}
+    assert tf["figures"]["q4_k"]["rule_gbs"] == j["types"]["q4_k"]["rule_gbs"]
+
+    # a tune file with another rule than the built-in one for q4_k: a later process runs that rule
+    builtin = j["types"]["q4_k"]["builtin"]
+    other = next(k for k in j["types"]["q4_k"]["rule_gbs"] if k != builtin)
+    tf["decode_prefetch"]["q4_k"] = other
+    forced = tmp_path / "forced.json"
+    forced.write_text(json.dumps(tf))
+    r = bench_env({**clean, "WAFER_TUNE_FILE": str(forced)}, "--stream", "q4_k", "-r", "1", "-t", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    js = json.loads(r.stdout.strip().splitlines()[-1])
+    assert js["decode_prefetch"] == other and js["decode_prefetch_source"] == f"tune file {forced}"
+    assert f"decode prefetch: {other} (tune file {forced})" in r.stderr
+    # WAFER_TUNE_FILE set but empty: no tune file, the built-in rule
+    r = bench_env({**clean, "WAFER_TUNE_FILE": ""}, "--stream", "q4_k", "-r", "1", "-t", "2", "--json")
+    js = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 0 and js["decode_prefetch"] == builtin and js["decode_prefetch_source"] == "built-in rules"
+    # measured on another CPU: said so, not applied
+    tf["cpu"] = "Another CPU (family 6 model 207)"
+    forced.write_text(json.dumps(tf))
+    r = bench_env({**clean, "WAFER_TUNE_FILE": str(forced)}, "--stream", "q4_k", "-r", "1", "-t", "2", "--json")
+    js = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 0 and js["decode_prefetch"] == builtin and js["decode_prefetch_source"] == "built-in rules"
+    assert "was measured on Another CPU" in r.stderr
+
+    r = bench_env(clean, "--tune", "--tune-types", "q5_0", "--no-save")
+    assert r.returncode == 2 and "'q5_0' is not one of" in r.stderr
+    r = bench_env({**clean, "WAFER_GEMV_PREFETCH": "every"}, "--tune", "--no-save", "-r", "1")
+    assert r.returncode == 2 and "unset them" in r.stderr
+    r = bench_env(clean, "--tune", "--no-save", "--tune-file", str(path))
+    assert r.returncode == 2 and "--no-save saves nothing" in r.stderr
+    r = bench_env(clean, "--tune-file", str(path))
+    assert r.returncode == 2 and "go with --tune" in r.stderr
+    r = bench_env(clean, "--tune", "--stream", "q4_0")
+    assert r.returncode == 2 and "without a model" in r.stderr
+
+
 def test_bench_usage_errors(tmp_path):
     r = bench("--help")
     assert r.returncode == 0 and "wafer bench --model M" in r.stdout and "wafer bench --membw" in r.stdout

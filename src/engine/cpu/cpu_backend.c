@@ -45,6 +45,7 @@
 #include "core/err.h"
 #include "engine/backend.h"
 #include "engine/cpu/attn.h"
+#include "engine/cpu/cpu_tune.h"
 #include "engine/cpu/gemv.h"
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/threadpool.h"
@@ -218,6 +219,7 @@ static struct backend *cpu_create(const struct model *m, const struct engine_par
     cb->base.ops = &cpu_backend_ops;
     cb->m = m;
     cb->p = *params;
+    cpu_tune_load_once(); /* this CPU's measured decode prefetch rules, where `wafer bench --tune` wrote them */
     struct engine_params *p = &cb->p;
     /* A model of a few MB is done in microseconds per op: splitting it only adds barrier waits (and a
      * barrier can stall for a scheduler slice when another process holds a core), so by default it runs
@@ -1130,6 +1132,8 @@ static void cpu_describe(const struct backend *be, struct backend_desc *d)
     d->kv_bytes = cb->kv.map_bytes;
     d->scratch_bytes = cb->scratch_bytes;
     memcpy(d->isa, cb->isa, sizeof d->isa);
+    cpu_tune_describe(d->decode_prefetch, sizeof d->decode_prefetch);
+    snprintf(d->decode_prefetch_source, sizeof d->decode_prefetch_source, "%s", cpu_tune_source());
 }
 
 const struct backend_ops cpu_backend_ops = {

@@ -1,0 +1,321 @@
+/*
+ * Decode prefetch rules and the tune file (cpu_features.h, cpu_tune.h): the rule names round-trip; each type's
+ * candidates start with the built-in rule and are distinct; a tuned rule is what the kernels are told and
+ * clearing it gives the built-in one back; every rule gives the decode gemv of every type the same bits as
+ * vec_dot (a rule may change how fast, never what); the tune file is written and read back, applied only on
+ * the CPU and instruction set it names, all or nothing (an unknown rule sets none of the file's rules), with a
+ * precise message for a missing, foreign or malformed file; its default path follows WAFER_TUNE_FILE,
+ * XDG_CACHE_HOME and HOME. Kernel parts are skipped without AVX2 (and said so).
+ */
+#include "testutil.h"
+
+#include "core/err.h"
+#include "core/sysinfo.h"
+#include "engine/cpu/cpu_features.h"
+#include "engine/cpu/cpu_tune.h"
+#include "engine/cpu/gemv.h"
+#include "engine/cpu/kernels.h"
+#include "engine/dtype.h"
+#include "engine/gguf/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const enum dtype rule_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
+#define N_RULE_TYPES (sizeof rule_types / sizeof rule_types[0])
+
+static void clear_tuned(void)
+{
+    for (size_t i = 0; i < N_RULE_TYPES; i++)
+        cpu_decode_prefetch_set(rule_types[i], -1);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    for (int r = 0; r < CPU_PREFETCH_COUNT; r++)
+        assert_int_equal(cpu_prefetch_parse(cpu_prefetch_name(r)), r);
+    assert_int_equal(cpu_prefetch_parse("fast"), -1);
+    assert_int_equal(cpu_prefetch_parse(NULL), -1);
+    assert_string_equal(cpu_prefetch_name(CPU_PREFETCH_COUNT), "?");
+    assert_string_equal(cpu_prefetch_name(-1), "?");
+}
+
+static void test_candidates_and_set(void **state)
+{
+    (void)state;
+    assert_false(cpu_decode_prefetch_env()); /* the tests run without the overrides */
+    enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+    assert_int_equal(cpu_decode_prefetch_candidates(DTYPE_Q4_1, c), 0);
+    assert_int_equal(cpu_decode_prefetch(DTYPE_Q4_1), CPU_PREFETCH_EVERY);
+    if (!kernel_cpu_has_avx2()) {
+        assert_int_equal(cpu_decode_prefetch_candidates(DTYPE_Q4_0, c), 0);
+        print_message("no AVX2: no rules to choose among (skipped the rest)\n");
+        return;
+    }
+    for (size_t i = 0; i < N_RULE_TYPES; i++) {
+        enum dtype t = rule_types[i];
+        int k = cpu_decode_prefetch_candidates(t, c);
+        if (t == DTYPE_F16 && !cpu_is_amd()) { /* the rows gemv: no rule */
+            assert_int_equal(k, 0);
+            continue;
+        }
+        assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
+        assert_int_equal(k, t == DTYPE_F16 ? 2 : gemv_cpu_has_avx512() ? 3 : 2);
+        assert_int_equal(c[0], cpu_decode_prefetch_builtin(t));
+        for (int a = 0; a < k; a++)
+            for (int b = a + 1; b < k; b++)
+                assert_int_not_equal(c[a], c[b]);
+        assert_int_equal(cpu_decode_prefetch_tuned(t), -1);
+        assert_int_equal(cpu_decode_prefetch(t), cpu_decode_prefetch_builtin(t));
+        for (int a = 0; a < k; a++) {
+            cpu_decode_prefetch_set(t, c[a]);
+            assert_int_equal(cpu_decode_prefetch_tuned(t), c[a]);
+            assert_int_equal(cpu_decode_prefetch(t), c[a]);
+        }
+        cpu_decode_prefetch_set(t, -1);
+        assert_int_equal(cpu_decode_prefetch_tuned(t), -1);
+        assert_int_equal(cpu_decode_prefetch(t), cpu_decode_prefetch_builtin(t));
+    }
+}
+
+/* Every rule: the decode gemv (R16 gemv16 where the type has one, else the rows gemv) of nr rows x n gives
+ * exactly vec_dot's bits for every row. */
+static void test_rules_same_bits(void **state)
+{
+    (void)state;
+    if (!kernel_cpu_has_avx2()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    uint64_t seed = 0x5eed7u;
+    const int nr = 64;
+    for (size_t i = 0; i < N_RULE_TYPES; i++) {
+        enum dtype t = rule_types[i];
+        const struct gemv_ops *g = gemv_ops_best(t);
+        const struct kernel_ops *ko = kernel_ops_get(t);
+        assert_non_null(g);
+        assert_non_null(ko);
+        /* long enough rows that every prefetch distance (up to 32 KiB ahead) falls inside the matrix */
+        int64_t n = t == DTYPE_F16 ? 2048 : 4096;
+        size_t rb = dtype_row_bytes(t, n), xb = dtype_row_bytes(ko->vec_type, n);
+        float *f = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * nr);
+        float *ref = malloc(sizeof(float) * nr);
+        uint8_t *w = malloc(rb * nr), *x = malloc(xb), *aux = aligned_alloc(64, (g->aux_bytes(n) + 64) & ~(size_t)63);
+        assert_non_null(f);
+        assert_non_null(y);
+        assert_non_null(ref);
+        assert_non_null(w);
+        assert_non_null(x);
+        assert_non_null(aux);
+        for (int r = 0; r < nr; r++) {
+            for (int64_t k = 0; k < n; k++)
+                f[k] = test_rand_f32(&seed) * (1 + (float)(r % 3));
+            assert_int_equal(quant_row_from_f32(t, f, w + (size_t)r * rb, n), 0);
+        }
+        for (int64_t k = 0; k < n; k++)
+            f[k] = test_rand_f32(&seed);
+        ko->from_f32(f, x, n);
+        for (int r = 0; r < nr; r++)
+            ko->vec_dot(n, &ref[r], w + (size_t)r * rb, x);
+        bool r16 = g->gemv16 && quant_r16_supported(t);
+        uint8_t *w16 = r16 ? test_r16_of(t, w, rb, nr, n) : NULL;
+        enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+        int k = cpu_decode_prefetch_candidates(t, c);
+        for (int a = 0; a < k; a++) {
+            cpu_decode_prefetch_set(t, c[a]);
+            memset(y, 0xff, sizeof(float) * nr);
+            g->prep(n, x, aux);
+            if (r16)
+                g->gemv16(n, nr, y, w16, x, aux);
+            else
+                g->gemv(n, nr, y, w, rb, x, aux);
+            for (int r = 0; r < nr; r++)
+                if (memcmp(&y[r], &ref[r], sizeof(float)))
+                    fail_msg("%s rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), cpu_prefetch_name(c[a]), r,
+                             (double)y[r], (double)ref[r]);
+        }
+        cpu_decode_prefetch_set(t, -1);
+        free(f);
+        free(y);
+        free(ref);
+        free(w);
+        free(w16);
+        free(x);
+        free(aux);
+    }
+}
+
+static char tmpdir[256];
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    clear_tuned(); /* whatever a failed test before left set */
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/wafer_test_tune_XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    clear_tuned();
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_file_round_trip(void **state)
+{
+    (void)state;
+    char path[400], msg[ERR_MSG_MAX], d[256];
+    if (!kernel_cpu_has_avx2()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    /* a folder that does not exist yet: cpu_tune_write makes it */
+    snprintf(path, sizeof path, "%s/a/b/tune.json", tmpdir);
+    int rules[DTYPE_COUNT];
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        rules[t] = -1;
+    enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+    /* a rule other than the built-in one where there is one, so applying it shows */
+    cpu_decode_prefetch_candidates(DTYPE_Q4_K, c);
+    rules[DTYPE_Q4_K] = c[1];
+    if (cpu_decode_prefetch_candidates(DTYPE_F16, c) > 1)
+        rules[DTYPE_F16] = c[1];
+    assert_int_equal(cpu_tune_write(path, rules, 2, "{\"q4_k\":{\"every\":1.5}}", msg), 0);
+    assert_int_not_equal(access(path, R_OK), -1);
+    assert_int_equal(cpu_tune_apply_file(path, msg), 1);
+    assert_int_equal(cpu_decode_prefetch(DTYPE_Q4_K), rules[DTYPE_Q4_K]);
+    if (rules[DTYPE_F16] >= 0)
+        assert_int_equal(cpu_decode_prefetch(DTYPE_F16), rules[DTYPE_F16]);
+    assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1); /* not in the file: built-in */
+    assert_non_null(strstr(cpu_tune_source(), path));
+    cpu_tune_describe(d, sizeof d);
+    assert_non_null(strstr(d, "q4_k "));
+    assert_non_null(strstr(d, cpu_prefetch_name(rules[DTYPE_Q4_K])));
+    clear_tuned();
+    /* figures that are not JSON are refused before anything is written */
+    assert_int_equal(cpu_tune_write(path, rules, 2, "{not json", msg), ERR_INVALID_ARG);
+}
+
+static void test_file_refusals(void **state)
+{
+    (void)state;
+    char path[400], msg[ERR_MSG_MAX], cpu[256], text[1024];
+    if (!kernel_cpu_has_avx2()) {
+        print_message("no AVX2: skipped\n");
+        return;
+    }
+    sysinfo_cpu_name(cpu, sizeof cpu);
+    snprintf(path, sizeof path, "%s/none.json", tmpdir);
+    assert_int_equal(cpu_tune_apply_file(path, msg), 0);
+    assert_non_null(strstr(msg, "no tune file"));
+
+    /* another CPU: not applied, said why */
+    snprintf(path, sizeof path, "%s/other.json", tmpdir);
+    snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"Some Other CPU (family 6 model 143)\",\"isa\":\"%s\","
+                                "\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu_tune_isa());
+    write_text(path, text);
+    assert_int_equal(cpu_tune_apply_file(path, msg), 0);
+    assert_non_null(strstr(msg, "was measured on Some Other CPU"));
+    assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
+
+    /* another instruction set */
+    snprintf(text, sizeof text,
+             "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu,
+             gemv_cpu_has_avx512() ? "avx2" : "avx512");
+    write_text(path, text);
+    assert_int_equal(cpu_tune_apply_file(path, msg), 0);
+    assert_non_null(strstr(msg, "kernels"));
+    assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
+
+    /* all or nothing: a good q4_0 rule beside a rule that does not exist sets neither */
+    snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\","
+                                "\"q4_k\":\"fast\"}}", cpu, cpu_tune_isa());
+    write_text(path, text);
+    assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
+    assert_non_null(strstr(msg, "\"fast\""));
+    assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
+
+    /* a rule the type's kernels lack here (F16 has no sparse), a type without a rule, a wrong version */
+    static const char *const bad[] = {"{\"f16\":\"sparse\"}", "{\"q4_1\":\"every\"}", "{\"q4_0\":3}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":%s}", cpu,
+                 cpu_tune_isa(), bad[i]);
+        write_text(path, text);
+        assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
+    }
+    snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{}}", cpu,
+             cpu_tune_isa());
+    write_text(path, text);
+    assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
+    assert_non_null(strstr(msg, "version 1"));
+    write_text(path, "{\"version\":1,");
+    assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
+    assert_non_null(strstr(msg, "not JSON"));
+    assert_string_equal(cpu_tune_source(), "built-in rules"); /* none of these applied */
+}
+
+static void test_path(void **state)
+{
+    (void)state;
+    char p[512];
+    const char *home = getenv("HOME"), *xdg = getenv("XDG_CACHE_HOME"), *tf = getenv("WAFER_TUNE_FILE");
+    char *save_home = home ? strdup(home) : NULL, *save_xdg = xdg ? strdup(xdg) : NULL;
+    char *save_tf = tf ? strdup(tf) : NULL;
+    setenv("WAFER_TUNE_FILE", "/x/y.json", 1);
+    assert_true(cpu_tune_path(p, sizeof p));
+    assert_string_equal(p, "/x/y.json");
+    setenv("WAFER_TUNE_FILE", "", 1); /* set but empty: no tune file */
+    assert_false(cpu_tune_path(p, sizeof p));
+    unsetenv("WAFER_TUNE_FILE");
+    setenv("XDG_CACHE_HOME", "/c", 1);
+    setenv("HOME", "/h", 1);
+    assert_true(cpu_tune_path(p, sizeof p));
+    assert_string_equal(p, "/c/wafer/tune.json");
+    unsetenv("XDG_CACHE_HOME");
+    assert_true(cpu_tune_path(p, sizeof p));
+    assert_string_equal(p, "/h/.cache/wafer/tune.json");
+    unsetenv("HOME");
+    assert_false(cpu_tune_path(p, sizeof p));
+    char small[8];
+    setenv("WAFER_TUNE_FILE", "/a/rather/long/path.json", 1);
+    assert_false(cpu_tune_path(small, sizeof small)); /* too long: none rather than a cut path */
+    assert_string_equal(small, "");
+    if (save_home)
+        setenv("HOME", save_home, 1);
+    if (save_xdg)
+        setenv("XDG_CACHE_HOME", save_xdg, 1);
+    if (save_tf)
+        setenv("WAFER_TUNE_FILE", save_tf, 1);
+    else
+        unsetenv("WAFER_TUNE_FILE");
+    free(save_home);
+    free(save_xdg);
+    free(save_tf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_candidates_and_set),
+        cmocka_unit_test(test_rules_same_bits),
+        cmocka_unit_test_setup_teardown(test_file_refusals, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_file_round_trip, setup_dir, teardown_dir),
+        cmocka_unit_test(test_path),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
