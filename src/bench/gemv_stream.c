@@ -248,7 +248,7 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     uint8_t *xa_ffn = aligned_alloc(64, xab_ffn * (size_t)batch + 64);
     float *xf = malloc((size_t)ffn * sizeof *xf);
     double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
-    double *pair = malloc((size_t)passes * sizeof(double)), *t_cache = malloc((size_t)passes * sizeof(double));
+    double *pair = malloc((size_t)passes * sizeof(double)), *t_cache = calloc((size_t)passes, sizeof(double));
     double *t_rule = malloc((size_t)passes * 3 * sizeof(double)); /* [rule][pass] */
     j.mats = calloc((size_t)n_mats, sizeof *j.mats);
     j.ldy = (size_t)(ffn > dim ? ffn : dim);

@@ -202,6 +202,15 @@ def test_bench_tune(tmp_path):
     assert tf["decode_prefetch"] == {t: f["chosen"] for t, f in j["types"].items()}
     assert tf["figures"]["q4_k"]["rule_gbs"] == j["types"]["q4_k"]["rule_gbs"]
 
+    # `wafer bench --model` runs with the saved rules and says so (the JSON too)
+    if os.path.exists(LLAMA19M):
+        r = bench_env({**clean, "WAFER_TUNE_FILE": str(path)}, "--model", LLAMA19M, "-p", "0", "-n", "2", "-r", "1",
+                      "-t", "2", "--no-membw", "--json")
+        assert r.returncode == 0, r.stderr
+        jm = json.loads(r.stdout.strip().splitlines()[-1])
+        assert jm["decode_prefetch_source"] == f"tune file {path}" and f"(tune file {path})" in r.stderr
+        assert f"q4_0 {tf['decode_prefetch']['q4_0']}" in jm["decode_prefetch"]
+        assert f"decode prefetch rules from tune file {path}" in r.stderr  # the backend's log line
     # a tune file with another rule than the built-in one for q4_k: a later process runs that rule
     builtin = j["types"]["q4_k"]["builtin"]
     other = next(k for k in j["types"]["q4_k"]["rule_gbs"] if k != builtin)

@@ -1132,8 +1132,13 @@ static void cpu_describe(const struct backend *be, struct backend_desc *d)
     d->kv_bytes = cb->kv.map_bytes;
     d->scratch_bytes = cb->scratch_bytes;
     memcpy(d->isa, cb->isa, sizeof d->isa);
-    cpu_tune_describe(d->decode_prefetch, sizeof d->decode_prefetch);
-    snprintf(d->decode_prefetch_source, sizeof d->decode_prefetch_source, "%s", cpu_tune_source());
+    bool gemv = false; /* decode kernels with prefetch rules run (not --no-simd's portable ones) */
+    for (int t = 0; t < DTYPE_COUNT; t++)
+        gemv |= cb->gemv[t] != NULL;
+    if (gemv) {
+        cpu_tune_describe(d->decode_prefetch, sizeof d->decode_prefetch);
+        snprintf(d->decode_prefetch_source, sizeof d->decode_prefetch_source, "%s", cpu_tune_source());
+    }
 }
 
 const struct backend_ops cpu_backend_ops = {

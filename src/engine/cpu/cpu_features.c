@@ -187,12 +187,11 @@ bool cpu_decode_prefetch_env(void)
 
 enum cpu_prefetch cpu_decode_prefetch(enum dtype t)
 {
-    cpu_env_read();
-    int env_sparse = cpu_env_sparse, env_nta = cpu_env_nta;
-    int tuned = cpu_decode_prefetch_tuned(t);
-    enum cpu_prefetch r = tuned >= 0 ? (enum cpu_prefetch)tuned : cpu_decode_prefetch_builtin(t);
     if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
+    cpu_env_read();
+    int env_sparse = cpu_env_sparse, env_nta = cpu_env_nta, tuned = cpu_decode_prefetch_tuned(t);
+    enum cpu_prefetch r = tuned >= 0 ? (enum cpu_prefetch)tuned : cpu_decode_prefetch_builtin(t);
     /* WAFER_GEMV_PREFETCH: sparse or not; where not, NTA as this CPU family's rule for the stream prefetch
      * says (Zen 5), unless WAFER_PREFETCH_NTA says otherwise */
     if (env_sparse == 1 && t != DTYPE_F16)

@@ -60,14 +60,13 @@
  * 0.704 / 0.618 (stop 36). */
 #define GV_PF (8 << 10)
 
-/* Under the SPARSE rule (cpu_decode_prefetch; built in on AMD family 0x19) the R16 gemv prefetch one line
- * per GV_PF_SPARSE bytes, GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these kernels
- * (WAFER_NO_AVX512=1 wafer bench --stream TYPE; shares of a plain read, every line / none / sparse): one thread
- * Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
- * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 /
- * 1.00, Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them, has
- * the same prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured,
- * keeps it. */
+/* Under the SPARSE rule (cpu_decode_prefetch; built in on AMD family 0x19) the R16 gemv prefetch one line per
+ * GV_PF_SPARSE bytes, GV_PF_SPARSE_AHEAD ahead, instead of every line GV_PF ahead. Measured on a Zen 4 running these
+ * kernels (WAFER_NO_AVX512=1 wafer bench --stream TYPE; shares of a plain read, every line / none / sparse): one
+ * thread Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
+ * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 / 1.00,
+ * Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them, has the same
+ * prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured, keeps it. */
 #define GV_PF_SPARSE 576
 #define GV_PF_SPARSE_AHEAD (4 << 10)
 
@@ -868,10 +867,10 @@ GV_DEFINE(q6_k, gv_tile_q6_k, 2, n / QK_K)
 GV_DEFINE(f16, gv_tile_f16, 4, n)
 
 #define GV_STREAMS 4
-/* Under the NTA rule (cpu_decode_prefetch; built in on AMD family 0x1a) each stream prefetches
- * (prefetchnta) every line GV_F16_PF_NTA bytes ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream f16 -t 1`,
- * alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5 0.95-0.96,
- * 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
+/* Under the NTA rule (cpu_decode_prefetch; built in on AMD family 0x1a) each stream prefetches (prefetchnta) every
+ * line GV_F16_PF_NTA bytes ahead of its position, 8 KiB ahead in all: one core of the Zen 5 (`wafer bench --stream
+ * f16 -t 1`, alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5
+ * 0.95-0.96, 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
 #define GV_F16_PF_NTA (2 << 10)
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
  * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last

@@ -901,21 +901,20 @@ AK_GEMV(q6_k, ak_gv_q6_k)
 #ifndef AK16_PF
 #define AK16_PF (4 << 10)
 #endif
-/* The Q4_K gemv16's distance with the non-temporal hint (the NTA rule of cpu_decode_prefetch; Q6_K keeps
- * AK16_PF). One core of the Zen 5 (`wafer bench --stream q4_k -t 1`, alternated, kernels / plain read): 0.82-0.83 at 2.25 KiB,
- * 0.89 at 4, 0.92 at 6, 0.92-0.96 at 8, 0.88-0.92 at 10, 0.84-0.89 at 12; T1 at 8 KiB 0.86, at 4 0.81-0.87.
- * Q6_K with the hint 0.92 at 4 KiB, 0.88-0.91 at 8 (stop 39). */
+/* The Q4_K gemv16's distance with the non-temporal hint (the NTA rule of cpu_decode_prefetch; Q6_K keeps AK16_PF).
+ * One core of the Zen 5 (`wafer bench --stream q4_k -t 1`, alternated, kernels / plain read): 0.82-0.83 at 2.25 KiB,
+ * 0.89 at 4, 0.92 at 6, 0.92-0.96 at 8, 0.88-0.92 at 10, 0.84-0.89 at 12; T1 at 8 KiB 0.86, at 4 0.81-0.87. Q6_K
+ * with the hint 0.92 at 4 KiB, 0.88-0.91 at 8 (stop 39). */
 #define AK16_PF_NTA_Q4_K (8 << 10)
-/* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; the SPARSE rule of cpu_decode_prefetch). Q4_K not at
- * all: 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
- * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576
- * bytes 16 KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K, read in its stored order
- * since stop 26 (ak16_block_q6_k_1), one line per AK16_PF_SPARSE bytes: one thread (`wafer bench --stream q6_k
- * -t 1`, shares of a plain read) 0.73-0.86 with one line per 576 or 1,152 bytes 4-8 KiB ahead, 0.78-0.81 with
- * none, 0.70 with every line; 2 threads 0.96-1.01, 0.93-0.99, 0.92-0.94 (the GGUF order had needed every line:
- * 0.44-0.46x without). Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with
- * WAFER_GEMV_PREFETCH=every / sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K
- * 1.00-1.05 / 0.44-0.57). */
+/* How the gemv16 prefetch on Zen 4 (AMD family 0x19 with AVX-512; the SPARSE rule of cpu_decode_prefetch). Q4_K not
+ * at all: 2 threads over the 1B model's matrices from memory ran 1.12-1.16x faster without (T0 instead of T1:
+ * 0.99-1.02x; stop 24), and the sparse prefetch Q4_0 and Q8_0 take there (gemv_avx512q.c), one line per 576 bytes 16
+ * KiB ahead, was no faster than none (0.98-1.01x in six runs, stop 25). Q6_K, read in its stored order since stop 26
+ * (ak16_block_q6_k_1), one line per AK16_PF_SPARSE bytes: one thread (`wafer bench --stream q6_k -t 1`, shares of a
+ * plain read) 0.73-0.86 with one line per 576 or 1,152 bytes 4-8 KiB ahead, 0.78-0.81 with none, 0.70 with every
+ * line; 2 threads 0.96-1.01, 0.93-0.99, 0.92-0.94 (the GGUF order had needed every line: 0.44-0.46x without).
+ * Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with WAFER_GEMV_PREFETCH=every /
+ * sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K 1.00-1.05 / 0.44-0.57). */
 #define AK16_PF_SPARSE 576
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */

@@ -278,9 +278,9 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
  * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead); with nta
  * every line with prefetchnta instead (the NTA rule, cpu_decode_prefetch: one Zen 5 core read the Q4_0
- * weights at 0.96-0.97 of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16; stop 39). And for Q4_0
- * unless sparse, the aux records a quarter, a half and three quarters of the group ahead, into L1 (with nta
- * level without them: 0.97-0.98):
+ * weights at 0.96-0.97 of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16;
+ * stop 39). And for Q4_0 unless sparse, the aux records a quarter, a half and three quarters of the group ahead,
+ * into L1 (with nta level without them: 0.97-0.98):
  *
  * Why the aux. A column's records (48 bytes a block, 3 KiB at n 2048) are read once per group, so between two
  * reads of a record 16 rows of weights stream past (18 KiB at n 2048 for Q4_0); on the Zen 5 they do not stay
