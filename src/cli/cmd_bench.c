@@ -29,7 +29,9 @@ static void bench_usage(FILE *f)
             "  wafer bench grammar --model M       per-token mask cost of constrained decoding (JSON schemas, GBNF)\n"
             "  wafer bench --model M ...           benchmark the engine on a GGUF model (as llama-bench)\n"
             "  wafer bench --membw                 measure this machine's memory read bandwidth\n"
-            "  wafer bench --stream TYPE           the decode kernels alone against a plain read of their bytes\n\n"
+            "  wafer bench --stream TYPE           the decode kernels alone against a plain read of their bytes\n"
+            "  wafer bench --tune                  measure how the decode kernels should read their weights on\n"
+            "                                      this CPU and save it for every later run\n\n"
             "wafer bench <tool> --help shows each tool's options; docs/bench.md has a walk-through.\n");
 }
 

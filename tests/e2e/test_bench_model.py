@@ -244,6 +244,10 @@ def test_bench_tune(tmp_path):
     assert r.returncode == 2 and "go with --tune" in r.stderr
     r = bench_env(clean, "--tune", "--stream", "q4_0")
     assert r.returncode == 2 and "without a model" in r.stderr
+    r = bench_env(clean, "--help")
+    assert r.returncode == 0 and "wafer bench --tune" in r.stdout
+    r = bench_env(clean, "--model", "x.gguf", "--help")
+    assert r.returncode == 0 and "--tune-file PATH" in r.stdout and "--no-save" in r.stdout
 
 
 def test_bench_usage_errors(tmp_path):

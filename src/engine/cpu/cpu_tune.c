@@ -92,9 +92,9 @@ int cpu_tune_apply_file(const char *path, char *msg)
         goto out;
     }
     if (strcmp(json_string_value(jc), cpu) || strcmp(json_string_value(ji), cpu_tune_isa())) {
-        err_set(msg, 0, "tune file %s was measured on %s with %s kernels; this is %s with %s kernels: "
-                                   "built-in rules (`wafer bench --tune` measures this CPU)",
-                 path, json_string_value(jc), json_string_value(ji), cpu, cpu_tune_isa());
+        err_set(msg, 0, "tune file %s was measured on %s with %s kernels; this is %s with %s kernels: built-in rules "
+                        "(`wafer bench --tune` measures this CPU)",
+                path, json_string_value(jc), json_string_value(ji), cpu, cpu_tune_isa());
         rc = 0;
         goto out;
     }
