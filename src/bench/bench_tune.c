@@ -7,6 +7,7 @@
 #include "bench/bench_tune.h"
 
 #include "bench/gemv_stream.h"
+#include "bench/membw.h"
 #include "core/err.h"
 #include "core/sysinfo.h"
 #include "engine/cpu/cpu_features.h"
@@ -86,6 +87,11 @@ int bench_tune_run(const struct bench_tune_opts *o)
         return 1;
     }
     int rc = 1;
+    /* the core round trip before and after: on a VM whose vCPUs move between chiplets (the Zen 5 of
+     * docs/performance.md) it says whether the whole measurement saw one placement */
+    double rtt0 = 0, rtt1 = 0;
+    if (membw_round_trip_ns(0, &rtt0, err))
+        rtt0 = 0;
     printf("decode prefetch rules on %s, %s kernels: the 1B model's matrices from memory, %d rounds of a plain read "
            "then each rule (GB/s, medians; vs built-in: the median round's built-in time / the rule's)\n",
            cpu, cpu_tune_isa(), rounds);
@@ -143,6 +149,19 @@ int bench_tune_run(const struct bench_tune_opts *o)
         fprintf(stderr, "wafer bench: --tune: no type asked for has a choice of rules with these kernels\n");
         rc = 2;
         goto out;
+    }
+    if (membw_round_trip_ns(0, &rtt1, err))
+        rtt1 = 0;
+    if (rtt0 > 0 && rtt1 > 0) {
+        printf("core round trip: %.0f ns before, %.0f ns after (a cache line between the first two cores and back)\n",
+               rtt0, rtt1);
+        if (rtt0 > 1.8 * rtt1 || rtt1 > 1.8 * rtt0)
+            printf("the cores' placement changed while this ran (a VM moved between chiplets?): run it again and "
+                   "see whether the choices hold\n");
+        json_t *rt = json_array();
+        json_array_append_new(rt, json_real(rtt0));
+        json_array_append_new(rt, json_real(rtt1));
+        json_object_set_new(res, "core_round_trip_ns", rt);
     }
     if (o->save) {
         char *ftxt = json_dumps(fig, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -190,6 +190,9 @@ def test_bench_tune(tmp_path):
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(j["types"]) == {"q4_0", "q4_k"} and j["threads"] == 2 and j["rounds"] == 2
     assert j["isa"] in ("avx512", "avx2") and j["tune_file"] == str(path)
+    if len(os.sched_getaffinity(0)) >= 2:  # the placement check: the round trip before and after
+        assert len(j["core_round_trip_ns"]) == 2 and min(j["core_round_trip_ns"]) > 0
+        assert "core round trip:" in r.stdout
     for t, f in j["types"].items():
         rules = f["rule_gbs"]
         assert len(rules) == (3 if j["isa"] == "avx512" else 2), t

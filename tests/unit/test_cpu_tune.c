@@ -58,12 +58,8 @@ static void test_candidates_and_set(void **state)
     for (size_t i = 0; i < N_RULE_TYPES; i++) {
         enum dtype t = rule_types[i];
         int k = cpu_decode_prefetch_candidates(t, c);
-        if (t == DTYPE_F16 && !cpu_is_amd()) { /* the rows gemv: no rule */
-            assert_int_equal(k, 0);
-            continue;
-        }
         assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
-        assert_int_equal(k, t == DTYPE_F16 ? 2 : gemv_cpu_has_avx512() ? 3 : 2);
+        assert_int_equal(k, t == DTYPE_F16 || gemv_cpu_has_avx512() ? 3 : 2); /* F16: streams, NTA, rows */
         assert_int_equal(c[0], cpu_decode_prefetch_builtin(t));
         for (int a = 0; a < k; a++)
             for (int b = a + 1; b < k; b++)
@@ -192,14 +188,13 @@ static void test_file_round_trip(void **state)
     /* a rule other than the built-in one where there is one, so applying it shows */
     cpu_decode_prefetch_candidates(DTYPE_Q4_K, c);
     rules[DTYPE_Q4_K] = c[1];
-    if (cpu_decode_prefetch_candidates(DTYPE_F16, c) > 1)
-        rules[DTYPE_F16] = c[1];
+    cpu_decode_prefetch_candidates(DTYPE_F16, c);
+    rules[DTYPE_F16] = c[1];
     assert_int_equal(cpu_tune_write(path, rules, 2, "{\"q4_k\":{\"every\":1.5}}", msg), 0);
     assert_int_not_equal(access(path, R_OK), -1);
     assert_int_equal(cpu_tune_apply_file(path, msg), 1);
     assert_int_equal(cpu_decode_prefetch(DTYPE_Q4_K), rules[DTYPE_Q4_K]);
-    if (rules[DTYPE_F16] >= 0)
-        assert_int_equal(cpu_decode_prefetch(DTYPE_F16), rules[DTYPE_F16]);
+    assert_int_equal(cpu_decode_prefetch(DTYPE_F16), rules[DTYPE_F16]);
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1); /* not in the file: built-in */
     assert_non_null(strstr(cpu_tune_source(), path));
     cpu_tune_describe(d, sizeof d);
@@ -249,8 +244,10 @@ static void test_file_refusals(void **state)
     assert_non_null(strstr(msg, "\"fast\""));
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
 
-    /* a rule the type's kernels lack here (F16 has no sparse), a type without a rule, a wrong version */
-    static const char *const bad[] = {"{\"f16\":\"sparse\"}", "{\"q4_1\":\"every\"}", "{\"q4_0\":3}"};
+    /* a rule the type's kernels lack (F16 has no sparse, the quantized types no rows), a type without a rule,
+     * a rule that is not a string */
+    static const char *const bad[] = {"{\"f16\":\"sparse\"}", "{\"q4_0\":\"rows\"}", "{\"q4_1\":\"every\"}",
+                                      "{\"q4_0\":3}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":%s}", cpu,
                  cpu_tune_isa(), bad[i]);

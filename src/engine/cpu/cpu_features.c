@@ -90,7 +90,7 @@ static int cpu_env_choice(const char *name, const char *yes, const char *no)
     return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
 }
 
-static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse"};
+static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse", "rows"};
 
 const char *cpu_prefetch_name(int rule)
 {
@@ -111,10 +111,17 @@ static bool cpu_prefetch_type(enum dtype t)
     return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K || t == DTYPE_Q6_K || t == DTYPE_F16;
 }
 
+bool cpu_decode_prefetch_measured(void)
+{
+    return cpu_is_amd_family_19_or_1a();
+}
+
 enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
 {
-    if (!cpu_prefetch_type(t) || !cpu_is_amd())
+    if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
+    if (!cpu_is_amd())
+        return t == DTYPE_F16 ? CPU_PREFETCH_ROWS : CPU_PREFETCH_EVERY;
     if (cpu_family() == 0x19)
         return t == DTYPE_F16 ? CPU_PREFETCH_EVERY : CPU_PREFETCH_SPARSE;
     if (cpu_family() == 0x1a) {
@@ -133,10 +140,8 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         return 0;
     enum cpu_prefetch all[CPU_PREFETCH_COUNT];
     int n = 0;
-    if (t == DTYPE_F16 && !cpu_is_amd()) /* the rows gemv (gemv_avx2.c), which has no rule */
-        return 0;
-    if (t == DTYPE_F16) /* the streams (on AMD): none or NTA */
-        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA;
+    if (t == DTYPE_F16) /* 4 streams with no prefetch or NTA, or 4 adjacent rows a tile */
+        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_ROWS;
     else if (gemv_cpu_has_avx512())
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_SPARSE;
     else /* AVX2's gemv16: no NTA */

@@ -27,35 +27,38 @@ bool cpu_is_amd(void);
  * is Zen 3 and Zen 4, 0x1a Zen 5; Intel's recent cores are 6. 0 when cpuid has no leaf 1. */
 unsigned cpu_family(void);
 
-/* How a decode gemv (one activation row: the R16 gemv16 of Q4_0, Q8_0, Q4_K, Q6_K, and the F16 gemv's
- * streams) asks for its weights ahead of its stream. Only the speed differs: the sums are the same bits under
- * every rule.
- *   EVERY   every line, into L2 (prefetcht1), at the distance the kernel file gives; the F16 streams: none.
- *   NTA     every line with prefetchnta (the AVX-512 gemv16 and the F16 streams; AVX2's gemv16 run EVERY).
+/* How a decode gemv (one activation row: the R16 gemv16 of Q4_0, Q8_0, Q4_K, Q6_K, and the F16 gemv) reads
+ * its weights: what it asks for ahead of its stream, and for F16 in what order. Only the speed differs: the
+ * sums are the same bits under every rule.
+ *   EVERY   every line, into L2 (prefetcht1), at the distance the kernel file gives; F16: 4 sequential
+ *           streams a call (gemv_avx2.c), no prefetch.
+ *   NTA     every line with prefetchnta (the AVX-512 gemv16; F16's 4 streams; AVX2's gemv16 run EVERY).
  *   SPARSE  one line per 576 bytes (a pair of Q4_0 / Q8_0 blocks), further ahead; the AVX-512 Q4_K gemv16
  *           none (the hardware prefetcher alone); not F16 (EVERY).
+ *   ROWS    F16 only: tiles of 4 adjacent rows, the hardware prefetcher alone (the others: EVERY).
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
  *     gemv_avx512k.c); with AVX2 alone (Zen 3's kernels, measured on a Zen 4) one line per 576 bytes
- *     (gemv_avx2.c). F16: EVERY (no prefetch).
+ *     (gemv_avx2.c). F16: EVERY (its 4 streams, no prefetch).
  *   AMD family 0x1a (Zen 5), AVX-512: NTA, and Q8_0 SPARSE (one line per pair of blocks far ahead read 1.01-1.16
  *     of a plain read against 0.80-1.00 with every line, 2 threads; 1B Q8_0 decoded 1.37-1.50x faster). What
  *     NTA gains there, one core reading from memory (`wafer bench --stream TYPE -t 1`, alternated, kernels /
  *     plain read; one core's read is bound by its own misses in flight, so one thread shows what two see when
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
- *   Anything else (Intel, older AMD): EVERY.
+ *   Anything else (Intel, older AMD): EVERY, F16 ROWS (the AMD streams were measured on AMD only).
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {
     CPU_PREFETCH_EVERY,
     CPU_PREFETCH_NTA,
     CPU_PREFETCH_SPARSE,
+    CPU_PREFETCH_ROWS,
     CPU_PREFETCH_COUNT
 };
 
-/* "every", "nta", "sparse"; "?" out of range. */
+/* "every", "nta", "sparse", "rows"; "?" out of range. */
 const char *cpu_prefetch_name(int rule);
 
 /* The rule named s (as cpu_prefetch_name writes it), or -1. */
@@ -75,8 +78,8 @@ bool cpu_decode_prefetch_env(void);
 enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t);
 
 /* The rules type t's decode gemv implements under the instruction set the kernels run, built-in first, into
- * out; returns how many (0 for a type without such a gemv, and for F16 where its gemv is not the AMD streams,
- * which alone take a rule). Each is a different way to read: no two run the same code. */
+ * out; returns how many (0 for a type without such a gemv). Each is a different way to read: no two run the
+ * same code. */
 int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFETCH_COUNT]);
 
 /* Sets the tuned rule for type t (rule one of cpu_decode_prefetch_candidates(t)), or clears it (rule < 0):
@@ -85,6 +88,10 @@ void cpu_decode_prefetch_set(enum dtype t, int rule);
 
 /* The tuned rule for type t, or -1 where none is set. */
 int cpu_decode_prefetch_tuned(enum dtype t);
+
+/* Whether this CPU has built-in rules of its own (AMD families 0x19 and 0x1a, where they were measured); on
+ * any other CPU the rules are the generic ones until a tune file replaces them. */
+bool cpu_decode_prefetch_measured(void);
 
 /* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5), where the AVX-512 F16 gemm converts
  * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures).

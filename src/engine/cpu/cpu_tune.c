@@ -129,9 +129,15 @@ static pthread_once_t cpu_tune_once = PTHREAD_ONCE_INIT;
 static void cpu_tune_load(void)
 {
     char path[512], msg[ERR_MSG_MAX];
-    if (!cpu_tune_path(path, sizeof path))
+    int rc = cpu_tune_path(path, sizeof path) ? cpu_tune_apply_file(path, msg) : 0;
+    if (rc != 1 && !cpu_decode_prefetch_measured() && kernel_cpu_has_avx2()) {
+        char cpu[256];
+        sysinfo_cpu_name(cpu, sizeof cpu);
+        log_write(LOG_INFO, "decode prefetch: generic rules on %s, which the project has not measured; `wafer bench "
+                            "--tune` measures this CPU's (under a minute, once) for every later run", cpu);
+    }
+    if (!path[0])
         return;
-    int rc = cpu_tune_apply_file(path, msg);
     if (rc == 1) {
         char d[256];
         cpu_tune_describe(d, sizeof d);

@@ -39,7 +39,9 @@ const char *cpu_tune_isa(void);
 int cpu_tune_apply_file(const char *path, char *msg);
 
 /* Once per process, and at no cost after: cpu_tune_apply_file on cpu_tune_path(), logging one line when it
- * applied the file and a warning when the file was there but not applied. The CPU backend calls it at create,
+ * applied the file, a warning when the file was there but not applied (or WAFER_TUNE_FILE named a missing
+ * one), and on a CPU without built-in rules (cpu_decode_prefetch_measured) and no tune file, that `wafer bench
+ * --tune` would measure them. The CPU backend calls it at create,
  * and `wafer bench --stream` before it measures. */
 void cpu_tune_load_once(void);
 

@@ -60,9 +60,9 @@ struct gemv_ops {
  * Q4_K and Q6_K, gemm for Q4_0, Q8_0 and F16 (see gemv_avx2.c; F16's on activations kept as F16 in aux,
  * exact since they are F16 values); the K-quants' gemm is gemm16 (the backend lays their rows out in R16). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
-/* The two AVX2 F16 decode kernels whatever the CPU's vendor (gemv_ops_avx2 picks one by vendor, see
- * gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential streams. NULL without AVX2+FMA+F16C.
- * For tests, which check both on every CPU. */
+/* The two AVX2 F16 decode kernels whatever the decode rule (gemv_ops_avx2's F16 gemv follows
+ * cpu_decode_prefetch call by call, see gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential
+ * streams. NULL without AVX2+FMA+F16C. For tests, which check both on every CPU. */
 const struct gemv_ops *gemv_ops_avx2_f16(bool streams);
 /* AVX-512 kernels (512-bit registers; AVX512F/BW/VL/DQ + AVX512-VNNI) when the CPU has them: Q4_0 and Q8_0
  * in gemv_avx512q.c, F16 and the K-quants (Q4_K, Q6_K) in gemv_avx512k.c. NULL for other types or without

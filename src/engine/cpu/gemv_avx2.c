@@ -30,9 +30,9 @@
  * this. F16 (little work per byte) does best with the hardware prefetcher alone; on AMD family 0x19 the R16
  * gemv prefetch one line in 9 (GV_PF_SPARSE).
  *
- * F16 rows per tile, by vendor: 4 adjacent rows elsewhere (Intel), 4 streams on AMD: the call's rows cut into
- * 4 consecutive quarters, and a tile takes row i of each, so each quarter is read from start to end as one
- * sequential stream. On AMD one stream per thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved
+ * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 adjacent rows, ROWS, on Intel, 4
+ * streams on AMD; a tune file may choose either): the streams cut the call's rows into 4 consecutive quarters,
+ * and a tile takes row i of each, so each quarter is read from start to end as one sequential stream. On AMD one stream per thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved
  * with llama.cpp: 1.22x the speed of 4 adjacent rows, whose prefetcher follows 4 interleaved rows poorly), but
  * one row is bound by its two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of
  * the bandwidth needs). With the weights on huge pages (core/bigmem.h), on Zen 5 against llama.cpp in the same
@@ -951,8 +951,20 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k, NULL},
 };
 
+/* The F16 decode gemv the rule asks for (cpu_decode_prefetch: ROWS, else the streams, which read the rule's
+ * prefetch themselves). */
+static void gv_gemv_f16_rule(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
+{
+    if (cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_ROWS)
+        gv_gemv_f16(n, nr, y, w, ldw, x, aux);
+    else
+        gv_gemv_f16_streams(n, nr, y, w, ldw, x, aux);
+}
+
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16, gv_gemm_f16,
                                                 NULL, NULL, NULL};
+static const struct gemv_ops gv_ops_f16_rule = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16_rule,
+                                                gv_gemm_f16, NULL, NULL, NULL};
 static const struct gemv_ops gv_ops_f16_streams = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16_streams,
                                                    gv_gemm_f16, NULL, NULL, NULL};
 
@@ -968,7 +980,7 @@ const struct gemv_ops *gemv_ops_avx2(enum dtype t)
     if (!kernel_cpu_has_avx2())
         return NULL;
     if (t == DTYPE_F16)
-        return gemv_ops_avx2_f16(cpu_is_amd());
+        return &gv_ops_f16_rule;
     for (size_t i = 0; i < sizeof gv_ops / sizeof gv_ops[0]; i++)
         if (gv_ops[i].type == t)
             return &gv_ops[i];
