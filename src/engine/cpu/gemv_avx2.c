@@ -30,14 +30,14 @@
  * this. F16 (little work per byte) does best with the hardware prefetcher alone; on AMD family 0x19 the R16
  * gemv prefetch one line in 9 (GV_PF_SPARSE).
  *
- * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 adjacent rows, ROWS, on Intel, 4
- * streams on AMD; a tune file may choose either): the streams cut the call's rows into 4 consecutive quarters,
- * and a tile takes row i of each, so each quarter is read from start to end as one sequential stream. On AMD one stream per thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved
- * with llama.cpp: 1.22x the speed of 4 adjacent rows, whose prefetcher follows 4 interleaved rows poorly), but
- * one row is bound by its two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of
- * the bandwidth needs). With the weights on huge pages (core/bigmem.h), on Zen 5 against llama.cpp in the same
- * rounds: one stream 1.06-1.43x, 4 streams 1.41-1.69x, 2 streams a little below 4 (docs/performance.md,
- * stop 9). The sums are the same either way (rows are independent).
+ * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 adjacent rows, ROWS, on Intel, 4 streams
+ * on AMD; a tune file may choose either): the streams cut the call's rows into 4 consecutive quarters, and a tile
+ * takes row i of each, so each quarter is read from start to end as one sequential stream. On AMD one stream per
+ * thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved with llama.cpp: 1.22x the speed of 4 adjacent
+ * rows, whose prefetcher follows 4 interleaved rows poorly), but one row is bound by its two FMA chains' latency (32
+ * weight bytes per 4 cycles, about what a core's share of the bandwidth needs). With the weights on huge pages
+ * (core/bigmem.h), on Zen 5 against llama.cpp in the same rounds: one stream 1.06-1.43x, 4 streams 1.41-1.69x, 2
+ * streams a little below 4 (docs/performance.md, stop 9). The sums are the same either way (rows are independent).
  */
 #include "engine/cpu/gemv.h"
 
