@@ -47,7 +47,8 @@ unsigned cpu_family(void);
  *     plain read; one core's read is bound by its own misses in flight, so one thread shows what two see when
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
- *   Anything else (Intel, older AMD): EVERY, F16 ROWS (the AMD streams were measured on AMD only).
+ *   Other AMD families: EVERY (F16: its 4 streams). Intel and the rest: EVERY, F16 ROWS (the streams were
+ *     measured on AMD only).
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {
