@@ -487,6 +487,11 @@ static int bench_parse(int argc, char **argv, struct bench_opts *o)
                         "and --stream\n");
         return 2;
     }
+    if (o->tune && o->batch > 1) {
+        fprintf(stderr, "wafer bench: --tune measures the one-row decode kernels, whose rules are what it chooses; "
+                        "--batch does not apply (the batched products prefetch their own way)\n");
+        return 2;
+    }
     if (o->tune && o->tune_file && o->no_save) {
         fprintf(stderr, "wafer bench: --tune-file names where to save; --no-save saves nothing\n");
         return 2;

@@ -247,6 +247,8 @@ def test_bench_tune(tmp_path):
     assert r.returncode == 2 and "go with --tune" in r.stderr
     r = bench_env(clean, "--tune", "--stream", "q4_0")
     assert r.returncode == 2 and "without a model" in r.stderr
+    r = bench_env(clean, "--tune", "--batch", "8", "--no-save")
+    assert r.returncode == 2 and "--batch does not apply" in r.stderr
     r = bench_env(clean, "--help")
     assert r.returncode == 0 and "wafer bench --tune" in r.stdout
     r = bench_env(clean, "--model", "x.gguf", "--help")
