@@ -19,13 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const enum dtype bench_tune_all[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
-#define BENCH_TUNE_N (sizeof bench_tune_all / sizeof bench_tune_all[0])
-
 /* Marks in want[] the types of the comma-separated list s (NULL: all). -1 naming the first bad one in err. */
-static int bench_tune_types(const char *s, bool want[BENCH_TUNE_N], char *err)
+static int bench_tune_types(const char *s, bool want[CPU_PREFETCH_N_TYPES], char *err)
 {
-    for (size_t i = 0; i < BENCH_TUNE_N; i++)
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++)
         want[i] = s == NULL;
     while (s && *s) {
         const char *e = strchr(s, ',');
@@ -37,8 +34,8 @@ static int bench_tune_types(const char *s, bool want[BENCH_TUNE_N], char *err)
             memcpy(name, s, n);
             name[n] = '\0';
             if (!dtype_from_name(name, &t))
-                for (size_t i = 0; i < BENCH_TUNE_N; i++)
-                    if (bench_tune_all[i] == t)
+                for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++)
+                    if (cpu_decode_prefetch_types[i] == t)
                         want[i] = found = true;
         }
         if (!found)
@@ -51,7 +48,7 @@ static int bench_tune_types(const char *s, bool want[BENCH_TUNE_N], char *err)
 int bench_tune_run(const struct bench_tune_opts *o)
 {
     char err[ERR_MSG_MAX], cpu[256], path[512] = "";
-    bool want[BENCH_TUNE_N];
+    bool want[CPU_PREFETCH_N_TYPES];
     if (bench_tune_types(o->types, want, err)) {
         fprintf(stderr, "wafer bench: %s\n", err);
         return 2;
@@ -97,8 +94,8 @@ int bench_tune_run(const struct bench_tune_opts *o)
            cpu, cpu_tune_isa(), rounds);
     printf("%-6s %9s   %-48s %-8s %-8s %s\n", "type", "read", "rules (GB/s, vs built-in)", "built-in", "chosen",
            "gain");
-    for (size_t i = 0; i < BENCH_TUNE_N; i++) {
-        enum dtype t = bench_tune_all[i];
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++) {
+        enum dtype t = cpu_decode_prefetch_types[i];
         enum cpu_prefetch cand[CPU_PREFETCH_COUNT];
         int k = want[i] ? cpu_decode_prefetch_candidates(t, cand) : 0;
         if (k < 2)

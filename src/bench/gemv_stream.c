@@ -207,15 +207,10 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
         return err_set(err, ERR_INVALID_ARG, "stream: 0-3 prefetch rules, with one column only (%d rules, %d columns)",
                        n_rules, batch);
     cpu_tune_load_once(); /* the rules decode runs on this CPU */
-    for (int i = 0; i < n_rules; i++) {
-        enum cpu_prefetch c[CPU_PREFETCH_COUNT];
-        int k = cpu_decode_prefetch_candidates(o->type, c), ok = 0;
-        for (int q = 0; q < k; q++)
-            ok |= (int)c[q] == o->rules[i];
-        if (!ok)
+    for (int i = 0; i < n_rules; i++)
+        if (!cpu_decode_prefetch_valid(o->type, o->rules[i]))
             return err_set(err, ERR_INVALID_ARG, "stream: the %s decode gemv has no prefetch rule '%s' on this CPU",
                            dtype_name(o->type), cpu_prefetch_name(o->rules[i]));
-    }
     if (n_rules && cpu_decode_prefetch_env())
         return err_set(err, ERR_INVALID_ARG, "stream: WAFER_GEMV_PREFETCH or WAFER_PREFETCH_NTA in the environment "
                                               "decides the prefetch rule; unset them to measure the rules");

@@ -23,13 +23,18 @@
 #include <string.h>
 #include <unistd.h>
 
-static const enum dtype rule_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
-#define N_RULE_TYPES (sizeof rule_types / sizeof rule_types[0])
-
 static void clear_tuned(void)
 {
-    for (size_t i = 0; i < N_RULE_TYPES; i++)
-        cpu_decode_prefetch_set(rule_types[i], -1);
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++)
+        cpu_decode_prefetch_set(cpu_decode_prefetch_types[i], -1);
+}
+
+/* cmocka setup and teardown: whatever a failed test before left tuned, cleared */
+static int cleared(void **state)
+{
+    (void)state;
+    clear_tuned();
+    return 0;
 }
 
 static void test_names(void **state)
@@ -55,8 +60,8 @@ static void test_candidates_and_set(void **state)
         print_message("no AVX2: no rules to choose among (skipped the rest)\n");
         return;
     }
-    for (size_t i = 0; i < N_RULE_TYPES; i++) {
-        enum dtype t = rule_types[i];
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++) {
+        enum dtype t = cpu_decode_prefetch_types[i];
         int k = cpu_decode_prefetch_candidates(t, c);
         assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
         assert_int_equal(k, t == DTYPE_F16 || gemv_cpu_has_avx512() ? 3 : 2); /* F16: streams, NTA, rows */
@@ -88,8 +93,8 @@ static void test_rules_same_bits(void **state)
     }
     uint64_t seed = 0x5eed7u;
     const int nr = 64;
-    for (size_t i = 0; i < N_RULE_TYPES; i++) {
-        enum dtype t = rule_types[i];
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++) {
+        enum dtype t = cpu_decode_prefetch_types[i];
         const struct gemv_ops *g = gemv_ops_best(t);
         const struct kernel_ops *ko = kernel_ops_get(t);
         assert_non_null(g);
@@ -144,33 +149,6 @@ static void test_rules_same_bits(void **state)
     }
 }
 
-static char tmpdir[256];
-
-static int setup_dir(void **state)
-{
-    (void)state;
-    clear_tuned(); /* whatever a failed test before left set */
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/wafer_test_tune_XXXXXX");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int teardown_dir(void **state)
-{
-    (void)state;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    clear_tuned();
-    return system(cmd) == 0 ? 0 : -1;
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static void test_file_round_trip(void **state)
 {
     (void)state;
@@ -180,7 +158,7 @@ static void test_file_round_trip(void **state)
         return;
     }
     /* a folder that does not exist yet: cpu_tune_write makes it */
-    snprintf(path, sizeof path, "%s/a/b/tune.json", tmpdir);
+    snprintf(path, sizeof path, "%s", test_tmp_path("round_trip/a/b/tune.json"));
     int rules[DTYPE_COUNT];
     for (int t = 0; t < DTYPE_COUNT; t++)
         rules[t] = -1;
@@ -214,15 +192,15 @@ static void test_file_refusals(void **state)
         return;
     }
     sysinfo_cpu_name(cpu, sizeof cpu);
-    snprintf(path, sizeof path, "%s/none.json", tmpdir);
+    snprintf(path, sizeof path, "%s", test_tmp_path("none.json"));
     assert_int_equal(cpu_tune_apply_file(path, msg), 0);
     assert_non_null(strstr(msg, "no tune file"));
 
     /* another CPU: not applied, said why */
-    snprintf(path, sizeof path, "%s/other.json", tmpdir);
+    snprintf(path, sizeof path, "%s", test_tmp_path("other.json"));
     snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"Some Other CPU (family 6 model 143)\",\"isa\":\"%s\","
                                 "\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu_tune_isa());
-    write_text(path, text);
+    test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), 0);
     assert_non_null(strstr(msg, "was measured on Some Other CPU"));
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
@@ -231,7 +209,7 @@ static void test_file_refusals(void **state)
     snprintf(text, sizeof text,
              "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu,
              gemv_cpu_has_avx512() ? "avx2" : "avx512");
-    write_text(path, text);
+    test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), 0);
     assert_non_null(strstr(msg, "kernels"));
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
@@ -239,7 +217,7 @@ static void test_file_refusals(void **state)
     /* all or nothing: a good q4_0 rule beside a rule that does not exist sets neither */
     snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\","
                                 "\"q4_k\":\"fast\"}}", cpu, cpu_tune_isa());
-    write_text(path, text);
+    test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     assert_non_null(strstr(msg, "\"fast\""));
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
@@ -251,15 +229,15 @@ static void test_file_refusals(void **state)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":%s}", cpu,
                  cpu_tune_isa(), bad[i]);
-        write_text(path, text);
+        test_write_file(path, text);
         assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     }
     snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{}}", cpu,
              cpu_tune_isa());
-    write_text(path, text);
+    test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     assert_non_null(strstr(msg, "version 1"));
-    write_text(path, "{\"version\":1,");
+    test_write_file(path, "{\"version\":1,");
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     assert_non_null(strstr(msg, "not JSON"));
     assert_string_equal(cpu_tune_source(), "built-in rules"); /* none of these applied */
@@ -310,8 +288,8 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_candidates_and_set),
         cmocka_unit_test(test_rules_same_bits),
-        cmocka_unit_test_setup_teardown(test_file_refusals, setup_dir, teardown_dir),
-        cmocka_unit_test_setup_teardown(test_file_round_trip, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_file_refusals, cleared, cleared),
+        cmocka_unit_test_setup_teardown(test_file_round_trip, cleared, cleared),
         cmocka_unit_test(test_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

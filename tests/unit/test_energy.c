@@ -14,13 +14,8 @@
 static void put(const char *root, const char *zone, const char *file, const char *text)
 {
     char p[512];
-    snprintf(p, sizeof p, "%s/%s", root, zone);
-    mkdir(p, 0755);
     snprintf(p, sizeof p, "%s/%s/%s", root, zone, file);
-    FILE *f = fopen(p, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    test_write_file(p, text);
 }
 
 static void test_rapl(void **state)

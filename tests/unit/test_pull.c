@@ -158,17 +158,9 @@ static void test_pick_file(void **state)
 static void pull_touch(const char *dir, const char *rel, const char *content)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    for (char *p = path + strlen(dir) + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            mkdir(path, 0755);
-            *p = '/';
-        }
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    fputs(content, f);
-    fclose(f);
+    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path)
+        fail_msg("path too long: %s/%s", dir, rel);
+    test_write_file(path, content);
 }
 
 static void test_models_dir(void **state)

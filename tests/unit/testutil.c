@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include "core/err.h"
+#include "core/fsutil.h"
 #include "engine/gguf/gguf.h"
 #include "engine/gguf/quant.h"
 
@@ -55,6 +56,18 @@ void test_child_init(void)
     static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         signal(sigs[i], SIG_DFL);
+}
+
+void test_write_file(const char *path, const char *text)
+{
+    char err[ERR_MSG_MAX];
+    if (fs_mkdirs_for(path, 0755, err))
+        fail_msg("%s", err);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        fail_msg("cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
 }
 
 char *test_read_file(const char *path, size_t *len)

@@ -40,6 +40,9 @@ void test_child_init(void);
 /* Reads a whole file; caller frees. NULL on error. */
 char *test_read_file(const char *path, size_t *len);
 
+/* Writes text to path, making the folders above it (fs_mkdirs_for); fails the test when it cannot. */
+void test_write_file(const char *path, const char *text);
+
 /* Writes a small random model (dim 256, 2 layers, 8 heads, 2 KV heads, FFN 512, context 256, seed 42) of
  * architecture arch ("llama", "qwen2") and format ft, with the shared stories260K vocabulary, to a temporary
  * file `name`; tied: no output matrix. Its path, or NULL when the shared vocabulary is absent (the caller

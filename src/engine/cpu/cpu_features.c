@@ -105,10 +105,15 @@ int cpu_prefetch_parse(const char *s)
     return -1;
 }
 
-/* The types with a decode gemv that takes a rule. */
+const enum dtype cpu_decode_prefetch_types[CPU_PREFETCH_N_TYPES] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K,
+                                                                   DTYPE_F16};
+
 static bool cpu_prefetch_type(enum dtype t)
 {
-    return t == DTYPE_Q4_0 || t == DTYPE_Q8_0 || t == DTYPE_Q4_K || t == DTYPE_Q6_K || t == DTYPE_F16;
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++)
+        if (cpu_decode_prefetch_types[i] == t)
+            return true;
+    return false;
 }
 
 bool cpu_decode_prefetch_measured(void)
@@ -153,6 +158,16 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         if (all[i] != b)
             out[k++] = all[i];
     return k;
+}
+
+bool cpu_decode_prefetch_valid(enum dtype t, int rule)
+{
+    enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+    int k = cpu_decode_prefetch_candidates(t, c);
+    for (int i = 0; i < k; i++)
+        if ((int)c[i] == rule)
+            return true;
+    return false;
 }
 
 /* tuned rule + 1 per type (0: none), so that the zeroed array means none */

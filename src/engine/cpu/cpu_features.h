@@ -59,6 +59,10 @@ enum cpu_prefetch {
     CPU_PREFETCH_COUNT
 };
 
+/* The weight types whose decode gemv takes a rule, in the order tune files and descriptions list them. */
+#define CPU_PREFETCH_N_TYPES 5
+extern const enum dtype cpu_decode_prefetch_types[CPU_PREFETCH_N_TYPES];
+
 /* "every", "nta", "sparse", "rows"; "?" out of range. */
 const char *cpu_prefetch_name(int rule);
 
@@ -82,6 +86,9 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t);
  * out; returns how many (0 for a type without such a gemv). Each is a different way to read: no two run the
  * same code. */
 int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFETCH_COUNT]);
+
+/* Whether rule is one of cpu_decode_prefetch_candidates(t). */
+bool cpu_decode_prefetch_valid(enum dtype t, int rule);
 
 /* Sets the tuned rule for type t (rule one of cpu_decode_prefetch_candidates(t)), or clears it (rule < 0):
  * the built-in rule again. Takes effect at the next kernel call, on every thread (an atomic per type). */

@@ -23,10 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* the types with a decode rule, in the order the file and the descriptions list them */
-static const enum dtype cpu_tune_types[] = {DTYPE_Q4_0, DTYPE_Q8_0, DTYPE_Q4_K, DTYPE_Q6_K, DTYPE_F16};
-#define CPU_TUNE_N_TYPES (sizeof cpu_tune_types / sizeof cpu_tune_types[0])
-
 static char cpu_tune_src[600] = "built-in rules";
 
 bool cpu_tune_path(char *buf, size_t n)
@@ -52,17 +48,6 @@ bool cpu_tune_path(char *buf, size_t n)
 const char *cpu_tune_isa(void)
 {
     return gemv_cpu_has_avx512() ? "avx512" : kernel_cpu_has_avx2() ? "avx2" : "scalar";
-}
-
-/* Whether rule r is one type t's kernels implement here. */
-static bool cpu_tune_rule_ok(enum dtype t, int r)
-{
-    enum cpu_prefetch c[CPU_PREFETCH_COUNT];
-    int k = cpu_decode_prefetch_candidates(t, c);
-    for (int i = 0; i < k; i++)
-        if ((int)c[i] == r)
-            return true;
-    return false;
 }
 
 int cpu_tune_apply_file(const char *path, char *msg)
@@ -103,7 +88,7 @@ int cpu_tune_apply_file(const char *path, char *msg)
     json_object_foreach(dp, key, v) {
         enum dtype t;
         int r = json_is_string(v) ? cpu_prefetch_parse(json_string_value(v)) : -1;
-        if (dtype_from_name(key, &t) || r < 0 || !cpu_tune_rule_ok(t, r)) {
+        if (dtype_from_name(key, &t) || r < 0 || !cpu_decode_prefetch_valid(t, r)) {
             err_set(msg, ERR_FORMAT, "tune file %s: \"%s\" is not a decode rule this build has for %s here (%s, %s "
                                      "or %s where the kernels have it); run `wafer bench --tune` again",
                     path, json_is_string(v) ? json_string_value(v) : "(not a string)", key,
@@ -167,9 +152,9 @@ void cpu_tune_describe(char *buf, size_t n)
     size_t at = 0;
     if (n)
         buf[0] = '\0';
-    for (size_t i = 0; i < CPU_TUNE_N_TYPES && at < n; i++) {
-        int w = snprintf(buf + at, n - at, "%s%s %s", i ? ", " : "", dtype_name(cpu_tune_types[i]),
-                         cpu_prefetch_name(cpu_decode_prefetch(cpu_tune_types[i])));
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES && at < n; i++) {
+        int w = snprintf(buf + at, n - at, "%s%s %s", i ? ", " : "", dtype_name(cpu_decode_prefetch_types[i]),
+                         cpu_prefetch_name(cpu_decode_prefetch(cpu_decode_prefetch_types[i])));
         if (w < 0)
             break;
         at += (size_t)w;
@@ -194,8 +179,8 @@ int cpu_tune_write(const char *path, const int rules[DTYPE_COUNT], int threads, 
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    for (size_t i = 0; i < CPU_TUNE_N_TYPES; i++) {
-        enum dtype t = cpu_tune_types[i];
+    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++) {
+        enum dtype t = cpu_decode_prefetch_types[i];
         if (rules[t] >= 0)
             json_object_set_new(dp, dtype_name(t), json_string(cpu_prefetch_name(rules[t])));
     }

@@ -875,12 +875,11 @@ GV_DEFINE(f16, gv_tile_f16, 4, n)
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
  * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last
  * rows one at a time. */
-static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
-                                const void *aux)
+static void gv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
+                           const void *aux, bool nta)
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
-    bool nta = cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_NTA;
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
         if (nta) /* a call per rule so that each inlined loop has its prefetch fixed */
@@ -892,6 +891,13 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
     }
     for (int64_t i = GV_STREAMS * h; i < nr; i++)
         gv_tile_f16(n, 1, y + i, W + (size_t)i * ldw, ldw, x, aux);
+}
+
+/* The streams with the prefetch the rule asks for (tests call it whatever the rule's order). */
+static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
+                                const void *aux)
+{
+    gv_f16_streams(n, nr, y, w, ldw, x, aux, cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_NTA);
 }
 
 /* ---- F16 x F16 gemm (prefill, batched decode) ----
@@ -951,14 +957,14 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k, NULL},
 };
 
-/* The F16 decode gemv the rule asks for (cpu_decode_prefetch: ROWS, else the streams, which read the rule's
- * prefetch themselves). */
+/* The F16 decode gemv the rule asks for (cpu_decode_prefetch, once a call): ROWS, else the streams. */
 static void gv_gemv_f16_rule(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
 {
-    if (cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_ROWS)
+    enum cpu_prefetch rule = cpu_decode_prefetch(DTYPE_F16);
+    if (rule == CPU_PREFETCH_ROWS)
         gv_gemv_f16(n, nr, y, w, ldw, x, aux);
     else
-        gv_gemv_f16_streams(n, nr, y, w, ldw, x, aux);
+        gv_f16_streams(n, nr, y, w, ldw, x, aux, rule == CPU_PREFETCH_NTA);
 }
 
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16, gv_gemm_f16,
