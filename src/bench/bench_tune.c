@@ -49,6 +49,7 @@ int bench_tune_run(const struct bench_tune_opts *o)
 {
     char err[ERR_MSG_MAX], cpu[256], path[512] = "";
     bool want[CPU_PREFETCH_N_TYPES];
+    cpu_tune_hint_off();
     if (bench_tune_types(o->types, want, err)) {
         fprintf(stderr, "wafer bench: %s\n", err);
         return 2;
@@ -100,6 +101,11 @@ int bench_tune_run(const struct bench_tune_opts *o)
         int k = want[i] ? cpu_decode_prefetch_candidates(t, cand) : 0;
         if (k < 2)
             continue;
+        if (k > GEMV_STREAM_MAX_RULES) { /* a rule added to cpu_features.h without room here */
+            fprintf(stderr, "wafer bench: --tune: %s has %d rules, more than the %d a run measures\n", dtype_name(t), k,
+                    GEMV_STREAM_MAX_RULES);
+            goto out;
+        }
         struct gemv_stream_opts so;
         struct gemv_stream_result r;
         gemv_stream_opts_default(&so, t);

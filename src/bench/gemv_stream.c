@@ -203,9 +203,9 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     if (batch > 64)
         return err_set(err, ERR_INVALID_ARG, "stream: --batch takes 1-64 columns (got %d)", batch);
     int n_rules = o->n_rules;
-    if (n_rules < 0 || n_rules > 3 || (n_rules > 0 && batch > 1))
-        return err_set(err, ERR_INVALID_ARG, "stream: 0-3 prefetch rules, with one column only (%d rules, %d columns)",
-                       n_rules, batch);
+    if (n_rules < 0 || n_rules > GEMV_STREAM_MAX_RULES || (n_rules > 0 && batch > 1))
+        return err_set(err, ERR_INVALID_ARG, "stream: 0-%d prefetch rules, with one column only (%d rules, %d columns)",
+                       GEMV_STREAM_MAX_RULES, n_rules, batch);
     cpu_tune_load_once(); /* the rules decode runs on this CPU */
     for (int i = 0; i < n_rules; i++)
         if (!cpu_decode_prefetch_valid(o->type, o->rules[i]))
@@ -244,7 +244,7 @@ int gemv_stream_run(const struct gemv_stream_opts *o, struct gemv_stream_result 
     float *xf = malloc((size_t)ffn * sizeof *xf);
     double *t_read = malloc((size_t)passes * sizeof(double)), *t_kern = malloc((size_t)passes * sizeof(double));
     double *pair = malloc((size_t)passes * sizeof(double)), *t_cache = calloc((size_t)passes, sizeof(double));
-    double *t_rule = malloc((size_t)passes * 3 * sizeof(double)); /* [rule][pass] */
+    double *t_rule = malloc((size_t)passes * GEMV_STREAM_MAX_RULES * sizeof(double)); /* [rule][pass] */
     j.mats = calloc((size_t)n_mats, sizeof *j.mats);
     j.ldy = (size_t)(ffn > dim ? ffn : dim);
     j.y = malloc(j.ldy * (size_t)batch * sizeof(float));

@@ -25,6 +25,9 @@
 
 #include <stddef.h>
 
+/* The most decode prefetch rules one run measures: every rule a type's kernels have (cpu_features.h: F16 has 4). */
+#define GEMV_STREAM_MAX_RULES 4
+
 struct gemv_stream_opts {
     enum dtype type;       /* weight type: F16, Q8_0, Q4_0, Q4_K or Q6_K (one with a gemv kernel here) */
     int n_threads;         /* <= 0: one per CPU */
@@ -38,7 +41,7 @@ struct gemv_stream_opts {
      * order after each read pass, the rule set for the type before each (cpu_decode_prefetch_set) and the type's
      * tuned rule put back at the end: `wafer bench --tune`. The environment's overrides must be unset. */
     int n_rules;
-    int rules[3];
+    int rules[GEMV_STREAM_MAX_RULES];
 };
 
 struct gemv_stream_result {
@@ -62,8 +65,8 @@ struct gemv_stream_result {
     /* With rules (gemv_stream_opts n_rules), per rule i in that order: the median GB/s of its passes, and the
      * median over the rounds of the first rule's pass time / rule i's (above 1: rule i read faster than the
      * first in the same minutes); kernel_gbs and share are then the first rule's. */
-    double rule_gbs[3];
-    double rule_vs_first[3];
+    double rule_gbs[GEMV_STREAM_MAX_RULES];
+    double rule_vs_first[GEMV_STREAM_MAX_RULES];
     /* batch 1 without rules: the decode prefetch rule the kernel passes ran under ("nta", ...; cpu_features.h)
      * and where it came from ("built-in rules", "tune file PATH"); "" otherwise */
     char decode_prefetch[16];

@@ -64,7 +64,9 @@ static void test_candidates_and_set(void **state)
         enum dtype t = cpu_decode_prefetch_types[i];
         int k = cpu_decode_prefetch_candidates(t, c);
         assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
-        assert_int_equal(k, t == DTYPE_F16 || gemv_cpu_has_avx512() ? 3 : 2); /* F16: streams, NTA, rows */
+        /* F16: streams prefetched into L1, with NTA or not at all, rows; the quantized types: every, sparse, and NTA
+         * with AVX-512 (Q4_K spread too) */
+        assert_int_equal(k, t == DTYPE_F16 ? 4 : !gemv_cpu_has_avx512() ? 2 : t == DTYPE_Q4_K ? 4 : 3);
         assert_int_equal(c[0], cpu_decode_prefetch_builtin(t));
         for (int a = 0; a < k; a++)
             for (int b = a + 1; b < k; b++)
@@ -198,7 +200,7 @@ static void test_file_refusals(void **state)
 
     /* another CPU: not applied, said why */
     snprintf(path, sizeof path, "%s", test_tmp_path("other.json"));
-    snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"Some Other CPU (family 6 model 143)\",\"isa\":\"%s\","
+    snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"Some Other CPU (family 6 model 143)\",\"isa\":\"%s\","
                                 "\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu_tune_isa());
     test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), 0);
@@ -207,7 +209,7 @@ static void test_file_refusals(void **state)
 
     /* another instruction set */
     snprintf(text, sizeof text,
-             "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu,
+             "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\"}}", cpu,
              gemv_cpu_has_avx512() ? "avx2" : "avx512");
     test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), 0);
@@ -215,28 +217,29 @@ static void test_file_refusals(void **state)
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
 
     /* all or nothing: a good q4_0 rule beside a rule that does not exist sets neither */
-    snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\","
+    snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{\"q4_0\":\"sparse\","
                                 "\"q4_k\":\"fast\"}}", cpu, cpu_tune_isa());
     test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     assert_non_null(strstr(msg, "\"fast\""));
+    assert_non_null(strstr(msg, "it has: ")); /* the rules q4_k's kernels have, to write instead */
     assert_int_equal(cpu_decode_prefetch_tuned(DTYPE_Q4_0), -1);
 
-    /* a rule the type's kernels lack (F16 has no sparse, the quantized types no rows), a type without a rule,
-     * a rule that is not a string */
-    static const char *const bad[] = {"{\"f16\":\"sparse\"}", "{\"q4_0\":\"rows\"}", "{\"q4_1\":\"every\"}",
-                                      "{\"q4_0\":3}"};
+    /* a rule the type's kernels lack (F16 has no sparse, the quantized types no rows or none), a type without a
+     * rule, a rule that is not a string */
+    static const char *const bad[] = {"{\"f16\":\"sparse\"}", "{\"q4_0\":\"rows\"}", "{\"q6_k\":\"none\"}",
+                                      "{\"q4_1\":\"every\"}", "{\"q4_0\":3}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":%s}", cpu,
+        snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":%s}", cpu,
                  cpu_tune_isa(), bad[i]);
         test_write_file(path, text);
         assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     }
-    snprintf(text, sizeof text, "{\"version\":2,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{}}", cpu,
+    snprintf(text, sizeof text, "{\"version\":1,\"cpu\":\"%s\",\"isa\":\"%s\",\"decode_prefetch\":{}}", cpu,
              cpu_tune_isa());
     test_write_file(path, text);
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
-    assert_non_null(strstr(msg, "version 1"));
+    assert_non_null(strstr(msg, "version 2")); /* version 1's F16 "every" ran what is now "none" */
     test_write_file(path, "{\"version\":1,");
     assert_int_equal(cpu_tune_apply_file(path, msg), ERR_FORMAT);
     assert_non_null(strstr(msg, "not JSON"));

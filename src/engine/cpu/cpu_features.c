@@ -90,7 +90,8 @@ static int cpu_env_choice(const char *name, const char *yes, const char *no)
     return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
 }
 
-static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse", "rows"};
+static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse", "rows", "none",
+                                                                            "spread"};
 
 const char *cpu_prefetch_name(int rule)
 {
@@ -116,9 +117,25 @@ static bool cpu_prefetch_type(enum dtype t)
     return false;
 }
 
+/* The x86 display model (cpuid leaf 1: base model, plus the extended model above it on families 6 and 15). */
+static unsigned cpu_model(void)
+{
+    static int model = -1;
+    if (model < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        model = 0;
+        if (__get_cpuid(1, &a, &b, &c, &d)) {
+            model = (int)((a >> 4) & 0xf);
+            if (cpu_family() == 6 || cpu_family() >= 0xf)
+                model |= (int)((a >> 12) & 0xf0);
+        }
+    }
+    return (unsigned)model;
+}
+
 bool cpu_decode_prefetch_measured(void)
 {
-    return cpu_is_amd_family_19_or_1a();
+    return cpu_is_amd_family_19_or_1a() || (!cpu_is_amd() && cpu_family() == 6 && cpu_model() == 207);
 }
 
 enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
@@ -126,9 +143,9 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
     if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
     if (!cpu_is_amd())
-        return t == DTYPE_F16 ? CPU_PREFETCH_ROWS : CPU_PREFETCH_EVERY;
+        return t == DTYPE_Q4_K && gemv_cpu_has_avx512() ? CPU_PREFETCH_SPREAD : CPU_PREFETCH_EVERY;
     if (cpu_family() == 0x19)
-        return t == DTYPE_F16 ? CPU_PREFETCH_EVERY : CPU_PREFETCH_SPARSE;
+        return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_SPARSE;
     if (cpu_family() == 0x1a) {
         if (t == DTYPE_F16)
             return CPU_PREFETCH_NTA;
@@ -136,7 +153,7 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
             return CPU_PREFETCH_EVERY;
         return t == DTYPE_Q8_0 ? CPU_PREFETCH_SPARSE : CPU_PREFETCH_NTA;
     }
-    return CPU_PREFETCH_EVERY;
+    return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_EVERY;
 }
 
 int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFETCH_COUNT])
@@ -145,10 +162,14 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         return 0;
     enum cpu_prefetch all[CPU_PREFETCH_COUNT];
     int n = 0;
-    if (t == DTYPE_F16) /* 4 streams with no prefetch or NTA, or 4 adjacent rows a tile */
-        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_ROWS;
-    else if (gemv_cpu_has_avx512())
+    if (t == DTYPE_F16) /* 4 streams prefetched into L1, with NTA or not at all, or 4 adjacent rows a tile */
+        all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_ROWS,
+        all[n++] = CPU_PREFETCH_NONE;
+    else if (gemv_cpu_has_avx512()) {
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_SPARSE;
+        if (t == DTYPE_Q4_K)
+            all[n++] = CPU_PREFETCH_SPREAD;
+    }
     else /* AVX2's gemv16: no NTA */
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_SPARSE;
     enum cpu_prefetch b = cpu_decode_prefetch_builtin(t);
@@ -218,10 +239,12 @@ enum cpu_prefetch cpu_decode_prefetch(enum dtype t)
         return CPU_PREFETCH_SPARSE;
     if (env_sparse == 0 && r == CPU_PREFETCH_SPARSE)
         r = cpu_is_amd() && cpu_family() == 0x1a && gemv_cpu_has_avx512() ? CPU_PREFETCH_NTA : CPU_PREFETCH_EVERY;
-    if (env_nta == 1 && r == CPU_PREFETCH_EVERY)
+    /* F16's streams without NTA are its NONE, as before its EVERY prefetched (stop 43) */
+    if (env_nta == 1 &&
+        (r == CPU_PREFETCH_EVERY || r == CPU_PREFETCH_SPREAD || (t == DTYPE_F16 && r == CPU_PREFETCH_NONE)))
         r = CPU_PREFETCH_NTA;
     if (env_nta == 0 && r == CPU_PREFETCH_NTA)
-        r = CPU_PREFETCH_EVERY;
+        r = t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_EVERY;
     return r;
 }
 

@@ -31,24 +31,31 @@ unsigned cpu_family(void);
  * its weights: what it asks for ahead of its stream, and for F16 in what order. Only the speed differs: the
  * sums are the same bits under every rule.
  *   EVERY   every line, into L2 (prefetcht1), at the distance the kernel file gives; F16: 4 sequential
- *           streams a call (gemv_avx2.c), no prefetch.
+ *           streams a call (gemv_avx2.c), every line of each into L1 (prefetcht0) 1 KiB ahead.
  *   NTA     every line with prefetchnta (the AVX-512 gemv16; F16's 4 streams; AVX2's gemv16 run EVERY).
  *   SPARSE  one line per 576 bytes (a pair of Q4_0 / Q8_0 blocks), further ahead; the AVX-512 Q4_K gemv16
- *           none (the hardware prefetcher alone); not F16 (EVERY).
- *   ROWS    F16 only: tiles of 4 adjacent rows, the hardware prefetcher alone (the others: EVERY).
+ *           none (the hardware prefetcher alone); not F16.
+ *   ROWS    F16 only: tiles of 4 adjacent rows, the hardware prefetcher alone.
+ *   NONE    F16 only: the 4 streams, the hardware prefetcher alone.
+ *   SPREAD  the AVX-512 Q4_K gemv16 only: every line into L1 (prefetcht0), one beside each load of the block's
+ *           kernel, as its gemm asks (the others ask for a block's lines together at its start).
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
  *     gemv_avx512k.c); with AVX2 alone (Zen 3's kernels, measured on a Zen 4) one line per 576 bytes
- *     (gemv_avx2.c). F16: EVERY (its 4 streams, no prefetch).
+ *     (gemv_avx2.c). F16: NONE (its 4 streams, no prefetch).
  *   AMD family 0x1a (Zen 5), AVX-512: NTA, and Q8_0 SPARSE (one line per pair of blocks far ahead read 1.01-1.16
  *     of a plain read against 0.80-1.00 with every line, 2 threads; 1B Q8_0 decoded 1.37-1.50x faster). What
  *     NTA gains there, one core reading from memory (`wafer bench --stream TYPE -t 1`, alternated, kernels /
  *     plain read; one core's read is bound by its own misses in flight, so one thread shows what two see when
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
- *   Other AMD families: EVERY (F16: its 4 streams). Intel and the rest: EVERY, F16 ROWS (the streams were
- *     measured on AMD only).
+ *   Other AMD families: EVERY, F16 NONE.
+ *   Intel and the rest: EVERY, and with AVX-512 Q4_K SPREAD. Measured on an Intel Xeon family 6 model 207
+ *     (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest with every
+ *     line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel (gemv_avx512k.c:
+ *     1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
+ *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s).
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {
@@ -56,6 +63,8 @@ enum cpu_prefetch {
     CPU_PREFETCH_NTA,
     CPU_PREFETCH_SPARSE,
     CPU_PREFETCH_ROWS,
+    CPU_PREFETCH_NONE,
+    CPU_PREFETCH_SPREAD,
     CPU_PREFETCH_COUNT
 };
 
@@ -63,7 +72,7 @@ enum cpu_prefetch {
 #define CPU_PREFETCH_N_TYPES 5
 extern const enum dtype cpu_decode_prefetch_types[CPU_PREFETCH_N_TYPES];
 
-/* "every", "nta", "sparse", "rows"; "?" out of range. */
+/* "every", "nta", "sparse", "rows", "none", "spread"; "?" out of range. */
 const char *cpu_prefetch_name(int rule);
 
 /* The rule named s (as cpu_prefetch_name writes it), or -1. */
@@ -97,8 +106,8 @@ void cpu_decode_prefetch_set(enum dtype t, int rule);
 /* The tuned rule for type t, or -1 where none is set. */
 int cpu_decode_prefetch_tuned(enum dtype t);
 
-/* Whether this CPU has built-in rules of its own (AMD families 0x19 and 0x1a, where they were measured); on
- * any other CPU the rules are the generic ones until a tune file replaces them. */
+/* Whether this CPU has built-in rules of its own (AMD families 0x19 and 0x1a, Intel family 6 model 207, where
+ * they were measured); on any other CPU the rules are the generic ones until a tune file replaces them. */
 bool cpu_decode_prefetch_measured(void);
 
 /* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5), where the AVX-512 F16 gemm converts

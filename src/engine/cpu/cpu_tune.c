@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,11 +90,14 @@ int cpu_tune_apply_file(const char *path, char *msg)
         enum dtype t;
         int r = json_is_string(v) ? cpu_prefetch_parse(json_string_value(v)) : -1;
         if (dtype_from_name(key, &t) || r < 0 || !cpu_decode_prefetch_valid(t, r)) {
-            err_set(msg, ERR_FORMAT, "tune file %s: \"%s\" is not a decode rule this build has for %s here (%s, %s "
-                                     "or %s where the kernels have it); run `wafer bench --tune` again",
-                    path, json_is_string(v) ? json_string_value(v) : "(not a string)", key,
-                    cpu_prefetch_name(CPU_PREFETCH_EVERY), cpu_prefetch_name(CPU_PREFETCH_NTA),
-                    cpu_prefetch_name(CPU_PREFETCH_SPARSE));
+            enum cpu_prefetch c[CPU_PREFETCH_COUNT];
+            int k = dtype_from_name(key, &t) ? 0 : cpu_decode_prefetch_candidates(t, c);
+            char have[64] = "none";
+            for (int i = 0, at = 0; i < k && at < (int)sizeof have; i++)
+                at += snprintf(have + at, sizeof have - (size_t)at, "%s%s", i ? ", " : "", cpu_prefetch_name(c[i]));
+            err_set(msg, ERR_FORMAT, "tune file %s: \"%s\" is not a decode rule this build has for %s here (it has: "
+                                     "%s); run `wafer bench --tune` again",
+                    path, json_is_string(v) ? json_string_value(v) : "(not a string)", key, have);
             goto out;
         }
         rules[t] = r;
@@ -110,12 +114,18 @@ out:
 }
 
 static pthread_once_t cpu_tune_once = PTHREAD_ONCE_INIT;
+static atomic_bool cpu_tune_no_hint;
+
+void cpu_tune_hint_off(void)
+{
+    atomic_store(&cpu_tune_no_hint, true);
+}
 
 static void cpu_tune_load(void)
 {
     char path[512], msg[ERR_MSG_MAX];
     int rc = cpu_tune_path(path, sizeof path) ? cpu_tune_apply_file(path, msg) : 0;
-    if (rc != 1 && !cpu_decode_prefetch_measured() && kernel_cpu_has_avx2()) {
+    if (rc != 1 && !cpu_decode_prefetch_measured() && kernel_cpu_has_avx2() && !atomic_load(&cpu_tune_no_hint)) {
         char cpu[256];
         sysinfo_cpu_name(cpu, sizeof cpu);
         log_write(LOG_INFO, "decode prefetch: generic rules on %s, which the project has not measured; `wafer bench "

@@ -23,7 +23,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define CPU_TUNE_VERSION 1
+/* 2 since stop 43: F16's "every" prefetches its streams ("none" is what version 1's "every" ran). */
+#define CPU_TUNE_VERSION 2
 
 /* The tune file's path: $WAFER_TUNE_FILE when set (set but empty: no tune file at all), else
  * $XDG_CACHE_HOME/wafer/tune.json, else $HOME/.cache/wafer/tune.json. false (buf "") when there is none. */
@@ -44,6 +45,10 @@ int cpu_tune_apply_file(const char *path, char *msg);
  * --tune` would measure them. The CPU backend calls it at create,
  * and `wafer bench --stream` before it measures. */
 void cpu_tune_load_once(void);
+
+/* Before cpu_tune_load_once's first call: no hint that `wafer bench --tune` would measure the rules (the tuner
+ * calls it: it is that measurement). */
+void cpu_tune_hint_off(void);
 
 /* "tune file PATH" when a tune file's rules are in force, else "built-in rules"; prefixed with what the
  * environment overrides when it does (cpu_decode_prefetch_env). Valid until the next call. */

@@ -27,11 +27,12 @@
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
  * (tile start + the fraction of the tile done), one prefetch per cache line, into L2. Measured on the 2-core
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
- * this. F16 (little work per byte) does best with the hardware prefetcher alone; on AMD family 0x19 the R16
- * gemv prefetch one line in 9 (GV_PF_SPARSE).
+ * this. On AMD family 0x19 the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). F16 (little work per byte) does
+ * best on AMD with the hardware prefetcher alone or the NTA hint, on an Intel Xeon with every line into L1 (below).
  *
- * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 adjacent rows, ROWS, on Intel, 4 streams
- * on AMD; a tune file may choose either): the streams cut the call's rows into 4 consecutive quarters, and a tile
+ * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 streams everywhere, prefetched into L1 on
+ * Intel (EVERY), with NTA on Zen 5, without on other AMD (NONE); a tune file may choose 4 adjacent rows a tile
+ * (ROWS, Intel's rule before stop 43), or any of these): the streams cut the call's rows into 4 consecutive quarters, and a tile
  * takes row i of each, so each quarter is read from start to end as one sequential stream. On AMD one stream per
  * thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved with llama.cpp: 1.22x the speed of 4 adjacent
  * rows, whose prefetcher follows 4 interleaved rows poorly), but one row is bound by its two FMA chains' latency (32
@@ -791,7 +792,7 @@ GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
  * 8192) 0.843 -> 0.917 / 0.976 -> 0.996, gate / up (n 2048) 0.915 -> 0.931 / 1.006 -> 1.007, q, k, v, o level
  * (0.909 / 0.908). The 8-element step and the tail read the F32 row. */
 GV_INLINE void gv_tile_f16_pf(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
-                              const void *aux, const size_t pfd)
+                              const void *aux, const size_t pfd, const int t0)
 {
     const uint16_t *xh = aux;
     __m256 a0[4], a1[4];
@@ -800,13 +801,18 @@ GV_INLINE void gv_tile_f16_pf(int64_t n, const int NR, float *y, const uint8_t *
         a0[r] = a1[r] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        /* no software prefetch but with pfd (see gv_gemv_f16_streams): F16 rows are whole pages read in
-         * order, which the hardware prefetcher follows (measured: 95-97% of the read probe with L2 prefetches,
-         * 100%+ without, stop 9) */
+        /* no software prefetch but with pfd (the streams' NTA and EVERY rules, see gv_f16_streams): F16 rows are
+         * whole pages read in order, which AMD's hardware prefetcher follows (measured there: 95-97% of the read
+         * probe with L2 prefetches, 100%+ without, stop 9); t0: prefetcht0, else prefetchnta */
         if (pfd && (i & 31) == 0)
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++)
-                gemv_prefetch_line(w + (size_t)r * ldw + (size_t)i * 2 + pfd, 1);
+            for (int r = 0; r < NR; r++) {
+                const char *p = (const char *)w + (size_t)r * ldw + (size_t)i * 2 + pfd;
+                if (t0)
+                    _mm_prefetch(p, _MM_HINT_T0);
+                else
+                    gemv_prefetch_line(p, 1);
+            }
         __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i)));
         __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i + 8)));
 #pragma GCC unroll 4
@@ -844,7 +850,7 @@ GV_INLINE void gv_tile_f16_pf(int64_t n, const int NR, float *y, const uint8_t *
 GV_INLINE void gv_tile_f16(int64_t n, const int NR, float *y, const uint8_t *w, size_t ldw, const float *x,
                            const void *aux)
 {
-    gv_tile_f16_pf(n, NR, y, w, ldw, x, aux, 0);
+    gv_tile_f16_pf(n, NR, y, w, ldw, x, aux, 0, 0);
 }
 
 static size_t gv_aux_none(int64_t n) { return 0; }
@@ -872,18 +878,29 @@ GV_DEFINE(f16, gv_tile_f16, 4, n)
  * f16 -t 1`, alternated, kernels / plain read) 0.95-0.96 against 0.91 with none; 1.5 KiB a stream 0.90, 2.5
  * 0.95-0.96, 3 0.91-0.92, 4 0.85-0.86, T1 at 2 KiB 0.83-0.84 (stop 39). */
 #define GV_F16_PF_NTA (2 << 10)
+/* Under the EVERY rule (built in on Intel) each stream prefetches every line into L1 (prefetcht0) GV_F16_PF_T0
+ * bytes ahead, 4 KiB in all. On the Intel Xeon family 6 model 207 (Emerald Rapids, 2 threads, stop 43; `wafer bench
+ * --tune --tune-types f16` of builds alternated, GB/s of weights / the plain read's): ROWS (4 adjacent rows, its
+ * rule before) 0.84-0.91, the streams without prefetch 0.88-0.95, with prefetcht1 0.5 KiB ahead 1.01-1.04, 0.75
+ * KiB 1.01-1.02, 1 KiB 1.00-1.08, 1.5 KiB 1.00-1.01, 2 KiB 0.98-1.02, 4 KiB 0.98-0.99; 4 adjacent rows with
+ * prefetcht1 4 KiB ahead 0.88, 8 KiB 0.92-0.94; prefetcht0 1 KiB 1.08-1.09; prefetchnta (the NTA rule) 0.52-0.59.
+ * In decode (1B F16 tg64, alternated) prefetcht0 1 KiB read 92-102% of the probes beside, prefetcht1 87-90%, ROWS
+ * 72-73%: 11.1 -> 14.1-14.95 tokens/s. */
+#define GV_F16_PF_T0 (1 << 10)
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with
  * h = nr / GV_STREAMS, a tile taking row i of each (rows h * ldw bytes apart), then the nr % GV_STREAMS last
- * rows one at a time. */
+ * rows one at a time; each stream prefetched as rule says (EVERY, NTA, else none). */
 static void gv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
-                           const void *aux, bool nta)
+                           const void *aux, enum cpu_prefetch rule)
 {
     const uint8_t *W = w;
     int64_t h = nr / GV_STREAMS;
     for (int64_t i = 0; i < h; i++) {
         float t[GV_STREAMS];
-        if (nta) /* a call per rule so that each inlined loop has its prefetch fixed */
-            gv_tile_f16_pf(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux, GV_F16_PF_NTA);
+        if (rule == CPU_PREFETCH_NTA) /* a call per rule so that each inlined loop has its prefetch fixed */
+            gv_tile_f16_pf(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux, GV_F16_PF_NTA, 0);
+        else if (rule == CPU_PREFETCH_EVERY)
+            gv_tile_f16_pf(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux, GV_F16_PF_T0, 1);
         else
             gv_tile_f16(n, GV_STREAMS, t, W + (size_t)i * ldw, (size_t)h * ldw, x, aux);
         for (int k = 0; k < GV_STREAMS; k++)
@@ -897,7 +914,8 @@ static void gv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_
 static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x,
                                 const void *aux)
 {
-    gv_f16_streams(n, nr, y, w, ldw, x, aux, cpu_decode_prefetch(DTYPE_F16) == CPU_PREFETCH_NTA);
+    enum cpu_prefetch rule = cpu_decode_prefetch(DTYPE_F16);
+    gv_f16_streams(n, nr, y, w, ldw, x, aux, rule == CPU_PREFETCH_ROWS ? CPU_PREFETCH_NONE : rule);
 }
 
 /* ---- F16 x F16 gemm (prefill, batched decode) ----
@@ -964,7 +982,7 @@ static void gv_gemv_f16_rule(int64_t n, int64_t nr, float *y, const void *w, siz
     if (rule == CPU_PREFETCH_ROWS)
         gv_gemv_f16(n, nr, y, w, ldw, x, aux);
     else
-        gv_f16_streams(n, nr, y, w, ldw, x, aux, rule == CPU_PREFETCH_NTA);
+        gv_f16_streams(n, nr, y, w, ldw, x, aux, rule);
 }
 
 static const struct gemv_ops gv_ops_f16_rows = {DTYPE_F16, gv_aux_bytes_f16, gv_prep_f16, gv_gemv_f16, gv_gemm_f16,

@@ -916,6 +916,12 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with WAFER_GEMV_PREFETCH=every /
  * sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K 1.00-1.05 / 0.44-0.57). */
 #define AK16_PF_SPARSE 576
+/* The Q4_K gemv16 under the SPREAD rule (built in on Intel): its block's lines AK16_PF ahead asked for one beside
+ * each load of the block's kernel, into L1, as the gemm does (ak16_tile), instead of all 36 at the block's start
+ * into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
+ * --tune-types q4_k`, kernels / plain read, 0.96-1.00 against 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s
+ * against 38.6-39.6 in 6 of 7 pairs (85-91% of the probes beside against 81-83%). On the Zen 5 it read slower
+ * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
@@ -1264,7 +1270,9 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         enum cpu_prefetch rule = cpu_decode_prefetch(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K);                      \
         bool sparse = rule == CPU_PREFETCH_SPARSE, pf = IS_Q6 || !sparse, nta = rule == CPU_PREFETCH_NTA;   \
-        size_t pfs = sparse ? AK16_PF_SPARSE : 64, ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;     \
+        bool spread = !IS_Q6 && rule == CPU_PREFETCH_SPREAD; /* pfs 0: ak16_tile spreads them */            \
+        size_t pfs = sparse ? AK16_PF_SPARSE : spread ? 0 : 64;                                            \
+        size_t ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;                                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             if (nta) /* a call per hint so that each inlined loop has its prefetch fixed */                \
