@@ -133,9 +133,15 @@ static unsigned cpu_model(void)
     return (unsigned)model;
 }
 
+/* Intel family 6 model 207 (Emerald Rapids), the Xeon of stop 43. */
+static bool cpu_is_intel_207(void)
+{
+    return !cpu_is_amd() && cpu_family() == 6 && cpu_model() == 207;
+}
+
 bool cpu_decode_prefetch_measured(void)
 {
-    return cpu_is_amd_family_19_or_1a() || (!cpu_is_amd() && cpu_family() == 6 && cpu_model() == 207);
+    return cpu_is_amd_family_19_or_1a() || cpu_is_intel_207();
 }
 
 enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
@@ -251,5 +257,5 @@ enum cpu_prefetch cpu_decode_prefetch(enum dtype t)
 bool cpu_f16_gemm_whole_rows(void)
 {
     int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");
-    return e >= 0 ? e : cpu_is_amd_family_19_or_1a();
+    return e >= 0 ? e : cpu_is_amd_family_19_or_1a() || cpu_is_intel_207();
 }

@@ -110,8 +110,9 @@ int cpu_decode_prefetch_tuned(enum dtype t);
  * they were measured); on any other CPU the rules are the generic ones until a tune file replaces them. */
 bool cpu_decode_prefetch_measured(void);
 
-/* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5), where the AVX-512 F16 gemm converts
- * whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the figures).
+/* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5) and Intel family 6 model 207, where the
+ * AVX-512 F16 gemm converts whole weight rows at a time instead of chunks of 512 elements (gemv_avx512k.c has the
+ * figures).
  * WAFER_F16_GEMM=whole or =chunks overrides the CPU's rule (read at every call: tests run both on every CPU;
  * the sums are the same bits either way). */
 bool cpu_f16_gemm_whole_rows(void);
