@@ -59,19 +59,23 @@ bool cpu_is_amd(void)
     return is;
 }
 
+/* cpuid leaf 1's eax (stepping, model, family and their extensions), asked once; 0 when there is no leaf 1. */
+static unsigned cpu_signature(void)
+{
+    static _Atomic long long sig = -1;
+    long long v = atomic_load_explicit(&sig, memory_order_relaxed);
+    if (v < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        v = __get_cpuid(1, &a, &b, &c, &d) ? (long long)a : 0;
+        atomic_store_explicit(&sig, v, memory_order_relaxed);
+    }
+    return (unsigned)v;
+}
+
 unsigned cpu_family(void)
 {
-    static int fam = -1;
-    if (fam < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        fam = 0;
-        if (__get_cpuid(1, &a, &b, &c, &d)) {
-            fam = (int)((a >> 8) & 0xf);
-            if (fam == 0xf)
-                fam += (int)((a >> 20) & 0xff);
-        }
-    }
-    return (unsigned)fam;
+    unsigned a = cpu_signature(), fam = (a >> 8) & 0xf;
+    return fam == 0xf ? fam + ((a >> 20) & 0xff) : fam;
 }
 
 /* AMD family 0x19 (Zen 3, Zen 4) or 0x1a (Zen 5). */
@@ -120,17 +124,8 @@ static bool cpu_prefetch_type(enum dtype t)
 /* The x86 display model (cpuid leaf 1: base model, plus the extended model above it on families 6 and 15). */
 static unsigned cpu_model(void)
 {
-    static int model = -1;
-    if (model < 0) {
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        model = 0;
-        if (__get_cpuid(1, &a, &b, &c, &d)) {
-            model = (int)((a >> 4) & 0xf);
-            if (cpu_family() == 6 || cpu_family() >= 0xf)
-                model |= (int)((a >> 12) & 0xf0);
-        }
-    }
-    return (unsigned)model;
+    unsigned a = cpu_signature(), model = (a >> 4) & 0xf;
+    return cpu_family() == 6 || cpu_family() >= 0xf ? model | ((a >> 12) & 0xf0) : model;
 }
 
 /* Intel family 6 model 207 (Emerald Rapids), the Xeon of stop 43. */

@@ -884,7 +884,7 @@ GV_DEFINE(f16, gv_tile_f16, 4, n)
  * rule before) 0.84-0.91, the streams without prefetch 0.88-0.95, with prefetcht1 0.5 KiB ahead 1.01-1.04, 0.75
  * KiB 1.01-1.02, 1 KiB 1.00-1.08, 1.5 KiB 1.00-1.01, 2 KiB 0.98-1.02, 4 KiB 0.98-0.99; 4 adjacent rows with
  * prefetcht1 4 KiB ahead 0.88, 8 KiB 0.92-0.94; prefetcht0 1 KiB 1.08-1.09; prefetchnta (the NTA rule) 0.52-0.59.
- * In decode (1B F16 tg64, alternated) prefetcht0 1 KiB read 92-102% of the probes beside, prefetcht1 87-90%, ROWS
+ * In decode (1B F16 tg64, alternated) prefetcht0 1 KiB read 95-102% of the probes beside, prefetcht1 87-90%, ROWS
  * 72-73%: 11.1 -> 14.1-14.95 tokens/s. */
 #define GV_F16_PF_T0 (1 << 10)
 /* F16 in GV_STREAMS sequential streams (see the top): rows [k h, (k + 1) h) for k < GV_STREAMS with

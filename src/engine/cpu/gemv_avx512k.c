@@ -921,7 +921,7 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * each load of the block's kernel, into L1, as the gemm does (ak16_tile), instead of all 36 at the block's start
  * into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
  * --tune-types q4_k`, kernels / plain read, 0.96-1.00 against 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s
- * against 38.6-39.6 in 6 of 7 pairs (85-91% of the probes beside against 81-83%). On the Zen 5 it read slower
+ * against 36.8-39.6 in 6 of 7 pairs (85-93% of the probes beside against 81-90%). On the Zen 5 it read slower
  * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
