@@ -32,13 +32,13 @@
  *
  * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 streams everywhere, prefetched into L1 on
  * Intel (EVERY), with NTA on Zen 5, without on other AMD (NONE); a tune file may choose 4 adjacent rows a tile
- * (ROWS, Intel's rule before stop 43), or any of these): the streams cut the call's rows into 4 consecutive quarters, and a tile
- * takes row i of each, so each quarter is read from start to end as one sequential stream. On AMD one stream per
- * thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved with llama.cpp: 1.22x the speed of 4 adjacent
- * rows, whose prefetcher follows 4 interleaved rows poorly), but one row is bound by its two FMA chains' latency (32
- * weight bytes per 4 cycles, about what a core's share of the bandwidth needs). With the weights on huge pages
- * (core/bigmem.h), on Zen 5 against llama.cpp in the same rounds: one stream 1.06-1.43x, 4 streams 1.41-1.69x, 2
- * streams a little below 4 (docs/performance.md, stop 9). The sums are the same either way (rows are independent).
+ * (ROWS, Intel's rule before stop 43), or any of these): the streams cut the call's rows into 4 consecutive
+ * quarters, and a tile takes row i of each, so each quarter is read from start to end as one sequential stream.
+ * On AMD one stream per thread was first (Zen 4, 2 threads, 1B F16, 8 rounds interleaved with llama.cpp: 1.22x
+ * the speed of 4 adjacent rows, whose prefetcher follows 4 interleaved rows poorly), but one row is bound by its
+ * two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of the bandwidth needs). With
+ * the weights on huge pages (core/bigmem.h), on Zen 5 against llama.cpp in the same rounds: one stream
+ * 1.06-1.43x, 4 streams 1.41-1.69x, 2 streams a little below 4 (docs/performance.md, stop 9). The sums are the same either way (rows are independent).
  */
 #include "engine/cpu/gemv.h"
 
