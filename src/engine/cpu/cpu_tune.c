@@ -88,10 +88,11 @@ int cpu_tune_apply_file(const char *path, char *msg)
     json_t *v;
     json_object_foreach(dp, key, v) {
         enum dtype t;
+        bool type_ok = dtype_from_name(key, &t) == 0;
         int r = json_is_string(v) ? cpu_prefetch_parse(json_string_value(v)) : -1;
-        if (dtype_from_name(key, &t) || r < 0 || !cpu_decode_prefetch_valid(t, r)) {
+        if (!type_ok || r < 0 || !cpu_decode_prefetch_valid(t, r)) {
             enum cpu_prefetch c[CPU_PREFETCH_COUNT];
-            int k = dtype_from_name(key, &t) ? 0 : cpu_decode_prefetch_candidates(t, c);
+            int k = type_ok ? cpu_decode_prefetch_candidates(t, c) : 0;
             char have[64] = "none";
             for (int i = 0, at = 0; i < k && at < (int)sizeof have; i++)
                 at += snprintf(have + at, sizeof have - (size_t)at, "%s%s", i ? ", " : "", cpu_prefetch_name(c[i]));
