@@ -438,5 +438,12 @@ int cmd_bench_main(int argc, char **argv)
         bench_usage(stderr);
         return 2;
     }
+    /* `wafer bench --stream --help`, `--model --help`: the usage line above promises each tool's help, but
+     * getopt would take "--help" as the option's value (a model path, a weight type) */
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            char *help[] = {argv[0], "--help", NULL};
+            return bench_model_main(2, help);
+        }
     return bench_model_main(argc, argv);
 }
