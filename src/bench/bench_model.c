@@ -101,7 +101,7 @@ static void bench_model_usage(FILE *f)
             "                        kernels from memory / from cache says what the read costs them\n"
             "      --tune            instead of a model: measure how each decode kernel should ask for its\n"
             "                        weights on this CPU (prefetch every line, with prefetchnta, or sparsely;\n"
-            "                        Q4_K also spread over its kernel; F16 as 4 streams prefetched into L1,\n"
+            "                        Q4_K and Q6_K also spread over their kernel; F16 as 4 streams prefetched into L1,\n"
             "                        with prefetchnta or not at all, or as 4 adjacent rows;\n"
             "                        the 1B model's matrices from memory, -r rounds, default 10; under a\n"
             "                        minute) and save what read fastest to the tune file, which every later\n"

@@ -65,8 +65,11 @@ static void test_candidates_and_set(void **state)
         int k = cpu_decode_prefetch_candidates(t, c);
         assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
         /* F16: streams prefetched into L1, with NTA or not at all, rows; the quantized types: every, sparse, and NTA
-         * with AVX-512 (Q4_K spread too) */
-        assert_int_equal(k, t == DTYPE_F16 ? 4 : !gemv_cpu_has_avx512() ? 2 : t == DTYPE_Q4_K ? 4 : 3);
+         * with AVX-512, and the K-quants spread over their kernel (into L1) */
+        assert_int_equal(k, t == DTYPE_F16                            ? 4
+                            : !gemv_cpu_has_avx512()                  ? 2
+                            : t == DTYPE_Q4_K || t == DTYPE_Q6_K ? 4
+                                                                      : 3);
         assert_int_equal(c[0], cpu_decode_prefetch_builtin(t));
         for (int a = 0; a < k; a++)
             for (int b = a + 1; b < k; b++)

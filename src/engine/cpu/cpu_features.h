@@ -37,8 +37,8 @@ unsigned cpu_family(void);
  *           none (the hardware prefetcher alone); not F16.
  *   ROWS    F16 only: tiles of 4 adjacent rows, the hardware prefetcher alone.
  *   NONE    F16 only: the 4 streams, the hardware prefetcher alone.
- *   SPREAD  the AVX-512 Q4_K gemv16 only: every line into L1 (prefetcht0), one beside each load of the block's
- *           kernel, as its gemm asks (the others ask for a block's lines together at its start).
+ *   SPREAD  the AVX-512 K-quant gemv16 (Q4_K, Q6_K) only: every line into L1 (prefetcht0), one beside each load
+ *           of the block's kernel, as their gemm asks (the others ask for a block's lines together at its start).
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
@@ -55,7 +55,8 @@ unsigned cpu_family(void);
  *     (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest with every
  *     line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel (gemv_avx512k.c:
  *     1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
- *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s).
+ *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Q6_K spread read 1.02-1.03x EVERY there
+ *     (stop 44), too little to move a decode (1B Q4_K_M level): a candidate, not built in.
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {

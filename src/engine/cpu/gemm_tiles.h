@@ -35,12 +35,16 @@ static inline void gemm_prefetch_first(const void *w, size_t bytes)
         __builtin_prefetch((const char *)w + i, 0, 3);
 }
 
-/* The decode gemv's prefetch of the weight line at p, ahead of the stream: prefetchnta when nta (a constant in
- * the inlined loop, from cpu_decode_prefetch), else prefetcht1 (into L2). */
-static inline __attribute__((always_inline)) void gemv_prefetch_line(const void *p, const int nta)
+/* The decode gemv's prefetch of the weight line at p, ahead of the stream, with the hint the decode rule chooses
+ * (a constant in the inlined loop, from cpu_decode_prefetch): GEMV_PF_T1 prefetcht1 (into L2), GEMV_PF_NTA
+ * prefetchnta, GEMV_PF_T0 prefetcht0 (into L1). */
+enum { GEMV_PF_T1 = 0, GEMV_PF_NTA = 1, GEMV_PF_T0 = 2 };
+static inline __attribute__((always_inline)) void gemv_prefetch_line(const void *p, const int hint)
 {
-    if (nta)
+    if (hint == GEMV_PF_NTA)
         __builtin_prefetch(p, 0, 0);
+    else if (hint == GEMV_PF_T0)
+        __builtin_prefetch(p, 0, 3);
     else
         __builtin_prefetch(p, 0, 2);
 }

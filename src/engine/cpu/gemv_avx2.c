@@ -806,13 +806,9 @@ GV_INLINE void gv_tile_f16_pf(int64_t n, const int NR, float *y, const uint8_t *
          * probe with L2 prefetches, 100%+ without, stop 9); t0: prefetcht0, else prefetchnta */
         if (pfd && (i & 31) == 0)
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const char *p = (const char *)w + (size_t)r * ldw + (size_t)i * 2 + pfd;
-                if (t0)
-                    _mm_prefetch(p, _MM_HINT_T0);
-                else
-                    gemv_prefetch_line(p, 1);
-            }
+            for (int r = 0; r < NR; r++)
+                gemv_prefetch_line((const char *)w + (size_t)r * ldw + (size_t)i * 2 + pfd,
+                                   t0 ? GEMV_PF_T0 : GEMV_PF_NTA);
         __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i)));
         __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(xh + i + 8)));
 #pragma GCC unroll 4

@@ -922,7 +922,11 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
  * --tune-types q4_k`, kernels / plain read, 0.96-1.00 against 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s
  * against 36.8-39.6 in 6 of 7 pairs (85-93% of the probes beside against 81-90%). On the Zen 5 it read slower
- * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. */
+ * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. Q6_K's lone column takes it too
+ * since stop 44 (ak16_block_q6_k_1: 4 of the block's 53 lines at each of its 16 steps): on the same Xeon
+ * `--tune --tune-types q6_k` 1.02-1.03x EVERY in four runs of 10-16 rounds, and 1B Q4_K_M decode, whose Q6_K
+ * matrices are a quarter of its bytes, level (40.4-41.7 against 38.2-41.9 tokens/s, 4 pairs through tune
+ * files): a candidate for `wafer bench --tune`, EVERY still built in. */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
@@ -1122,8 +1126,11 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
  * order (quant_r16_q6_k_dword): per half h and sub-group gi, each step l loads ql's dwords 16h + l and
  * 16h + 8 + l and qh's 32 + 8h + l once and feeds all four quarters qt from them, one vpdpbusd chain per
  * quarter. The same exact int32 products go into S per group (8h + 2qt + gi), so the bits equal
- * ak16_block_q6_k's, which read ql twice and qh four times, a quarter after another. */
-AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const struct block_q8_k *bx, __m512 *acc)
+ * ak16_block_q6_k's, which read ql twice and qh four times, a quarter after another. pf: the block at the
+ * decode's distance ahead, 4 of its lines prefetched into L1 at each of the 16 steps (the SPREAD rule), or
+ * NULL. */
+AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const struct block_q8_k *bx, __m512 *acc,
+                                  const uint8_t *pf)
 {
     const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
     __m512i S = _mm512_setzero_si512();
@@ -1140,6 +1147,9 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
                 t[qt] = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int l = 4 * gi; l < 4 * gi + 4; l++) {
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) /* 16 steps of 3 loads, 4 of the block's 53 lines each */
+                    ak16_prefetch_line(pf, 4 * (8 * h + l) + i, 16 * sizeof(struct block_q6_k));
                 __m512i qa = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + l));
                 __m512i qb = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 + l));
                 __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
@@ -1200,8 +1210,8 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
     for (int c = 0; c < NC; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
-        const uint8_t *pfb = nxt && !pfs && !(is_q6 && NC == 1) ? nxt + (size_t)b * gb : NULL;
+        /* spread over the block's kernel */
+        const uint8_t *pfb = nxt && !pfs ? nxt + (size_t)b * gb : NULL;
         if (nxt && !pfb)
             for (size_t i = 0; i < gb; i += pfs ? pfs : 64)
                 gemv_prefetch_line(nxt + (size_t)b * gb + i, nta);
@@ -1212,7 +1222,7 @@ AK_INLINE void ak16_tile(const int is_q6, int64_t nb, const int NC, float *s, si
         const size_t nh = is_q6 ? 1 : 2, nd = is_q6 ? 52 : 35;
         const uint8_t *hs = g + quant_r16_scales(nh, nd, nb, b), *qd = g + quant_r16_dwords(nh, nd, nb, b);
         if (is_q6 && NC == 1)
-            ak16_block_q6_k_1(hs, qd, bx[0], acc);
+            ak16_block_q6_k_1(hs, qd, bx[0], acc, pfb);
         else if (is_q6)
             ak16_block_q6_k(hs, qd, NC, bx, acc, pfb);
         else
@@ -1271,7 +1281,7 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         enum cpu_prefetch rule = cpu_decode_prefetch(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K);                      \
         bool sparse = rule == CPU_PREFETCH_SPARSE, pf = IS_Q6 || !sparse, nta = rule == CPU_PREFETCH_NTA;   \
-        bool spread = !IS_Q6 && rule == CPU_PREFETCH_SPREAD; /* pfs 0: ak16_tile spreads them */            \
+        bool spread = rule == CPU_PREFETCH_SPREAD; /* pfs 0: ak16_tile spreads them */                       \
         size_t pfs = sparse ? AK16_PF_SPARSE : spread ? 0 : 64;                                            \
         size_t ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;                                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \

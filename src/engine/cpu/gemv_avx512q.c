@@ -310,7 +310,7 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * touching every product, 113.6-116.5 touching those of n <= 2048 only; its down product 2.28 -> 2.09 ms a
  * token (WAFER_PROFILE). */
 AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g, const uint8_t *aux, size_t pf,
-                               const int sparse, const int nta)
+                               const int sparse, const int hint)
 {
     const size_t nd = is_q4 ? 4 : 8, pb = 2 * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p = g;
@@ -330,11 +330,11 @@ AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g
         }
         /* the pair's first line before its first load, the others after (measured a little ahead of all
          * before) */
-        gemv_prefetch_line((const char *)p + pf, nta);
+        gemv_prefetch_line((const char *)p + pf, hint);
         __m512i sc = _mm512_loadu_si512(p); /* the two blocks' 16 F16 scales each */
         if (!sparse)
             for (size_t i = 64; i < pb; i += 64)
-                gemv_prefetch_line((const char *)p + pf + i, nta);
+                gemv_prefetch_line((const char *)p + pf + i, hint);
         const uint8_t *q = p + 64;
         acc = aq16_block1(is_q4, q, _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), rec, acc);
         acc = aq16_block1(is_q4, q + 64 * nd, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1)), rec + AQ_REC, acc);
@@ -354,11 +354,11 @@ AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
     for (int64_t i = 0; i < nr; i += 16) {
         const uint8_t *g = w + (size_t)(i / 16) * gbytes;
         if (sparse) /* a call per rule so that each inlined loop has its prefetches fixed */
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1, 0);
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1, GEMV_PF_T1);
         else if (nta)
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, 1);
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, GEMV_PF_NTA);
         else
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, 0);
+            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, GEMV_PF_T1);
     }
 }
 
