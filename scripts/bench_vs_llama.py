@@ -7,8 +7,10 @@ every llama-bench build on one model before moving on, rounds repeat the whole s
 for each program its best round (the one least disturbed by other work: a busy neighbour costs llama.cpp,
 whose threads spin, far more than wafer) and, as the ratios, the median over rounds of each round's
 wafer/llama.cpp ratio (the two runs of a round are seconds apart, so they saw the same machine), followed by
-the range of those ratios when there are several rounds. --depth D
-measures both after D tokens in the cache (llama-bench -d). The CPU's model name heads the table. wafer's bench measures the read bandwidth
+the range of those ratios when there are several rounds. -d D
+measures both after D tokens in the cache (llama-bench -d; where a llama-bench has no -d, as c392e50, decode at
+depth comes from the llama-batched-bench beside it, as docs/performance.md measured it, and pp at depth is
+not measured for it). The CPU's model name heads the table. wafer's bench measures the read bandwidth
 in the same run; a round's generation GB/s is set against the bandwidth wafer measured in that round: the
 probe before loading ("tg % bw") and the probes beside each tg repetition ("tg % bw beside"); llama.cpp's
 against wafer's probes beside, the nearest in time (seconds before its run).
@@ -35,7 +37,45 @@ def run_wafer(args, model):
     return json.loads(out.stdout.strip().splitlines()[-1]), " ".join(cmd)
 
 
+_HAS_DEPTH = {}
+
+
+def llama_has_depth(path):
+    """Whether this llama-bench takes -d (--n-depth; llama.cpp builds from mid-2025 on; c392e50 has not)."""
+    if path not in _HAS_DEPTH:
+        h = subprocess.run([path, "--help"], capture_output=True, text=True)
+        _HAS_DEPTH[path] = "n-depth" in h.stdout + h.stderr
+    return _HAS_DEPTH[path]
+
+
+def run_llama_batched(path, args, model):
+    """Decode at depth where llama-bench has no -d: llama-batched-bench (beside it) prefills args.d tokens, then
+    decodes args.n, one sequence; its speed_tg is the decode after the depth (how docs/performance.md measured
+    it since stop 27). Prompt processing at a depth has no equivalent there: None."""
+    bb = os.path.join(os.path.dirname(path), "llama-batched-bench")
+    if not os.access(bb, os.X_OK):
+        sys.exit(f"bench_vs_llama: {path} has no -d (depth) and there is no {bb} to measure decode at depth "
+                 "with: build the llama-batched-bench target too, or use a llama.cpp whose llama-bench has -d")
+    if args.p:
+        print(f"note: {path} has no -d: pp{args.p} at depth {args.d} is not measured for it (llama-batched-bench "
+              "measures decode at depth only); use -p 0", file=sys.stderr)
+    res = {"pp_tps": None, "tg_tps": None}
+    if not args.n:
+        return res, None
+    cmd = [bb, "-m", model, "-c", str(args.d + args.n), "-b", "2048", "-ub", "512", "-npp", str(args.d),
+           "-ntg", str(args.n), "-npl", "1", "-t", str(args.t), "--output-format", "jsonl"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("{") and '"speed_tg"' in line:
+            res["tg_tps"] = json.loads(line)["speed_tg"]
+    if res["tg_tps"] is None:
+        sys.exit(f"bench_vs_llama: no speed_tg in the output of {' '.join(cmd)}")
+    return res, " ".join(cmd)
+
+
 def run_llama(path, args, model):
+    if args.d and not llama_has_depth(path):
+        return run_llama_batched(path, args, model)
     cmd = [path, "-m", model, "-p", str(args.p), "-n", str(args.n), "-r", str(args.r), "-t", str(args.t), "-o", "json"]
     if args.d:
         cmd += ["-d", str(args.d)]
@@ -103,7 +143,8 @@ def main():
                   file=sys.stderr)
             for ln, lp in llamas:
                 r, c = run_llama(lp, args, m)
-                commands.add(c.replace(m, "MODEL"))
+                if c:
+                    commands.add(c.replace(m, "MODEL"))
                 r["membw_gbs"] = w.get("membw_beside_gbs") or w["membw_gbs"]
                 raw[name].setdefault(ln, []).append(r)
                 print(f"round {rnd + 1} {name} {ln}: pp {fmt(r['pp_tps'])} tg {fmt(r['tg_tps'], 2)}", file=sys.stderr)
