@@ -64,12 +64,9 @@ static void test_candidates_and_set(void **state)
         enum dtype t = cpu_decode_prefetch_types[i];
         int k = cpu_decode_prefetch_candidates(t, c);
         assert_true(k >= 2 && k <= CPU_PREFETCH_COUNT);
-        /* F16: streams prefetched into L1, with NTA or not at all, rows; the quantized types: every, sparse, and NTA
-         * with AVX-512, and the K-quants spread over their kernel (into L1) */
-        assert_int_equal(k, t == DTYPE_F16                            ? 4
-                            : !gemv_cpu_has_avx512()                  ? 2
-                            : t == DTYPE_Q4_K || t == DTYPE_Q6_K ? 4
-                                                                      : 3);
+        /* F16: streams prefetched into L1, with NTA or not at all, rows; the quantized types: every, sparse, and with
+         * AVX-512 NTA, and the K-quants spread over their kernel (into L1), Q4_0 / Q8_0 two groups side by side */
+        assert_int_equal(k, t == DTYPE_F16 ? 4 : !gemv_cpu_has_avx512() ? 2 : 4);
         assert_int_equal(c[0], cpu_decode_prefetch_builtin(t));
         for (int a = 0; a < k; a++)
             for (int b = a + 1; b < k; b++)
@@ -88,7 +85,8 @@ static void test_candidates_and_set(void **state)
 }
 
 /* Every rule: the decode gemv (R16 gemv16 where the type has one, else the rows gemv) of nr rows x n gives
- * exactly vec_dot's bits for every row. */
+ * exactly vec_dot's bits for every row. 5 groups of 16 rows (TWIN pairs two and leaves one alone), and for
+ * Q4_0 / Q8_0 also rows of an odd number of blocks (the gemv16's lone last block). */
 static void test_rules_same_bits(void **state)
 {
     (void)state;
@@ -97,15 +95,18 @@ static void test_rules_same_bits(void **state)
         return;
     }
     uint64_t seed = 0x5eed7u;
-    const int nr = 64;
-    for (int i = 0; i < CPU_PREFETCH_N_TYPES; i++) {
-        enum dtype t = cpu_decode_prefetch_types[i];
+    const int nr = 80;
+    for (int i = 0; i < 2 * CPU_PREFETCH_N_TYPES; i++) {
+        enum dtype t = cpu_decode_prefetch_types[i / 2];
+        const bool odd = i % 2;
+        if (odd && t != DTYPE_Q4_0 && t != DTYPE_Q8_0)
+            continue;
         const struct gemv_ops *g = gemv_ops_best(t);
         const struct kernel_ops *ko = kernel_ops_get(t);
         assert_non_null(g);
         assert_non_null(ko);
         /* long enough rows that every prefetch distance (up to 32 KiB ahead) falls inside the matrix */
-        int64_t n = t == DTYPE_F16 ? 2048 : 4096;
+        int64_t n = t == DTYPE_F16 ? 2048 : odd ? 4096 + 32 : 4096;
         size_t rb = dtype_row_bytes(t, n), xb = dtype_row_bytes(ko->vec_type, n);
         float *f = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * nr);
         float *ref = malloc(sizeof(float) * nr);
@@ -140,8 +141,8 @@ static void test_rules_same_bits(void **state)
                 g->gemv(n, nr, y, w, rb, x, aux);
             for (int r = 0; r < nr; r++)
                 if (memcmp(&y[r], &ref[r], sizeof(float)))
-                    fail_msg("%s rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), cpu_prefetch_name(c[a]), r,
-                             (double)y[r], (double)ref[r]);
+                    fail_msg("%s n %d rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), (int)n,
+                             cpu_prefetch_name(c[a]), r, (double)y[r], (double)ref[r]);
         }
         cpu_decode_prefetch_set(t, -1);
         free(f);

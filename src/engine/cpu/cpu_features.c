@@ -94,8 +94,8 @@ static int cpu_env_choice(const char *name, const char *yes, const char *no)
     return strcmp(e, yes) == 0 ? 1 : strcmp(e, no) == 0 ? 0 : -1;
 }
 
-static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta", "sparse", "rows", "none",
-                                                                            "spread"};
+static const char *const cpu_prefetch_names[CPU_PREFETCH_COUNT] = {"every", "nta",    "sparse", "rows",
+                                                                            "none",  "spread", "twin"};
 
 const char *cpu_prefetch_name(int rule)
 {
@@ -143,8 +143,11 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
 {
     if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
-    if (!cpu_is_amd())
-        return t == DTYPE_Q4_K && gemv_cpu_has_avx512() ? CPU_PREFETCH_SPREAD : CPU_PREFETCH_EVERY;
+    if (!cpu_is_amd()) {
+        if (!gemv_cpu_has_avx512())
+            return CPU_PREFETCH_EVERY;
+        return t == DTYPE_Q4_K ? CPU_PREFETCH_SPREAD : t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
+    }
     if (cpu_family() == 0x19)
         return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_SPARSE;
     if (cpu_family() == 0x1a) {
@@ -170,6 +173,8 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_SPARSE;
         if (t == DTYPE_Q4_K || t == DTYPE_Q6_K)
             all[n++] = CPU_PREFETCH_SPREAD;
+        else
+            all[n++] = CPU_PREFETCH_TWIN;
     }
     else /* AVX2's gemv16: no NTA */
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_SPARSE;
@@ -242,7 +247,8 @@ enum cpu_prefetch cpu_decode_prefetch(enum dtype t)
         r = cpu_is_amd() && cpu_family() == 0x1a && gemv_cpu_has_avx512() ? CPU_PREFETCH_NTA : CPU_PREFETCH_EVERY;
     /* F16's streams without NTA are its NONE, as before its EVERY prefetched (stop 43) */
     if (env_nta == 1 &&
-        (r == CPU_PREFETCH_EVERY || r == CPU_PREFETCH_SPREAD || (t == DTYPE_F16 && r == CPU_PREFETCH_NONE)))
+        (r == CPU_PREFETCH_EVERY || r == CPU_PREFETCH_SPREAD || r == CPU_PREFETCH_TWIN ||
+         (t == DTYPE_F16 && r == CPU_PREFETCH_NONE)))
         r = CPU_PREFETCH_NTA;
     if (env_nta == 0 && r == CPU_PREFETCH_NTA)
         r = t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_EVERY;

@@ -39,6 +39,10 @@ unsigned cpu_family(void);
  *   NONE    F16 only: the 4 streams, the hardware prefetcher alone.
  *   SPREAD  the AVX-512 K-quant gemv16 (Q4_K, Q6_K) only: every line into L1 (prefetcht0), one beside each load
  *           of the block's kernel, as their gemm asks (the others ask for a block's lines together at its start).
+ *   TWIN    the AVX-512 Q4_0 / Q8_0 gemv16 only: EVERY's prefetches, two groups of 16 rows read side by side (a
+ *           pair of blocks of each in turn, the groups half a call's rows apart), in decode claims of 2 MiB
+ *           instead of 256 KiB (cpu_backend.c) so that the two are far apart: two streams for the memory to
+ *           serve at once.
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
@@ -51,12 +55,15 @@ unsigned cpu_family(void);
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
  *   Other AMD families: EVERY, F16 NONE.
- *   Intel and the rest: EVERY, and with AVX-512 Q4_K SPREAD. Measured on an Intel Xeon family 6 model 207
- *     (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest with every
+ *   Intel and the rest: EVERY, and with AVX-512 Q4_K SPREAD and Q4_0 TWIN. Measured on an Intel Xeon family 6
+ *     model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest with every
  *     line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel (gemv_avx512k.c:
  *     1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
- *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Q6_K spread read 1.02-1.03x EVERY there
- *     (stop 44), too little to move a decode (1B Q4_K_M level): a candidate, not built in.
+ *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Stop 44: Q4_0 two groups side by side
+ *     (TWIN: `--tune` 1.03-1.05x EVERY; 1B Q4_0 decode faster in 7 of 8 pairs, median +1.5%, and in 9 of 11
+ *     pairs of an earlier build, median +1.9%); Q8_0 TWIN 1.03-1.04x in `--tune`, in decode unclear (4 of 5
+ *     pairs ahead while the bandwidth moved between 22 and 30 GB/s) and above the probe either way, so not
+ *     built in; Q6_K spread 1.02-1.03x EVERY, too little to move a decode (1B Q4_K_M level): candidates.
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {
@@ -66,6 +73,7 @@ enum cpu_prefetch {
     CPU_PREFETCH_ROWS,
     CPU_PREFETCH_NONE,
     CPU_PREFETCH_SPREAD,
+    CPU_PREFETCH_TWIN,
     CPU_PREFETCH_COUNT
 };
 
@@ -73,7 +81,7 @@ enum cpu_prefetch {
 #define CPU_PREFETCH_N_TYPES 5
 extern const enum dtype cpu_decode_prefetch_types[CPU_PREFETCH_N_TYPES];
 
-/* "every", "nta", "sparse", "rows", "none", "spread"; "?" out of range. */
+/* "every", "nta", "sparse", "rows", "none", "spread", "twin"; "?" out of range. */
 const char *cpu_prefetch_name(int rule);
 
 /* The rule named s (as cpu_prefetch_name writes it), or -1. */

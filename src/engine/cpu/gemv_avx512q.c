@@ -273,9 +273,10 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(aq16_bsum(u, r, c0)), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc);
 }
 
-/* The decode gemv of one group (16 rows at g, nb blocks) against one column (its aux): y[r] for r < 16. A pair
+/* The decode gemv of NG groups (1 or 2, a constant: 16 rows at g[k], nb blocks) against one column (its aux):
+ * y[k][r] for r < 16; two side by side, a pair of blocks of one and then of the other (the TWIN rule). A pair
  * of blocks a step, as quant.h stores them (the two blocks' F16 scales, 64 bytes, then their dwords: Q4_0 576
- * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2: every line of
+ * bytes, 9 lines; Q8_0 1,088, 17), with a lone last block when nb is odd. Prefetches, into L2 (hint): every line of
  * the pair pf bytes ahead (AQ16_PF_Q4 / AQ16_PF_Q8), or, sparse, its first line (AQ16_PF_SPARSE ahead); with nta
  * every line with prefetchnta instead (the NTA rule, cpu_decode_prefetch: one Zen 5 core read the Q4_0
  * weights at 0.96-0.97 of a plain read with it, 0.91-0.92 with T1, 0.94 with T0; 0.95 at 4 KiB, 0.91 at 16;
@@ -309,16 +310,16 @@ AQ_INLINE __m512 aq16_block1(int is_q4, const uint8_t *q, __m512 dw, const uint8
  * engine, 1B Q4_0 tg128 (`wafer bench -p 0 -n 128 -r 3 -t 2`, 5 rounds alternated) 111.4-114.3 tokens/s
  * touching every product, 113.6-116.5 touching those of n <= 2048 only; its down product 2.28 -> 2.09 ms a
  * token (WAFER_PROFILE). */
-AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g, const uint8_t *aux, size_t pf,
-                               const int sparse, const int hint)
+AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, const int NG, float *const *y, const uint8_t *const *g,
+                               const uint8_t *aux, size_t pf, const int sparse, const int hint)
 {
     const size_t nd = is_q4 ? 4 : 8, pb = 2 * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p = g;
+    const uint8_t *rec0 = aux + AQ_OFF_REC(aq_nb8(nb)), *rec = rec0, *p[2] = {g[0], NG > 1 ? g[1] : g[0]};
     const int touch = is_q4 && !sparse && nb <= AQ16_TOUCH_NB;
     const int64_t t1 = nb / 4, t2 = nb / 2, t3 = nb - nb / 4; /* the touched records: b + t, mod nb */
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, p += pb, rec += 2 * AQ_REC) {
+    for (; b + 2 <= nb; b += 2, p[0] += pb, p[1] += pb, rec += 2 * AQ_REC) {
         if (touch) {
             const int64_t ts[3] = {t1, t2, t3};
 #pragma GCC unroll 3
@@ -328,37 +329,66 @@ AQ_INLINE void aq16_gemv_group(int is_q4, int64_t nb, float *y, const uint8_t *g
                 _mm_prefetch((const char *)rec0 + (size_t)at * AQ_REC + 64, _MM_HINT_T0);
             }
         }
-        /* the pair's first line before its first load, the others after (measured a little ahead of all
-         * before) */
-        gemv_prefetch_line((const char *)p + pf, hint);
-        __m512i sc = _mm512_loadu_si512(p); /* the two blocks' 16 F16 scales each */
-        if (!sparse)
-            for (size_t i = 64; i < pb; i += 64)
-                gemv_prefetch_line((const char *)p + pf + i, hint);
-        const uint8_t *q = p + 64;
-        acc = aq16_block1(is_q4, q, _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), rec, acc);
-        acc = aq16_block1(is_q4, q + 64 * nd, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1)), rec + AQ_REC, acc);
+#pragma GCC unroll 2
+        for (int k = 0; k < NG; k++) {
+            /* the pair's first line before its first load, the others after (measured a little ahead of all
+             * before) */
+            gemv_prefetch_line((const char *)p[k] + pf, hint);
+            __m512i sc = _mm512_loadu_si512(p[k]); /* the two blocks' 16 F16 scales each */
+            if (!sparse)
+                for (size_t i = 64; i < pb; i += 64)
+                    gemv_prefetch_line((const char *)p[k] + pf + i, hint);
+            const uint8_t *q = p[k] + 64;
+            acc[k] = aq16_block1(is_q4, q, _mm512_cvtph_ps(_mm512_castsi512_si256(sc)), rec, acc[k]);
+            acc[k] = aq16_block1(is_q4, q + 64 * nd, _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1)), rec + AQ_REC,
+                                 acc[k]);
+        }
     }
-    if (b < nb) /* the lone last block: its 32 bytes of scales, then its dwords */
-        acc = aq16_block1(is_q4, p + 32, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)), rec, acc);
-    _mm512_storeu_ps(y, acc);
+#pragma GCC unroll 2
+    for (int k = 0; k < NG; k++) {
+        if (b < nb) /* the lone last block: its 32 bytes of scales, then its dwords */
+            acc[k] = aq16_block1(is_q4, p[k] + 32, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p[k])), rec,
+                                 acc[k]);
+        _mm512_storeu_ps(y[k], acc[k]);
+    }
 }
 
+/* The decode gemv of nr rows (R16 groups at w) against one column. Under the TWIN rule two groups at a time,
+ * group i beside group i + h (h: half the call's groups, rounded up), a pair of blocks of each in turn: two
+ * streams far apart (decode claims 2 MiB at a time under it, cpu_backend.c), which the Intel Xeon family 6
+ * model 207's memory serves faster than one (docs/performance.md, stop 44: a plain read of each thread's
+ * share as 2 runs, 1 KiB of each in turn, 1.07x one run front to back; 4 runs 1.10-1.14x). The 16 rows' sums
+ * are the same operations either way. There (`wafer bench --stream q4_0 -t 2`, kernels / plain read)
+ * 1.06-1.13 against 1.01-1.05 with one group at a time; in decode see cpu_features.h (+1.5-1.9%, medians of
+ * 8 and 11 pairs; with 256 KiB claims, the two groups 126 KiB apart, level). Not tried on AMD. */
 AQ_INLINE void aq16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *aux)
 {
-    int64_t nb = n / QK8_0;
+    int64_t nb = n / QK8_0, ng = nr / 16;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     enum cpu_prefetch rule = cpu_decode_prefetch(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0);
     bool sparse = rule == CPU_PREFETCH_SPARSE, nta = rule == CPU_PREFETCH_NTA;
     size_t pf = is_q4 ? AQ16_PF_Q4 : AQ16_PF_Q8;
-    for (int64_t i = 0; i < nr; i += 16) {
-        const uint8_t *g = w + (size_t)(i / 16) * gbytes;
+    if (rule == CPU_PREFETCH_TWIN && ng >= 2) {
+        int64_t h = (ng + 1) / 2;
+        for (int64_t i = 0; i < h; i++) {
+            float *ys[2] = {y + i * 16, y + (i + h) * 16};
+            const uint8_t *gs[2] = {w + (size_t)i * gbytes, w + (size_t)(i + h) * gbytes};
+            if (i + h < ng) /* NG a constant in each call, so the two accumulators stay in registers */
+                aq16_gemv_group(is_q4, nb, 2, ys, gs, aux, pf, 0, GEMV_PF_T1);
+            else
+                aq16_gemv_group(is_q4, nb, 1, ys, gs, aux, pf, 0, GEMV_PF_T1);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < ng; i++) {
+        float *ys[1] = {y + i * 16};
+        const uint8_t *gs[1] = {w + (size_t)i * gbytes};
         if (sparse) /* a call per rule so that each inlined loop has its prefetches fixed */
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, AQ16_PF_SPARSE, 1, GEMV_PF_T1);
+            aq16_gemv_group(is_q4, nb, 1, ys, gs, aux, AQ16_PF_SPARSE, 1, GEMV_PF_T1);
         else if (nta)
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, GEMV_PF_NTA);
+            aq16_gemv_group(is_q4, nb, 1, ys, gs, aux, pf, 0, GEMV_PF_NTA);
         else
-            aq16_gemv_group(is_q4, nb, y + i, g, aux, pf, 0, GEMV_PF_T1);
+            aq16_gemv_group(is_q4, nb, 1, ys, gs, aux, pf, 0, GEMV_PF_T1);
     }
 }
 
