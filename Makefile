@@ -159,9 +159,10 @@ deps:
 
 # The layers core < engine < {server, jobs, route, bench} < cli, checked on the includes of src/ and on the
 # symbols the built objects use (scripts/check_layers.py says the rules and prints each violation).
-# The objects are built on every core first: from a fresh clone a serial build took 90 of the target's 100 s.
-check-layers:
-	$(MAKE) -j$$(nproc 2>/dev/null || echo 2) $(BUILD)/wafer
+# The objects are a prerequisite, built by this make with whatever -j it was given (`make -j2 check-layers`,
+# as .ci/run does): a sub-make forcing its own -j reset the caller's jobserver, and under some callers failed
+# with "wait: No child processes".
+check-layers: $(BUILD)/wafer
 	$(PYTHON) scripts/check_layers.py --obj $(BUILD)/obj
 
 # make bench BENCH_MODELS="a.gguf b.gguf" [LLAMA_BENCH="native=/path/llama-bench ..."] [BENCH_ARGS="-r 3 --rounds 2"]
