@@ -56,9 +56,9 @@ unsigned cpu_family(void);
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
  *   Other AMD families: EVERY, F16 NONE.
  *   Intel and the rest: EVERY, and with AVX-512 Q4_K SPREAD and Q4_0 TWIN. Measured on an Intel Xeon family 6
- *     model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest with every
- *     line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel (gemv_avx512k.c:
- *     1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
+ *     model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest
+ *     with every line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel
+ *     (gemv_avx512k.c: 1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
  *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Stop 44: Q4_0 two groups side by side
  *     (TWIN: `--tune` 1.03-1.05x EVERY; 1B Q4_0 decode faster in 7 of 8 pairs, median +1.5%, and in 9 of 11
  *     pairs of an earlier build, median +1.9%); Q8_0 TWIN 1.03-1.04x in `--tune`, in decode unclear (4 of 5

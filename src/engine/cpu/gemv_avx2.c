@@ -38,7 +38,8 @@
  * the speed of 4 adjacent rows, whose prefetcher follows 4 interleaved rows poorly), but one row is bound by its
  * two FMA chains' latency (32 weight bytes per 4 cycles, about what a core's share of the bandwidth needs). With
  * the weights on huge pages (core/bigmem.h), on Zen 5 against llama.cpp in the same rounds: one stream
- * 1.06-1.43x, 4 streams 1.41-1.69x, 2 streams a little below 4 (docs/performance.md, stop 9). The sums are the same either way (rows are independent).
+ * 1.06-1.43x, 4 streams 1.41-1.69x, 2 streams a little below 4 (docs/performance.md, stop 9). The sums are the
+ * same either way (rows are independent).
  */
 #include "engine/cpu/gemv.h"
 
