@@ -197,11 +197,30 @@ static void test_q6_k_layout(void **state)
     }
 }
 
+/* The GGUF Q6_K block at blk with its codes as quant.h says R16 keeps them (in place): per half h and byte
+ * i < 32, the codes of elements 128h + 32qt + i as dequantize_row_q6_K reads them (qt 0-3: ql[64h + i] &
+ * 15, ql[64h + 32 + i] & 15, ql[64h + i] >> 4, ql[64h + 32 + i] >> 4, each with qh[32h + i]'s bits 2qt,
+ * 2qt + 1 on top); codes 0-2 go to the low 6 bits of those three bytes, code 3's bit pairs to their tops. */
+static void q6_k_as_r16(uint8_t *blk)
+{
+    struct block_q6_k *q = (struct block_q6_k *)blk;
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 32; i++) {
+            uint8_t *by[3] = {&q->ql[64 * h + i], &q->ql[64 * h + 32 + i], &q->qh[32 * h + i]};
+            int code[4];
+            for (int qt = 0; qt < 4; qt++)
+                code[qt] = ((*by[qt & 1] >> (qt < 2 ? 0 : 4)) & 15) | ((*by[2] >> (2 * qt)) & 3) << 4;
+            for (int j = 0; j < 3; j++)
+                *by[j] = (uint8_t)(code[j] | ((code[3] >> (2 * j)) & 3) << 6);
+        }
+}
+
 /* quant.h's R16 layout, byte by byte, from a description written here: per type the F16 scales' and the
- * dwords' places in a GGUF block (hoff, doff) and in a group. Every byte of 16 distinct rows must land where
- * quant.h says, the group's bytes are each written once, and the dwords of Q4_0 / Q8_0 / Q6_K (32-byte scales,
- * blocks in pairs) start on 64-byte lines but for a last unpaired block; Q4_K's blocks come one after another.
- * The first pair of a Q4_0 group is spelled out. */
+ * dwords' places in a GGUF block (hoff, doff) and in a group (Q6_K's with its codes re-packed, q6_k_as_r16).
+ * Every byte of 16 distinct rows must land where quant.h says, the group's bytes are each written once, and
+ * the dwords of Q4_0 / Q8_0 / Q6_K (32-byte scales, blocks in pairs) start on 64-byte lines but for a last
+ * unpaired block; Q4_K's blocks come one after another. The first pair of a Q4_0 group is spelled out. The
+ * conversion back gives the rows again. */
 static void test_r16_layout(void **state)
 {
     (void)state;
@@ -240,6 +259,12 @@ static void test_r16_layout(void **state)
             for (size_t k = 0; k < gbytes; k++)
                 rows[k] = (uint8_t)test_rand_u64(&st);
             assert_int_equal(quant_r16_convert(ty[i].t, rows, g, (int64_t)R, cols, true), 0);
+            uint8_t *want = malloc(gbytes), *back = malloc(gbytes);
+            assert_non_null(want);
+            assert_non_null(back);
+            memcpy(want, rows, gbytes);
+            for (size_t k = 0; ty[i].t == DTYPE_Q6_K && k < gbytes; k += ty[i].bb)
+                q6_k_as_r16(want + k);
             for (int64_t b = 0; b < nb; b++) {
                 size_t hs = quant_r16_scales(ty[i].nh, ty[i].nd, nb, b);
                 size_t qd = quant_r16_dwords(ty[i].nh, ty[i].nd, nb, b);
@@ -247,7 +272,7 @@ static void test_r16_layout(void **state)
                 if (ty[i].nh == 2 || paired)
                     assert_int_equal(qd % 64, 0);
                 for (size_t r = 0; r < R; r++) {
-                    const uint8_t *blk = rows + r * rb + (size_t)b * ty[i].bb;
+                    const uint8_t *blk = want + r * rb + (size_t)b * ty[i].bb;
                     for (size_t h = 0; h < ty[i].nh; h++) {
                         size_t at = hs + (h * R + r) * 2;
                         assert_memory_equal(g + at, blk + ty[i].hoff + 2 * h, 2);
@@ -268,6 +293,10 @@ static void test_r16_layout(void **state)
             }
             for (size_t k = 0; k < gbytes; k++)
                 assert_int_equal(seen[k], 1);
+            assert_int_equal(quant_r16_convert(ty[i].t, g, back, (int64_t)R, cols, false), 0);
+            assert_memory_equal(back, rows, gbytes);
+            free(want);
+            free(back);
             free(rows);
             free(g);
             free(seen);

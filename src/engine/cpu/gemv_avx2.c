@@ -600,14 +600,26 @@ GV_INLINE void gvk16_q6_k_end(const uint8_t *hs, int h, const uint8_t *q, const 
     }
 }
 
-/* Q6_K block b of half h, as gvk16_block_q4_k: step (hq, qt) is 32 elements, the codes of ql's dword
- * 16hq + 8(qt & 1) + l (low nibbles for qt < 2) with 2 bits of qh's dword 32 + 8hq + l, against the
- * activation's bytes 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
+/* Code 3 of R16's Q6_K triple (a, b, c) (quant.h): its bits 0-1, 2-3, 4-5 are the top two of a, b, c, moved
+ * down by 16-bit shifts (the bits a shift brings in from the byte above are masked off); codes 0-2 are the
+ * triple's low 6 bits. 11 operations for the four codes where GGUF's nibbles and 2-bit fields took 17: on the
+ * Xeon (family 6 model 207) with WAFER_NO_AVX512, 2 threads (`wafer bench --stream q6_k -t 2`, three pairs),
+ * the lone column from L2 44 -> 52 GB/s, from memory 0.77-0.79 -> 0.80-0.84 of a plain read. */
+GV_INLINE __m256i gvk_q6_k_code3(__m256i a, __m256i b, __m256i c)
+{
+    __m256i v = _mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(3));
+    v = _mm256_or_si256(v, _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi8(0x0c)));
+    return _mm256_or_si256(v, _mm256_and_si256(_mm256_srli_epi16(c, 2), _mm256_set1_epi8(0x30)));
+}
+
+/* Q6_K block b of half h, as gvk16_block_q4_k: step (hq, qt) is 32 elements, code qt of R16's triple (ql's
+ * dwords 16hq + l and 16hq + 8 + l, qh's 32 + 8hq + l; quant.h) against the activation's bytes
+ * 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
 GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
                                 const struct block_q8_k *const *bx, __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q0 = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
-    const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
+    const __m256i m6 = _mm256_set1_epi8(63);
     __m256i S[GVK16_C], p[GVK16_C];
 #pragma GCC unroll 2
     for (int hq = 0; hq < 2; hq++) {
@@ -626,15 +638,14 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
 #pragma GCC unroll 8
             for (int l = 0; l < 8; l++) {
                 gvk16_prefetch_line(pf, 32 * hq + 8 * qt + l, 16 * sizeof(struct block_q6_k));
-                __m256i ql =
-                    _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 * (qt & 1) + l)));
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
-                __m256i lo = qt < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-                __m256i hb = qt == 0   ? _mm256_slli_epi16(qh, 4)
-                             : qt == 1 ? _mm256_slli_epi16(qh, 2)
-                             : qt == 2 ? qh
-                                       : _mm256_srli_epi16(qh, 2);
-                __m256i qv = _mm256_or_si256(lo, _mm256_and_si256(hb, m2h)); /* 0..63 */
+                const size_t k[3] = {16 * hq + l, 16 * hq + 8 + l, 32 + 8 * hq + l}; /* the triple's dwords */
+                __m256i qv; /* 0..63 */
+                if (qt < 3)
+                    qv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[qt]))), m6);
+                else
+                    qv = gvk_q6_k_code3(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[0]))),
+                                        _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[1]))),
+                                        _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[2]))));
 #pragma GCC unroll 8
                 for (int c = 0; c < NC; c++) {
                     int32_t y;
@@ -660,14 +671,14 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
 }
 
 /* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
- * stored order (quant_r16_q6_k_dword): each step l loads ql's dwords 16hq + l and 16hq + 8 + l and qh's
- * 32 + 8hq + l once and feeds all four quarters qt from them. The int16 pair sums (steps l - 1 and l) and their
+ * stored order (quant_r16_q6_k_dword): each step l loads the triple (ql's dwords 16hq + l and 16hq + 8 + l,
+ * qh's 32 + 8hq + l) once and feeds all four quarters qt from it. The int16 pair sums (steps l - 1 and l) and their
  * scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too. */
 GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int h, const struct block_q8_k *bx,
                                   __m256 *acc)
 {
     const uint8_t *q = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
-    const __m256i m4 = _mm256_set1_epi8(15), m2h = _mm256_set1_epi8(0x30);
+    const __m256i m6 = _mm256_set1_epi8(63);
     __m256i S = _mm256_setzero_si256(), p[4];
 #pragma GCC unroll 2
     for (int hq = 0; hq < 2; hq++) {
@@ -684,14 +695,9 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
             __asm__ volatile("" : "+r"(xl));
             __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + l)));
             __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 + l)));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
-            __m256i qv[4] = {
-                _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m2h)),
-                _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m2h)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m2h)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2h)),
-            };
+            __m256i qc = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
+            __m256i qv[4] = {_mm256_and_si256(qa, m6), _mm256_and_si256(qb, m6), _mm256_and_si256(qc, m6),
+                             gvk_q6_k_code3(qa, qb, qc)};
 #pragma GCC unroll 4
             for (int qt = 0; qt < 4; qt++) {
                 int32_t y;

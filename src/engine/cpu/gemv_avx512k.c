@@ -1064,14 +1064,30 @@ AK_INLINE void ak16_q6_k_end(const uint8_t *hs, const uint8_t *q, const int NC, 
     }
 }
 
-/* One Q6_K block, as ak16_block_q4_k: step (h, qt) is 32 elements, the codes of ql's dword 16h + 8(qt & 1) + l
- * (low nibbles for qt < 2) with 2 bits of qh's dword 8h + l, against the activation's bytes 128h + 32qt + 4l..;
+/* Code 3 of R16's Q6_K triple (a, b, c) (quant.h): its bits 0-1, 2-3, 4-5 are the top two of a, b, c, moved
+ * down by 16-bit shifts (the bits a shift brings in from the byte above are masked off). Ternary 0xf8:
+ * first | (second & third). Codes 0-2 are the triple's low 6 bits, an AND each. On the Xeon (family 6 model
+ * 207; both its 512-bit ports take vpdpbusd, so the operations' count decides, and shifts only one), one core,
+ * the lone-column kernel over 256 rows x 2048 from L2: 89-90 ns a block of 16 rows with GGUF's nibbles and
+ * 2-bit fields (13 operations for the four codes), 76 with these (3 + 6); 2 threads from memory (`wafer bench
+ * --stream q6_k -t 2`, three pairs): kernels / plain read 0.94 -> 0.96-1.01, the 8-column gemm level
+ * (0.73-0.74); 1B Q6_K tg64 29.2 -> 30.5, 30.0 -> 30.8 tokens/s in steady minutes; 1B Q4_K_M, a quarter of
+ * whose bytes are Q6_K, ahead in 5 of 6 pairs, 84-91% of the probes beside (median 88.5%) against 83-89% (85%). */
+AK_INLINE __m512i ak16_q6_k_code3(__m512i a, __m512i b, __m512i c)
+{
+    __m512i v = _mm512_and_si512(_mm512_srli_epi16(a, 6), _mm512_set1_epi8(3));
+    v = _mm512_ternarylogic_epi32(v, _mm512_srli_epi16(b, 4), _mm512_set1_epi8(0x0c), 0xf8);
+    return _mm512_ternarylogic_epi32(v, _mm512_srli_epi16(c, 2), _mm512_set1_epi8(0x30), 0xf8);
+}
+
+/* One Q6_K block, as ak16_block_q4_k: step (h, qt) is 32 elements, the codes of R16's triple (ql's dwords
+ * 16h + l and 16h + 8 + l, qh's 32 + 8h + l: code qt, quant.h) against the activation's bytes 128h + 32qt + 4l..;
  * dwords 0-3 are group 8h + 2qt (its scale), 4-7 group 8h + 2qt + 1. The codes' +32 comes off per block as
  * 32 x sum_g scale_g x bsums_g. Its R16 scales at hs, dwords at q_ (q_ + 64k: dword k of the 16 rows). */
 AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int NC, const struct block_q8_k *const *bx,
                                __m512 acc[], const uint8_t *pf)
 {
-    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    const __m512i m6 = _mm512_set1_epi8(63);
     __m512i S[AK16_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
@@ -1095,14 +1111,14 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
 #pragma GCC unroll 4
                 for (int l = 4 * gi; l < 4 * gi + 4; l++) {
                     ak16_prefetch_line(pf, 32 * h + 8 * qt + l, 16 * sizeof(struct block_q6_k));
-                    __m512i ql = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 * (qt & 1) + l));
-                    __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
-                    __m512i lo = qt < 2 ? _mm512_and_si512(ql, m4) : _mm512_and_si512(_mm512_srli_epi16(ql, 4), m4);
-                    __m512i hb = qt == 0   ? _mm512_slli_epi16(qh, 4)
-                                 : qt == 1 ? _mm512_slli_epi16(qh, 2)
-                                 : qt == 2 ? qh
-                                           : _mm512_srli_epi16(qh, 2);
-                    __m512i qv = _mm512_ternarylogic_epi32(lo, hb, m2h, 0xf8); /* lo | (hb & 0x30): 0..63 */
+                    const size_t k[3] = {16 * h + l, 16 * h + 8 + l, 32 + 8 * h + l}; /* the triple's dwords */
+                    __m512i qv; /* 0..63 */
+                    if (qt < 3)
+                        qv = _mm512_and_si512(_mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(k[qt])), m6);
+                    else
+                        qv = ak16_q6_k_code3(_mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(k[0])),
+                                             _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(k[1])),
+                                             _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(k[2])));
 #pragma GCC unroll 8
                     for (int c = 0; c < NC; c++) {
                         int32_t yv;
@@ -1123,16 +1139,16 @@ AK_INLINE void ak16_block_q6_k(const uint8_t *hs, const uint8_t *q_, const int N
 }
 
 /* One Q6_K block against one column (decode), as ak16_block_q6_k but reading the block once in its stored
- * order (quant_r16_q6_k_dword): per half h and sub-group gi, each step l loads ql's dwords 16h + l and
- * 16h + 8 + l and qh's 32 + 8h + l once and feeds all four quarters qt from them, one vpdpbusd chain per
+ * order (quant_r16_q6_k_dword): per half h and sub-group gi, each step l loads the triple (ql's dwords 16h + l
+ * and 16h + 8 + l, qh's 32 + 8h + l) once and feeds all four quarters qt from it, one vpdpbusd chain per
  * quarter. The same exact int32 products go into S per group (8h + 2qt + gi), so the bits equal
- * ak16_block_q6_k's, which read ql twice and qh four times, a quarter after another. pf: the block at the
+ * ak16_block_q6_k's, which reads the triple's dwords a quarter after another. pf: the block at the
  * decode's distance ahead, 4 of its lines prefetched into L1 at each of the 16 steps (the SPREAD rule), or
  * NULL. */
 AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const struct block_q8_k *bx, __m512 *acc,
                                   const uint8_t *pf)
 {
-    const __m512i m4 = _mm512_set1_epi8(15), m2h = _mm512_set1_epi8(0x30);
+    const __m512i m6 = _mm512_set1_epi8(63);
     __m512i S = _mm512_setzero_si512();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
@@ -1152,14 +1168,9 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
                     ak16_prefetch_line(pf, 4 * (8 * h + l) + i, 16 * sizeof(struct block_q6_k));
                 __m512i qa = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + l));
                 __m512i qb = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(16 * h + 8 + l));
-                __m512i qh = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
-                __m512i qv[4] = {
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(qa, m4), _mm512_slli_epi16(qh, 4), m2h, 0xf8),
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(qb, m4), _mm512_slli_epi16(qh, 2), m2h, 0xf8),
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qa, 4), m4), qh, m2h, 0xf8),
-                    _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(qb, 4), m4), _mm512_srli_epi16(qh, 2),
-                                              m2h, 0xf8),
-                };
+                __m512i qc = _mm512_loadu_si512(q + 64 * quant_r16_q6_k_dword(32 + 8 * h + l));
+                __m512i qv[4] = {_mm512_and_si512(qa, m6), _mm512_and_si512(qb, m6), _mm512_and_si512(qc, m6),
+                                 ak16_q6_k_code3(qa, qb, qc)};
 #pragma GCC unroll 4
                 for (int qt = 0; qt < 4; qt++) {
                     int32_t yv;

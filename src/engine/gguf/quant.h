@@ -99,15 +99,22 @@ int quant_row_from_f32(enum dtype t, const float *src, void *dst, int64_t n);
 int quant_row_to_f32(enum dtype t, const void *src, float *dst, int64_t n);
 
 /*
- * The R16 layout of a Q4_0, Q8_0, Q4_K or Q6_K matrix (rows a multiple of 16): the same bytes as the GGUF rows,
- * reordered so a 512-bit register holds one 4-byte group of 16 rows and the AVX-512 kernels need no permutes
- * (see gemv_avx512q.c, gemv_avx512k.c). Group g (rows 16g .. 16g + 15) takes the 16 rows' bytes at
- * g * 16 * row_bytes. There each block (nb = cols / block elements) takes 16 x its bytes: the block's F16 scales,
- * each as 16 rows in row order, and its other bytes as dwords, q[k][r] = dword k of row r's:
+ * The R16 layout of a Q4_0, Q8_0, Q4_K or Q6_K matrix (rows a multiple of 16): the same bytes as the GGUF rows
+ * (Q6_K's bits re-packed, see below), reordered so a 512-bit register holds one 4-byte group of 16 rows and the
+ * AVX-512 kernels need no permutes (see gemv_avx512q.c, gemv_avx512k.c). Group g (rows 16g .. 16g + 15) takes
+ * the 16 rows' bytes at g * 16 * row_bytes. There each block (nb = cols / block elements) takes 16 x its bytes:
+ * the block's F16 scales, each as 16 rows in row order, and its other bytes as dwords, q[k][r] = dword k of
+ * row r's:
  *   Q4_0, Q8_0: scales uint16_t d[16]; dwords uint32_t q[Q][16], Q = 4 (Q4_0) or 8 (Q8_0): the dwords of qs
  *   Q4_K:       scales uint16_t d[16], dmin[16]; dwords uint32_t q[35][16]: the 3 of scales, then the 32 of qs
  *   Q6_K:       scales uint16_t d[16]; dwords uint32_t q[52][16]: the 32 of ql, the 16 of qh, the 4 of scales,
- *               in runs of 4 stored in the order one-column decode reads them (quant_r16_q6_k_dword)
+ *               in runs of 4 stored in the order one-column decode reads them (quant_r16_q6_k_dword), and
+ *               the 6-bit codes re-packed within their bytes: per half h and byte i < 32 of a block, ql's
+ *               bytes 64h + i, 64h + 32 + i and qh's 32h + i hold the codes of elements 128h + 32qt + i,
+ *               qt 0-3; R16 puts code qt < 3 in the low 6 bits of the triple's byte qt and code 3's bits
+ *               2qt, 2qt + 1 in its top 2, so a kernel takes codes 0-2 with one AND each and code 3 with three
+ *               shifts, where GGUF's nibbles and 2-bit fields took 13 operations for the four (quant.c
+ *               quant_q6_k_mix; gemv_avx512k.c ak16_q6_k_code3 says what it gained)
  * Q4_K's blocks come one after another, each its scales then its dwords. The others' scales are 32 bytes, so
  * their blocks come in pairs, 0 and 1, 2 and 3, .. (the last alone when nb is odd): the scales of the pair's
  * first block, of its second, then the dwords of its first and of its second, so the dwords start on 64-byte
