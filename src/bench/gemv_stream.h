@@ -25,8 +25,9 @@
 
 #include <stddef.h>
 
-/* The most decode prefetch rules one run measures: every rule a type's kernels have (cpu_features.h: F16 has 4). */
-#define GEMV_STREAM_MAX_RULES 4
+/* The most decode prefetch rules one run measures: every rule a type's kernels have (cpu_features.h: Q4_K has 5
+ * with AVX-512, F16 4). */
+#define GEMV_STREAM_MAX_RULES 5
 
 struct gemv_stream_opts {
     enum dtype type;       /* weight type: F16, Q8_0, Q4_0, Q4_K or Q6_K (one with a gemv kernel here) */

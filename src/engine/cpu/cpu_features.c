@@ -173,7 +173,7 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_NTA, all[n++] = CPU_PREFETCH_SPARSE;
         if (t == DTYPE_Q4_K || t == DTYPE_Q6_K)
             all[n++] = CPU_PREFETCH_SPREAD;
-        else
+        if (t != DTYPE_Q6_K)
             all[n++] = CPU_PREFETCH_TWIN;
     }
     else /* AVX2's gemv16: no NTA */

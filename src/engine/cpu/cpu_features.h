@@ -39,10 +39,10 @@ unsigned cpu_family(void);
  *   NONE    F16 only: the 4 streams, the hardware prefetcher alone.
  *   SPREAD  the AVX-512 K-quant gemv16 (Q4_K, Q6_K) only: every line into L1 (prefetcht0), one beside each load
  *           of the block's kernel, as their gemm asks (the others ask for a block's lines together at its start).
- *   TWIN    the AVX-512 Q4_0 / Q8_0 gemv16 only: EVERY's prefetches, two groups of 16 rows read side by side (a
- *           pair of blocks of each in turn, the groups half a call's rows apart), in decode claims of 2 MiB
- *           instead of 256 KiB (cpu_backend.c) so that the two are far apart: two streams for the memory to
- *           serve at once.
+ *   TWIN    the AVX-512 Q4_0 / Q8_0 / Q4_K gemv16 only: two groups of 16 rows read side by side (Q4_0 / Q8_0:
+ *           a pair of blocks of each in turn, with EVERY's prefetches; Q4_K: a quarter block, 512 bytes, of each
+ *           in turn, with SPREAD's; the groups half a call's rows apart), in decode claims of 2 MiB instead of
+ *           256 KiB (cpu_backend.c) so that the two are far apart: two streams for the memory to serve at once.
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
@@ -64,6 +64,8 @@ unsigned cpu_family(void);
  *     pairs of an earlier build, median +1.9%); Q8_0 TWIN 1.03-1.04x in `--tune`, in decode unclear (4 of 5
  *     pairs ahead while the bandwidth moved between 22 and 30 GB/s) and above the probe either way, so not
  *     built in; Q6_K spread 1.02-1.03x EVERY, too little to move a decode (1B Q4_K_M level): candidates.
+ *     Stop 45: Q4_K TWIN (two groups side by side, a quarter block of each in turn) read faster than SPREAD
+ *     in `--stream` and `--tune`, but decode could not tell them apart (gemv_avx512k.c AK16_GEMV): a candidate.
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {

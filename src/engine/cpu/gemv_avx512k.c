@@ -917,9 +917,9 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with WAFER_GEMV_PREFETCH=every /
  * sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K 1.00-1.05 / 0.44-0.57). */
 #define AK16_PF_SPARSE 576
-/* The Q4_K gemv16 under the SPREAD rule (built in on Intel): its block's lines AK16_PF ahead asked for one beside
- * each load of the block's kernel, into L1, as the gemm does (ak16_tile), instead of all 36 at the block's start
- * into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
+/* The Q4_K gemv16 under the SPREAD rule (built in on Intel until stop 45, and the TWIN rule's prefetch since):
+ * its block's lines AK16_PF ahead asked for one beside each load of the block's kernel, into L1, as the gemm
+ * does (ak16_tile), instead of all 36 at the block's start into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
  * --tune-types q4_k`, kernels / plain read, 0.96-1.00 against 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s
  * against 36.8-39.6 in 6 of 7 pairs (85-93% of the probes beside against 81-90%). On the Zen 5 it read slower
  * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. Q6_K's lone column takes it too
@@ -1187,6 +1187,82 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
     ak16_q6_k_end(hs, q, 1, &bx, &S, acc);
 }
 
+/* One Q4_K block of each of two groups of 16 rows (the TWIN rule: their R16 scales at hs[i], dwords at qd[i])
+ * against one column bx, side by side: a quarter of the block (64 elements, 8 lines) of one group, then of the
+ * other, so the core reads two streams 512 bytes at a time. Per group the same operations as ak16_block_q4_k
+ * with NC 1, so the same bits. pf[i]: group i's block at the decode's distance ahead, prefetched as the
+ * SPREAD rule does (a line beside each load, into L1). acc[i]: group i's 16 rows. */
+AK_INLINE void ak16_block_q4_k_twin(const uint8_t *const *hs, const uint8_t *const *qd, const struct block_q8_k *bx,
+                                    __m512 acc[2], const uint8_t *const *pf)
+{
+    const __m512i m4 = _mm512_set1_epi8(15);
+    __m512i sc[2][2], S[2];
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        ak16_q4_k_sc(_mm512_loadu_si512(qd[g]), _mm512_loadu_si512(qd[g] + 128), sc[g]);
+        S[g] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+#pragma GCC unroll 2
+        for (int g = 0; g < 2; g++) {
+            const uint8_t *q = qd[g] + 3 * 64; /* after the scales' 3 dwords */
+            __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int l = 0; l < 8; l++) {
+                ak16_prefetch_line(pf[g], 8 * k + l, 16 * sizeof(struct block_q4_k));
+                ak16_prefetch_line(pf[g], 32 + 8 * k + l, 16 * sizeof(struct block_q4_k));
+                __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
+                __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
+                int32_t y0, y1;
+                memcpy(&y0, bx->qs + 64 * k + 4 * l, 4);
+                memcpy(&y1, bx->qs + 64 * k + 32 + 4 * l, 4);
+                t0 = _mm512_dpbusd_epi32(t0, lo, _mm512_set1_epi32(y0));
+                t1 = _mm512_dpbusd_epi32(t1, hi, _mm512_set1_epi32(y1));
+            }
+            __m512i slo = ak16_pick32(sc[g][k >> 1], (2 * k) & 3, 0);
+            __m512i shi = ak16_pick32(sc[g][k >> 1], (2 * k + 1) & 3, 0);
+            S[g] = _mm512_add_epi32(S[g], _mm512_add_epi32(_mm512_mullo_epi32(t0, slo), _mm512_mullo_epi32(t1, shi)));
+            SIMD_KEEP(S[g]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        __m512i mn[2], M = _mm512_setzero_si512();
+        ak16_q4_k_mn(_mm512_loadu_si512(qd[g] + 64), _mm512_loadu_si512(qd[g] + 128), mn);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            int32_t bs;
+            memcpy(&bs, bx->bsums + 2 * j, 4);
+            M = _mm512_dpwssd_epi32(M, ak16_pick(mn[j >> 2], j & 3), _mm512_set1_epi32(bs));
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs[g]));
+        __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs[g] + 32)));
+        __m512 dx = _mm512_set1_ps(bx->d);
+        acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[g]), _mm512_mul_ps(dw, dx), acc[g]);
+        acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmw, dx), acc[g]);
+    }
+}
+
+/* The Q4_K decode gemv of two groups of nb blocks (16 rows each at g[i], into y[i]) against the Q8_K row x,
+ * side by side (ak16_block_q4_k_twin), prefetching AK16_PF ahead. */
+static void ak16_gemv_q4_k_twin(int64_t nb, float *const *y, const uint8_t *const *g, const uint8_t *x)
+{
+    const size_t gb = 16 * sizeof(struct block_q4_k);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *hs[2], *qd[2], *pf[2];
+        for (int i = 0; i < 2; i++) {
+            hs[i] = g[i] + quant_r16_scales(2, 35, nb, b);
+            qd[i] = g[i] + quant_r16_dwords(2, 35, nb, b);
+            pf[i] = g[i] + AK16_PF + (size_t)b * gb;
+        }
+        ak16_block_q4_k_twin(hs, qd, (const struct block_q8_k *)x + b, acc, pf);
+    }
+    _mm512_storeu_ps(y[0], acc[0]);
+    _mm512_storeu_ps(y[1], acc[1]);
+}
+
 /* 16 rows of type Q4_K or Q6_K (is_q6; the group at g) x NC columns (Q8_K rows ldx bytes apart):
  * s[c * lds + r] for r < 16. nxt: memory prefetched as far along as the group is read (gemm: the next group;
  * gemv: AK16_PF or AK16_PF_NTA_Q4_K bytes ahead), or NULL; one line every pfs bytes of it at each block's start
@@ -1284,18 +1360,37 @@ AK_INLINE void ak16_gemm(const int is_q6, const int C, int64_t n, int nr, int nc
     }
 }
 
-/* gemv16 of a K-quant: one column. */
+/* gemv16 of a K-quant: one column. Q4_K under the TWIN rule: group i beside group i + h (h: half the call's
+ * groups, rounded up), as the Q4_0 gemv does (gemv_avx512q.c aq16_gemv; decode claims 2 MiB at a time under
+ * it, cpu_backend.c), a quarter block of each in turn. On the Xeon family 6 model 207 (stop 45) that reads
+ * faster than one stream (`wafer bench --stream q4_k -t 2`, kernels / plain read 1.02-1.04 against 0.96-0.97
+ * with SPREAD; a whole block, 2,304 bytes, of each in turn had given 1.01-1.03 in stop 44; `--tune`: 1.00
+ * against spread's 0.97), but 1B Q4_K_M decode could not tell the two apart: faster in 10 of 19 pairs through
+ * tune files (tg64 and tg128, 34.9-42.8 tokens/s either way, 83-101% of the probes beside against 85-100%),
+ * after 8 of 11 with a switch in one build. So a `--tune` candidate; SPREAD stays built in. */
 #define AK16_GEMV(name, IS_Q6, BS)                                                                         \
     static void ak16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
-        int64_t nb = n / QK_K;                                                                             \
+        int64_t nb = n / QK_K, ng = nr / 16;                                                               \
         size_t gbytes = (size_t)nb * 16 * (BS);                                                            \
         enum cpu_prefetch rule = cpu_decode_prefetch(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K);                      \
         bool sparse = rule == CPU_PREFETCH_SPARSE, pf = IS_Q6 || !sparse, nta = rule == CPU_PREFETCH_NTA;   \
-        bool spread = rule == CPU_PREFETCH_SPREAD; /* pfs 0: ak16_tile spreads them */                       \
+        bool spread = rule == CPU_PREFETCH_SPREAD || rule == CPU_PREFETCH_TWIN; /* pfs 0: ak16_tile spreads */ \
         size_t pfs = sparse ? AK16_PF_SPARSE : spread ? 0 : 64;                                            \
         size_t ahead = nta && !IS_Q6 ? AK16_PF_NTA_Q4_K : AK16_PF;                                         \
-        for (int64_t i = 0; i < nr; i += 16) {                                                             \
+        int64_t i0 = 0;                                                                                    \
+        if (!IS_Q6 && rule == CPU_PREFETCH_TWIN && ng >= 2) {                                              \
+            int64_t h = (ng + 1) / 2;                                                                      \
+            for (int64_t i = 0; i + h < ng; i++) {                                                         \
+                float *ys[2] = {y + i * 16, y + (i + h) * 16};                                             \
+                const uint8_t *gs[2] = {(const uint8_t *)w + (size_t)i * gbytes,                          \
+                                        (const uint8_t *)w + (size_t)(i + h) * gbytes};                    \
+                ak16_gemv_q4_k_twin(nb, ys, gs, x);                                                        \
+            }                                                                                              \
+            i0 = ng - h; /* an odd count's middle group, alone below */                                    \
+            ng = h;                                                                                        \
+        }                                                                                                  \
+        for (int64_t i = 16 * i0; i < 16 * ng; i += 16) {                                                  \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             if (nta) /* a call per hint so that each inlined loop has its prefetch fixed */                \
                 ak16_tile(IS_Q6, nb, 1, y + i, 0, g, x, 0, g + ahead, pfs, 1);                             \
