@@ -641,7 +641,8 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
                 const size_t k[3] = {16 * hq + l, 16 * hq + 8 + l, 32 + 8 * hq + l}; /* the triple's dwords */
                 __m256i qv; /* 0..63 */
                 if (qt < 3)
-                    qv = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[qt]))), m6);
+                    qv = _mm256_and_si256(
+                        _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[qt]))), m6);
                 else
                     qv = gvk_q6_k_code3(_mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[0]))),
                                         _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(k[1]))),
@@ -672,8 +673,8 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
 
 /* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
  * stored order (quant_r16_q6_k_dword): each step l loads the triple (ql's dwords 16hq + l and 16hq + 8 + l,
- * qh's 32 + 8hq + l) once and feeds all four quarters qt from it. The int16 pair sums (steps l - 1 and l) and their
- * scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too. */
+ * qh's 32 + 8hq + l) once and feeds all four quarters qt from it. The int16 pair sums (steps l - 1 and l) and
+ * their scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too. */
 GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int h, const struct block_q8_k *bx,
                                   __m256 *acc)
 {

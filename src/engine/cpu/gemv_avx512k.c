@@ -917,16 +917,16 @@ AK_GEMV(q6_k, ak_gv_q6_k)
  * Elsewhere both prefetch every line, as measured on the Zen 5 (again in stop 32, with WAFER_GEMV_PREFETCH=every /
  * sparse alternated, kernels over a plain read: Q4_K 1.06-1.17 / 0.59-0.66, Q6_K 1.00-1.05 / 0.44-0.57). */
 #define AK16_PF_SPARSE 576
-/* The Q4_K gemv16 under the SPREAD rule (built in on Intel until stop 45, and the TWIN rule's prefetch since):
- * its block's lines AK16_PF ahead asked for one beside each load of the block's kernel, into L1, as the gemm
- * does (ak16_tile), instead of all 36 at the block's start into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads, builds alternated): `wafer bench --tune
- * --tune-types q4_k`, kernels / plain read, 0.96-1.00 against 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s
- * against 36.8-39.6 in 6 of 7 pairs (85-93% of the probes beside against 81-90%). On the Zen 5 it read slower
- * than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a rule of its own. Q6_K's lone column takes it too
- * since stop 44 (ak16_block_q6_k_1: 4 of the block's 53 lines at each of its 16 steps): on the same Xeon
- * `--tune --tune-types q6_k` 1.02-1.03x EVERY in four runs of 10-16 rounds, and 1B Q4_K_M decode, whose Q6_K
- * matrices are a quarter of its bytes, level (40.4-41.7 against 38.2-41.9 tokens/s, 4 pairs through tune
- * files): a candidate for `wafer bench --tune`, EVERY still built in. */
+/* The Q4_K gemv16 under the SPREAD rule (built in on Intel; the TWIN rule's prefetch too): its block's lines
+ * AK16_PF ahead asked for one beside each load of the block's kernel, into L1, as the gemm does (ak16_tile),
+ * instead of all 36 at the block's start into L2. On the Intel Xeon family 6 model 207 (stop 43, 2 threads,
+ * builds alternated): `wafer bench --tune --tune-types q4_k`, kernels / plain read, 0.96-1.00 against
+ * 0.91-0.99; 1B Q4_K_M tg64 40.3-42.0 tokens/s against 36.8-39.6 in 6 of 7 pairs (85-93% of the probes beside
+ * against 81-90%). On the Zen 5 it read slower than NTA (0.86-0.93 against 0.91-1.00, stop 42), so it is a
+ * rule of its own. Q6_K's lone column takes it too since stop 44 (ak16_block_q6_k_1: 4 of the block's 53 lines at
+ * each of its 16 steps): on the same Xeon `--tune --tune-types q6_k` 1.02-1.03x EVERY in four runs of 10-16 rounds,
+ * and 1B Q4_K_M decode, whose Q6_K matrices are a quarter of its bytes, level (40.4-41.7 against 38.2-41.9
+ * tokens/s, 4 pairs through tune files): a candidate for `wafer bench --tune`, EVERY still built in. */
 
 /* [s, s] int16 per dword: byte j (0-3) of each dword of v (each byte below 64), zero-extended. */
 AK_INLINE __m512i ak16_pick(__m512i v, int j)
