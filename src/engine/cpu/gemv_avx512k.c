@@ -973,50 +973,49 @@ AK_INLINE void ak16_prefetch_line(const uint8_t *pf, int i, size_t gb)
         _mm_prefetch((const char *)pf + (size_t)i * 64, _MM_HINT_T0);
 }
 
-/* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]:
- * acc[c] (16 rows' floats) gets kernels.c's two FMAs of the block; pf: the next group's block, prefetched
- * one line per load (ak16_prefetch_line), or NULL. */
-AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
-                               __m512 acc[], const uint8_t *pf)
+/* Quarter k (64 elements: sub-blocks 2k, the low nibbles, and 2k+1, the high) of a Q4_K block of 16 rows (its
+ * R16 dwords at qd, their sub-block scales sc from ak16_q4_k_sc) against NC columns' blocks bx[c]: S[c] gets
+ * the quarter's two int32 sums times their scales. pf: the next group's block, prefetched one line per load
+ * (ak16_prefetch_line), or NULL. */
+AK_INLINE void ak16_q4_k_quarter(const uint8_t *qd, int k, const int NC, const struct block_q8_k *const *bx,
+                                 const __m512i sc[2], __m512i S[], const uint8_t *pf)
 {
     const __m512i m4 = _mm512_set1_epi8(15);
     const uint8_t *q = qd + 3 * 64; /* after the scales' 3 dwords */
-    __m512i a0 = _mm512_loadu_si512(qd), a2 = _mm512_loadu_si512(qd + 128);
-    __m512i sc[2], S[AK16_C];
-    ak16_q4_k_sc(a0, a2, sc);
+    __m512i t0[AK16_C], t1[AK16_C];
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++)
-        S[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
-        __m512i t0[AK16_C], t1[AK16_C];
+        t0[c] = t1[c] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            t0[c] = t1[c] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-        for (int l = 0; l < 8; l++) {
-            ak16_prefetch_line(pf, 8 * k + l, 16 * sizeof(struct block_q4_k));
-            ak16_prefetch_line(pf, 32 + 8 * k + l, 16 * sizeof(struct block_q4_k));
-            __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
-            __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                int32_t y0, y1;
-                memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
-                memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
-                t0[c] = _mm512_dpbusd_epi32(t0[c], lo, _mm512_set1_epi32(y0));
-                t1[c] = _mm512_dpbusd_epi32(t1[c], hi, _mm512_set1_epi32(y1));
-            }
-        }
-        __m512i slo = ak16_pick32(sc[k >> 1], (2 * k) & 3, 0), shi = ak16_pick32(sc[k >> 1], (2 * k + 1) & 3, 0);
+    for (int l = 0; l < 8; l++) {
+        ak16_prefetch_line(pf, 8 * k + l, 16 * sizeof(struct block_q4_k));
+        ak16_prefetch_line(pf, 32 + 8 * k + l, 16 * sizeof(struct block_q4_k));
+        __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
+        __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            S[c] = _mm512_add_epi32(S[c], _mm512_add_epi32(_mm512_mullo_epi32(t0[c], slo), _mm512_mullo_epi32(t1[c], shi)));
-            SIMD_KEEP(S[c]); /* else GCC regroups the adds to the end of the block, with every t live: spills */
+            int32_t y0, y1;
+            memcpy(&y0, bx[c]->qs + 64 * k + 4 * l, 4);
+            memcpy(&y1, bx[c]->qs + 64 * k + 32 + 4 * l, 4);
+            t0[c] = _mm512_dpbusd_epi32(t0[c], lo, _mm512_set1_epi32(y0));
+            t1[c] = _mm512_dpbusd_epi32(t1[c], hi, _mm512_set1_epi32(y1));
         }
     }
+    __m512i slo = ak16_pick32(sc[k >> 1], (2 * k) & 3, 0), shi = ak16_pick32(sc[k >> 1], (2 * k + 1) & 3, 0);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        S[c] = _mm512_add_epi32(S[c], _mm512_add_epi32(_mm512_mullo_epi32(t0[c], slo), _mm512_mullo_epi32(t1[c], shi)));
+        SIMD_KEEP(S[c]); /* else GCC regroups the adds to the end of the block, with every t live: spills */
+    }
+}
+
+/* The end of a Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) for NC columns: the mins against the
+ * activation's bsums, and kernels.c's two FMAs of the block's sums S[c] into acc[c] (16 rows' floats). */
+AK_INLINE void ak16_q4_k_end(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
+                             const __m512i *S, __m512 acc[])
+{
     __m512i mn[2];
-    ak16_q4_k_mn(_mm512_loadu_si512(qd + 64), a2, mn);
+    ak16_q4_k_mn(_mm512_loadu_si512(qd + 64), _mm512_loadu_si512(qd + 128), mn);
     __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs));
     __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs + 32)));
 #pragma GCC unroll 8
@@ -1032,6 +1031,22 @@ AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int N
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[c]), _mm512_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmw, dx), acc[c]);
     }
+}
+
+/* One Q4_K block of 16 rows (its R16 scales at hs, dwords at qd) against NC columns' blocks bx[c]:
+ * acc[c] (16 rows' floats) gets kernels.c's two FMAs of the block; pf as ak16_q4_k_quarter. */
+AK_INLINE void ak16_block_q4_k(const uint8_t *hs, const uint8_t *qd, const int NC, const struct block_q8_k *const *bx,
+                               __m512 acc[], const uint8_t *pf)
+{
+    __m512i sc[2], S[AK16_C];
+    ak16_q4_k_sc(_mm512_loadu_si512(qd), _mm512_loadu_si512(qd + 128), sc);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++)
+        S[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        ak16_q4_k_quarter(qd, k, NC, bx, sc, S, pf);
+    ak16_q4_k_end(hs, qd, NC, bx, S, acc);
 }
 
 /* [s, s'] int16 per dword: bytes j and k (0-3) of each dword of v, sign-extended (the Q6_K scales are int8). */
@@ -1189,59 +1204,26 @@ AK_INLINE void ak16_block_q6_k_1(const uint8_t *hs, const uint8_t *q, const stru
 
 /* One Q4_K block of each of two groups of 16 rows (the TWIN rule: their R16 scales at hs[i], dwords at qd[i])
  * against one column bx, side by side: a quarter of the block (64 elements, 8 lines) of one group, then of the
- * other, so the core reads two streams 512 bytes at a time. Per group the same operations as ak16_block_q4_k
- * with NC 1, so the same bits. pf[i]: group i's block at the decode's distance ahead, prefetched as the
+ * other, so the core reads two streams 512 bytes at a time. Per group ak16_block_q4_k's steps with NC 1, so the
+ * same bits. pf[i]: group i's block at the decode's distance ahead, prefetched as the
  * SPREAD rule does (a line beside each load, into L1). acc[i]: group i's 16 rows. */
 AK_INLINE void ak16_block_q4_k_twin(const uint8_t *const *hs, const uint8_t *const *qd, const struct block_q8_k *bx,
                                     __m512 acc[2], const uint8_t *const *pf)
 {
-    const __m512i m4 = _mm512_set1_epi8(15);
-    __m512i sc[2][2], S[2];
+    __m512i sc[2][2], S[2][1];
 #pragma GCC unroll 2
     for (int g = 0; g < 2; g++) {
         ak16_q4_k_sc(_mm512_loadu_si512(qd[g]), _mm512_loadu_si512(qd[g] + 128), sc[g]);
-        S[g] = _mm512_setzero_si512();
+        S[g][0] = _mm512_setzero_si512();
     }
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) { /* 64 elements: sub-blocks 2k (low nibbles) and 2k+1 (high) */
+    for (int k = 0; k < 4; k++)
 #pragma GCC unroll 2
-        for (int g = 0; g < 2; g++) {
-            const uint8_t *q = qd[g] + 3 * 64; /* after the scales' 3 dwords */
-            __m512i t0 = _mm512_setzero_si512(), t1 = _mm512_setzero_si512();
-#pragma GCC unroll 8
-            for (int l = 0; l < 8; l++) {
-                ak16_prefetch_line(pf[g], 8 * k + l, 16 * sizeof(struct block_q4_k));
-                ak16_prefetch_line(pf[g], 32 + 8 * k + l, 16 * sizeof(struct block_q4_k));
-                __m512i raw = _mm512_loadu_si512(q + 64 * (8 * k + l));
-                __m512i lo = _mm512_and_si512(raw, m4), hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), m4);
-                int32_t y0, y1;
-                memcpy(&y0, bx->qs + 64 * k + 4 * l, 4);
-                memcpy(&y1, bx->qs + 64 * k + 32 + 4 * l, 4);
-                t0 = _mm512_dpbusd_epi32(t0, lo, _mm512_set1_epi32(y0));
-                t1 = _mm512_dpbusd_epi32(t1, hi, _mm512_set1_epi32(y1));
-            }
-            __m512i slo = ak16_pick32(sc[g][k >> 1], (2 * k) & 3, 0);
-            __m512i shi = ak16_pick32(sc[g][k >> 1], (2 * k + 1) & 3, 0);
-            S[g] = _mm512_add_epi32(S[g], _mm512_add_epi32(_mm512_mullo_epi32(t0, slo), _mm512_mullo_epi32(t1, shi)));
-            SIMD_KEEP(S[g]);
-        }
-    }
+        for (int g = 0; g < 2; g++)
+            ak16_q4_k_quarter(qd[g], k, 1, &bx, sc[g], S[g], pf[g]);
 #pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) {
-        __m512i mn[2], M = _mm512_setzero_si512();
-        ak16_q4_k_mn(_mm512_loadu_si512(qd[g] + 64), _mm512_loadu_si512(qd[g] + 128), mn);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            int32_t bs;
-            memcpy(&bs, bx->bsums + 2 * j, 4);
-            M = _mm512_dpwssd_epi32(M, ak16_pick(mn[j >> 2], j & 3), _mm512_set1_epi32(bs));
-        }
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)hs[g]));
-        __m512 dmw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(hs[g] + 32)));
-        __m512 dx = _mm512_set1_ps(bx->d);
-        acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S[g]), _mm512_mul_ps(dw, dx), acc[g]);
-        acc[g] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(dmw, dx), acc[g]);
-    }
+    for (int g = 0; g < 2; g++)
+        ak16_q4_k_end(hs[g], qd[g], 1, &bx, S[g], &acc[g]);
 }
 
 /* The Q4_K decode gemv of two groups of nb blocks (16 rows each at g[i], into y[i]) against the Q8_K row x,
