@@ -185,6 +185,12 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
 
 #define GV16_C 6 /* gemm tile: columns (of 8 rows); with SIMD_KEEP, 4: 106, 5: 115, 6: 116-117, 7: 119-120, 8: 111-112
                    * GMAC/s (Q4_0, 64 columns), all 110-113 at 8 columns but 7 (Q8_0 8 columns: 7 gave 74, the rest 80-82) */
+/* Calls of at most this many columns (batched decode) run one tile of all their columns (GV16_LOOPS with C 8)
+ * instead of GV16_C and the rest: each half group's weights unpacked once, not twice. One core of the Intel
+ * Xeon family 6 model 207 (WAFER_NO_AVX512; a program timing gemm16 over 256 rows x 2048 from L2, C 6 and 8
+ * alternated 6 times, the fast minutes): Q4_0 8 columns 69-70 -> 76-79 GMAC/s; 16 and 64 columns, and Q8_0,
+ * level (so C stays 6 for prefill, where the Zen 5 measured 8 slower). */
+#define GV16_C_ONE 8
 
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
  * pf: NULL, or memory to prefetch into L2 as far along as this tile reads its group (the gemv: GV_PF ahead in
@@ -333,7 +339,11 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
 #define GV16_TILE(NC, i, j, h, g, pf)                                                                        \
     gv16_tile(is_q4, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx,             \
               aux + (size_t)(j) * ldaux, ldaux, pf, 64)
-    GV16_LOOPS(GV16_C, jb, nr, nc, gbytes, w, GV16_TILE)
+    if (nc <= GV16_C_ONE) {
+        GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE)
+    } else {
+        GV16_LOOPS(GV16_C, jb, nr, nc, gbytes, w, GV16_TILE)
+    }
 #undef GV16_TILE
 }
 
