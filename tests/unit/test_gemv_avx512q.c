@@ -225,6 +225,12 @@ static void test_r16_groups(void **state)
     /* every lane of one group distinct: a row or dword swap in the layout shows */
     for (size_t a = 0; a < 2; a++)
         check(types[a], 64, 16, 3, 0, 800, 1);
+    /* rows long enough that the gemms' column blocks (whose records they interleave) hold a few tiles: 12
+     * columns at n 16384 with the AVX2 tile (20 = 12 + 8), 6 at 32768 (13 = 6 + 6 + 1) */
+    for (size_t a = 0; a < 2; a++) {
+        check(types[a], 16384, 16, 20, 2, 900, 0);
+        check(types[a], 32768, 32, 13, 0, 901, 1);
+    }
 }
 
 static void test_extremes(void **state)

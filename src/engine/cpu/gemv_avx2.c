@@ -192,12 +192,13 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
  * level (so C stays 6 for prefill, where the Zen 5 measured 8 slower). */
 #define GV16_C_ONE 8
 
-/* That one tile reads its columns' records interleaved (gv16_records, in the call's scratch): block b's record
- * of column c (of the call's nc) at (b nc + c) GV16_REC bytes, its 32 quants, the block scale dx (float) and
- * Q4_0's correction c4 (int32, see gv_dx_floats), so the tile walks one pointer with constant offsets where
- * it had three per column (24 for 8 columns, more than the 16 registers: kept on the stack, reloaded each
- * block). One Xeon core as above, 8 columns: 43.4-43.9 -> 49.5-50.6 GMAC/s in slow minutes (records faked by
- * constant offsets, 10 alternations). */
+/* The gemm's tiles read their columns' records interleaved (gv16_records, in the call's scratch): block b's
+ * record of column c (of the tile's NC) at (b NC + c) GV16_REC bytes, its 32 quants, the block scale dx (float)
+ * and Q4_0's correction c4 (int32, see gv_dx_floats), so a tile walks one pointer with constant offsets where
+ * it had three per column (24 for 8 columns, 18 for 6, more than the 16 registers: kept on the stack,
+ * reloaded each block). One Xeon core as above, Q4_0 from L2: 8 columns 75 -> 87 GMAC/s (fast minutes), 43.5
+ * -> 50.5 (slow); 16 columns 76-77 -> 87, 64 columns 80 -> 89-90 (the records faked by constant offsets);
+ * Q8_0 level to +4%. The gemv (one column) reads the column as it is. */
 #define GV16_REC 40
 
 /* Block b's record of column c as gv16_tile reads it: x the columns' rows (ldx bytes apart) and aux theirs
@@ -221,7 +222,14 @@ static void gv16_records(int64_t nb, int nc, const uint8_t *x, size_t ldx, const
         }
 }
 
-static size_t gv16_gemm_scratch(int64_t n) { return (size_t)GV16_C_ONE * (size_t)(n / QK8_0) * GV16_REC; }
+/* gv16_gemm's scratch: the records of a column block (gemm_col_block of a column's records), or of the one
+ * tile's GV16_C_ONE columns if more. */
+static size_t gv16_gemm_scratch(int64_t n)
+{
+    size_t rb = (size_t)(n / QK8_0) * GV16_REC;
+    int jb = gemm_col_block(rb, GV16_C);
+    return (size_t)(jb > GV16_C_ONE ? jb : GV16_C_ONE) * rb;
+}
 
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
  * The columns: x and aux (their rows ldx and ldaux bytes apart), or with recs (a constant) their records at x
@@ -370,19 +378,28 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    int jb = gemm_col_block(ldx + gv_aux_bytes_q4_0(n), GV16_C);
+    const size_t rb = (size_t)nb * GV16_REC; /* a column's records */
     if (nc <= GV16_C_ONE) { /* one tile (of nc columns, the only j being 0) on the records */
         gv16_records(nb, nc, x, ldx, aux, ldaux, scratch);
-#define GV16_TILE_REC(NC, i, j, h, g, pf) gv16_tile(is_q4, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
-        GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_REC)
-#undef GV16_TILE_REC
+#define GV16_TILE_ONE(NC, i, j, h, g, pf) gv16_tile(is_q4, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
+        GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_ONE)
+#undef GV16_TILE_ONE
         return;
     }
-#define GV16_TILE(NC, i, j, h, g, pf)                                                                        \
-    gv16_tile(is_q4, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, 0, x + (size_t)(j) * ldx, ldx,          \
-              aux + (size_t)(j) * ldaux, ldaux, pf, 64)
-    GV16_LOOPS(GV16_C, jb, nr, nc, gbytes, w, GV16_TILE)
+    /* Column blocks of jb columns, each's records interleaved tile by tile (GV16_C columns, then the rest: the
+     * tiles GV16_LOOPS runs on the block) before all rows pass over them */
+    int jb = gemm_col_block(rb, GV16_C);
+    for (int j0 = 0; j0 < nc; j0 += jb) {
+        int m = nc - j0 < jb ? nc - j0 : jb;
+        for (int j = 0; j < m; j += GV16_C)
+            gv16_records(nb, m - j < GV16_C ? m - j : GV16_C, x + (size_t)(j0 + j) * ldx, ldx,
+                         aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
+        float *sj = s + (size_t)j0 * lds;
+#define GV16_TILE(NC, i, j, h, g, pf) \
+    gv16_tile(is_q4, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, NULL, 0, pf, 64)
+        GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
 #undef GV16_TILE
+    }
 }
 
 #define GV16_FNS(name, IS_Q4)                                                                                \
