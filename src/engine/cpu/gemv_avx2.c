@@ -200,6 +200,8 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
  * -> 50.5 (slow); 16 columns 76-77 -> 87, 64 columns 80 -> 89-90 (the records faked by constant offsets);
  * Q8_0 level to +4%. The gemv (one column) reads the column as it is. */
 #define GV16_REC 40
+#define GV16_REC_DX 32 /* the record's float dx */
+#define GV16_REC_C4 36 /* its int32 c4 */
 
 /* Block b's record of column c as gv16_tile reads it: x the columns' rows (ldx bytes apart) and aux theirs
  * (ldaux apart), or with recs the records of NC columns (gv16_records). */
@@ -217,8 +219,8 @@ static void gv16_records(int64_t nb, int nc, const uint8_t *x, size_t ldx, const
         for (int c = 0; c < nc; c++, dst += GV16_REC) {
             const uint8_t *a = aux + (size_t)c * ldaux;
             memcpy(dst, ((const struct block_q8_0 *)(x + (size_t)c * ldx) + b)->qs, 32);
-            memcpy(dst + 32, a + (size_t)b * sizeof(float), 4);
-            memcpy(dst + 36, a + c4off + (size_t)b * sizeof(int32_t), 4);
+            memcpy(dst + GV16_REC_DX, a + (size_t)b * sizeof(float), 4);
+            memcpy(dst + GV16_REC_C4, a + c4off + (size_t)b * sizeof(int32_t), 4);
         }
 }
 
@@ -298,7 +300,8 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
 #pragma GCC unroll 8
                 for (int c = 0; c < NC; c++) {
                     int32_t c4;
-                    memcpy(&c4, recs ? GV16_XQ(1, NC, x, ldx, c, b) + 36 : aux + (size_t)c * ldaux + c4off + 4 * (size_t)b, 4);
+                    memcpy(&c4, recs ? GV16_XQ(1, NC, x, ldx, c, b) + GV16_REC_C4
+                                     : aux + (size_t)c * ldaux + c4off + 4 * (size_t)b, 4);
                     p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones), _mm256_set1_epi32(c4));
                 }
             } else {
@@ -319,7 +322,8 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
 #pragma GCC unroll 8
             for (int c = 0; c < NC; c++) {
                 float dx;
-                memcpy(&dx, recs ? GV16_XQ(1, NC, x, ldx, c, b) + 32 : aux + (size_t)c * ldaux + 4 * (size_t)b, 4);
+                memcpy(&dx, recs ? GV16_XQ(1, NC, x, ldx, c, b) + GV16_REC_DX
+                                 : aux + (size_t)c * ldaux + 4 * (size_t)b, 4);
                 acc[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[i][c]);
             }
         }
@@ -381,7 +385,8 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
     const size_t rb = (size_t)nb * GV16_REC; /* a column's records */
     if (nc <= GV16_C_ONE) { /* one tile (of nc columns, the only j being 0) on the records */
         gv16_records(nb, nc, x, ldx, aux, ldaux, scratch);
-#define GV16_TILE_ONE(NC, i, j, h, g, pf) gv16_tile(is_q4, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
+#define GV16_TILE_ONE(NC, i, j, h, g, pf) \
+    gv16_tile(is_q4, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_ONE)
 #undef GV16_TILE_ONE
         return;
@@ -396,7 +401,8 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
                          aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
         float *sj = s + (size_t)j0 * lds;
 #define GV16_TILE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, NULL, 0, pf, 64)
+    gv16_tile(is_q4, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, NULL, 0, \
+              pf, 64)
         GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
 #undef GV16_TILE
     }
