@@ -191,13 +191,13 @@ def test_bench_tune(tmp_path):
     assert "measures this CPU's" not in r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(j["types"]) == {"q4_0", "q4_k"} and j["threads"] == 2 and j["rounds"] == 2
-    assert j["isa"] in ("avx512", "avx2") and j["tune_file"] == str(path)
+    assert j["isa"] in ("avx512", "avx-vnni", "avx2") and j["tune_file"] == str(path)
     if len(os.sched_getaffinity(0)) >= 2:  # the placement check: the round trip before and after
         assert len(j["core_round_trip_ns"]) == 2 and min(j["core_round_trip_ns"]) > 0
         assert "core round trip:" in r.stdout
     for t, f in j["types"].items():
         rules = f["rule_gbs"]
-        assert len(rules) == (2 if j["isa"] == "avx2" else 5 if t == "q4_k" else 4), t
+        assert len(rules) == (2 if j["isa"] in ("avx2", "avx-vnni") else 5 if t == "q4_k" else 4), t
         assert set(rules) <= {"every", "nta", "sparse", "spread", "twin"} and all(v > 0 for v in rules.values())
         assert set(f["vs_builtin"]) == set(rules) and f["vs_builtin"][f["builtin"]] == 1.0
         best = max(f["vs_builtin"], key=f["vs_builtin"].get)

@@ -78,7 +78,7 @@ static const char *expected_q4_0_isa(void)
         return "scalar";
     if (gemv_cpu_has_avx512())
         return "avx512";
-    return "avx2";
+    return kernel_cpu_has_avx_vnni() ? "avx-vnni" : "avx2";
 }
 
 static void test_describe(void **state)

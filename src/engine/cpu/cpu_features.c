@@ -1,5 +1,5 @@
 /*
- * cpu_features: cpuid (leaf 1 for F16C, leaf 7 for AVX2/AVX512) and xgetbv (the OS saves the wider
+ * cpu_features: cpuid (leaf 1 for F16C, leaf 7 for AVX2/AVX512/AVX-VNNI) and xgetbv (the OS saves the wider
  * register state), each asked once.
  */
 #include "engine/cpu/cpu_features.h"
@@ -46,6 +46,18 @@ bool gemv_cpu_has_avx512(void)
         }
     }
     return has;
+}
+
+bool kernel_cpu_has_avx_vnni(void)
+{
+    static int has = -1;
+    if (has < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const char *off = getenv("WAFER_NO_VNNI");
+        /* leaf 7 subleaf 1: eax bit 4; the ymm state is the one AVX2 already needs */
+        has = !(off && *off && strcmp(off, "0") != 0) && __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1);
+    }
+    return has && kernel_cpu_has_avx2(); /* WAFER_NO_SIMD, read every call as there */
 }
 
 bool cpu_is_amd(void)

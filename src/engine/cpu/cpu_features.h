@@ -20,6 +20,12 @@ bool kernel_cpu_has_avx2(void);
  * WAFER_NO_SIMD nor WAFER_NO_AVX512 is set (WAFER_NO_AVX512=1 measures or tests the narrower paths). */
 bool gemv_cpu_has_avx512(void);
 
+/* true when the CPU has AVX-VNNI (the VEX-encoded 256-bit vpdpbusd: Intel since Alder Lake and Sapphire Rapids,
+ * AMD since Zen 5) besides AVX2+FMA+F16C, and neither WAFER_NO_SIMD nor WAFER_NO_VNNI is set (WAFER_NO_VNNI=1
+ * with WAFER_NO_AVX512=1 gives Zen 3's kernels on such a CPU). Read once. The 256-bit kernels use it where
+ * AVX-512 is not used (gemv_avx2.c: Intel's client CPUs and E-core Xeons have AVX-VNNI and no AVX-512). */
+bool kernel_cpu_has_avx_vnni(void);
+
 /* true on an AMD CPU (cpuid vendor "AuthenticAMD"): for the few kernel shapes measured to differ by vendor. */
 bool cpu_is_amd(void);
 

@@ -48,7 +48,9 @@ bool cpu_tune_path(char *buf, size_t n)
 
 const char *cpu_tune_isa(void)
 {
-    return gemv_cpu_has_avx512() ? "avx512" : kernel_cpu_has_avx2() ? "avx2" : "scalar";
+    if (gemv_cpu_has_avx512())
+        return "avx512";
+    return kernel_cpu_has_avx_vnni() ? "avx-vnni" : kernel_cpu_has_avx2() ? "avx2" : "scalar";
 }
 
 int cpu_tune_apply_file(const char *path, char *msg)

@@ -9,7 +9,8 @@
  * would run a guess; a tune file measured there replaces the guess with the rule that read fastest there.
  *
  * The file is JSON, written whole (a temporary file renamed into place), one per user by default:
- *   {"version": 1, "cpu": "<sysinfo_cpu_name>", "isa": "avx512" | "avx2", "threads": N, "wafer": "<version>",
+ *   {"version": 1, "cpu": "<sysinfo_cpu_name>", "isa": "avx512" | "avx-vnni" | "avx2", "threads": N,
+ *    "wafer": "<version>",
  *    "measured_at": "<UTC ISO 8601>", "decode_prefetch": {"q4_0": "nta", ...}, "figures": {...}}
  * A process applies it only when "cpu" and "isa" are its own (a virtual machine that moved to another host
  * CPU, or WAFER_NO_AVX512, keeps the built-in rules and says why). The rules never change a result: every
@@ -30,7 +31,8 @@
  * $XDG_CACHE_HOME/wafer/tune.json, else $HOME/.cache/wafer/tune.json. false (buf "") when there is none. */
 bool cpu_tune_path(char *buf, size_t n);
 
-/* The instruction set the kernels run, as the tune file names it: "avx512", "avx2" or "scalar". */
+/* The instruction set the kernels run, as the tune file names it: "avx512", "avx-vnni" (AVX2 with AVX-VNNI's
+ * Q4_0 / Q8_0 kernels), "avx2" or "scalar". */
 const char *cpu_tune_isa(void);
 
 /* Reads the tune file at path and, when it was measured on this CPU and instruction set, sets its rules

@@ -1,11 +1,10 @@
 /*
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
- * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; also those with AVX-VNNI alone: the
- * 256-bit VNNI kernels this project had were slower than the R16 ones here, Q4_0 gemm 50-53 against 72-77
- * GMAC/s on a Zen 5 core, so they are gone), the Q4_K / Q6_K gemm in the R16 layout, and the F16 gemm on F16
- * activations (below: "F16 x F16 gemm"). Compiled with
- * -mavx2 -mfma -mf16c;
- * gemv_ops_avx2 hands them out only when kernel_cpu_has_avx2() says the CPU has them.
+ * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; Intel's client CPUs and E-core Xeons,
+ * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels use: gemv_ops_avx2_vnni, below), the Q4_K / Q6_K gemm in the R16
+ * layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled with -mavx2 -mfma -mf16c
+ * (AVX-VNNI's one instruction by inline assembly, gv_dpbusd); gemv_ops_avx2 hands them out only when
+ * kernel_cpu_has_avx2() says the CPU has them.
  *
  * Each kernel reproduces the float operations of the kernel_ops vec_dot of its type exactly (kernels_avx2.c):
  *   Q8_0, Q4_0 x Q8_0: kernels.c's block sums: per 32-element block the exact int32 sum S of w * x, then
@@ -151,6 +150,15 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), _mm256_set1_epi16(1));
 }
 
+/* acc + the sums of 4 products of u's unsigned bytes and s's signed bytes per int32 lane (vpdpbusd, AVX-VNNI's
+ * VEX form), exact. By inline assembly, so that this file needs no -mavxvnni (GCC could then use the
+ * instruction anywhere, in code that runs on CPUs without it); called only where kernel_cpu_has_avx_vnni(). */
+GV_INLINE __m256i gv_dpbusd(__m256i acc, __m256i u, __m256i s)
+{
+    __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+    return acc;
+}
+
 /* ---- Q8_0 / Q4_0 decode, prefill and batched decode: gemm_q8_tile.h's tile ----
  * The decode gemv runs 8 rows per tile (one register of block sums), the gemm GV_GR rows x GV_GC columns. */
 
@@ -181,7 +189,17 @@ GV_INLINE __m256i gv_lanes(int is_q4, __m256i u, __m256i xq)
  * 8 rows one convert, one multiply of the scales, one FMA. Each column's adds are pinned in order (SIMD_KEEP):
  * left to GCC they were regrouped into a tree over all 48 products of a block and spilled (one Zen 5 core, 64
  * columns: Q4_0 79 -> 118 GMAC/s, Q8_0 66 -> 84; the Q4_0 tile now runs about 88% of the rate its vector
- * instructions allow, 22 per (8 rows, column, block) at about 3.3 a cycle). */
+ * instructions allow, 22 per (8 rows, column, block) at about 3.3 a cycle).
+ * With AVX-VNNI (the vnni tiles; kernel_cpu_has_avx_vnni) vpdpbusd adds a dword's 4 products of unsigned and
+ * signed bytes into each int32 lane without saturating: Q4_0's 8 multiplies per (8 rows, column, block) go
+ * straight into int32 lanes that start at c4 (no adds, no widening, no correction after: 11 instructions where
+ * the maddubs form has 20), and Q8_0 multiplies its weights + 128 as unsigned bytes (one xor per 8 rows and
+ * dword, shared by the tile's columns) with x into lanes that start at 16 c4 = -128 x the block's sum of codes,
+ * one instruction per dword where the sign trick takes four. Same int32 sums, so the same bits. One core of
+ * the Intel Xeon family 6 model 207 (WAFER_NO_AVX512=1, gemm16 over 256 rows x 2048 from L2, alternated):
+ * Q4_0 8 columns 82-86 -> 113-118 GMAC/s in fast minutes (55-60 -> 71-74 in slow ones), 64 columns 56-88 ->
+ * 88-114; Q8_0 8 columns 32-50 -> 62-106, 64 columns 42-52 -> 62-104; the one-column gemv Q4_0 28-30 ->
+ * 30-54, Q8_0 21.5-35 -> 51-57 (docs/performance.md, stop 47). The tiles' widths stay the maddubs form's. */
 
 #define GV16_C 6 /* gemm tile: columns (of 8 rows); with SIMD_KEEP, 4: 106, 5: 115, 6: 116-117, 7: 119-120, 8: 111-112
                    * GMAC/s (Q4_0, 64 columns), all 110-113 at 8 columns but 7 (Q8_0 8 columns: 7 gave 74, the rest 80-82) */
@@ -233,14 +251,24 @@ static size_t gv16_gemm_scratch(int64_t n)
     return (size_t)(jb > GV16_C_ONE ? jb : GV16_C_ONE) * rb;
 }
 
+/* Q4_0's correction c4 of column c's block b, from its record (recs) or its aux (c4off bytes into it). */
+GV_INLINE int32_t gv16_c4(const int recs, const int NC, const uint8_t *x, const uint8_t *aux, size_t ldaux,
+                          size_t c4off, int c, int64_t b)
+{
+    int32_t c4;
+    memcpy(&c4, recs ? GV16_XQ(1, NC, x, 0, c, b) + GV16_REC_C4 : aux + (size_t)c * ldaux + c4off + 4 * (size_t)b, 4);
+    return c4;
+}
+
 /* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
  * The columns: x and aux (their rows ldx and ldaux bytes apart), or with recs (a constant) their records at x
  * (gv16_records of exactly NC columns; aux unused). pf: NULL, or memory to prefetch into L2 as far along as
  * this tile reads its group (the gemv: GV_PF ahead in the stream of groups, or GV_PF_SPARSE_AHEAD; the gemm:
- * the next group, during the first column tile of a group's first half), one line every pfs bytes of it. */
-GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
-                         int h0, const int recs, const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux,
-                         const uint8_t *pf, size_t pfs)
+ * the next group, during the first column tile of a group's first half), one line every pfs bytes of it. vnni (a
+ * constant): the AVX-VNNI form (kernel_cpu_has_avx_vnni only). */
+GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NH, const int NC, float *s, size_t lds,
+                         const uint8_t *grp, int h0, const int recs, const uint8_t *x, size_t ldx, const uint8_t *aux,
+                         size_t ldaux, const uint8_t *pf, size_t pfs)
 {
     const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
     const size_t c4off = gv_dx_floats(nb) * sizeof(float);
@@ -291,6 +319,12 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
                         int32_t xl, xh;
                         memcpy(&xl, xc + 4 * k, 4);
                         memcpy(&xh, xc + 16 + 4 * k, 4);
+                        if (vnni) { /* int32 lanes from c4 on: no widening, no correction after */
+                            if (!k)
+                                p[c] = _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
+                            p[c] = gv_dpbusd(gv_dpbusd(p[c], lo, _mm256_set1_epi32(xl)), hi, _mm256_set1_epi32(xh));
+                            continue;
+                        }
                         __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
                                                      _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
                         p[c] = k ? _mm256_add_epi16(p[c], t) : t;
@@ -298,20 +332,26 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
                     }
                 }
 #pragma GCC unroll 8
-                for (int c = 0; c < NC; c++) {
-                    int32_t c4;
-                    memcpy(&c4, recs ? GV16_XQ(1, NC, x, ldx, c, b) + GV16_REC_C4
-                                     : aux + (size_t)c * ldaux + c4off + 4 * (size_t)b, 4);
-                    p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones), _mm256_set1_epi32(c4));
-                }
+                for (int c = 0; c < NC && !vnni; c++)
+                    p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones),
+                                            _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b)));
             } else {
 #pragma GCC unroll 8
                 for (int k = 0; k < 8; k++) {
                     __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h)), av = _mm256_abs_epi8(v);
+                    /* AVX-VNNI: the weights + 128 as unsigned bytes times x, less 128 x the block's sum of codes
+                     * (= 16 c4) from the start */
+                    __m256i wu = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
 #pragma GCC unroll 8
                     for (int c = 0; c < NC; c++) {
                         int32_t xk;
                         memcpy(&xk, GV16_XQ(recs, NC, x, ldx, c, b) + 4 * k, 4);
+                        if (vnni) {
+                            if (!k)
+                                p[c] = _mm256_set1_epi32(16 * gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
+                            p[c] = gv_dpbusd(p[c], wu, _mm256_set1_epi32(xk));
+                            continue;
+                        }
                         __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(_mm256_set1_epi32(xk), v)), ones);
                         p[c] = k ? _mm256_add_epi32(p[c], t) : t;
                         SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
@@ -335,13 +375,14 @@ GV_INLINE void gv16_tile(int is_q4, int64_t nb, const int NH, const int NC, floa
             _mm256_storeu_ps(s + (size_t)c * lds + 8 * (h0 + i), acc[i][c]);
 }
 
-GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *x, const uint8_t *aux)
+GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *x,
+                         const uint8_t *aux)
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     size_t ahead, pfs = gv16_prefetch_rule(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0, &ahead);
     for (int64_t i = 0; i < nr; i += 16)
-        gv16_tile(is_q4, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, 0, x, 0, aux, 0,
+        gv16_tile(is_q4, vnni, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, 0, x, 0, aux, 0,
                   w + (size_t)(i / 16) * gbytes + ahead, pfs);
 }
 
@@ -377,8 +418,8 @@ GV_INLINE void gv16_gemv(int is_q4, int64_t n, int64_t nr, float *y, const uint8
         }                                                                                                    \
     }
 
-GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
-                         size_t ldx, const uint8_t *aux, size_t ldaux, uint8_t *scratch)
+GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
+                         const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, uint8_t *scratch)
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
@@ -386,7 +427,7 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
     if (nc <= GV16_C_ONE) { /* one tile (of nc columns, the only j being 0) on the records */
         gv16_records(nb, nc, x, ldx, aux, ldaux, scratch);
 #define GV16_TILE_ONE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
+    gv16_tile(is_q4, vnni, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_ONE)
 #undef GV16_TILE_ONE
         return;
@@ -401,26 +442,28 @@ GV_INLINE void gv16_gemm(int is_q4, int64_t n, int nr, int nc, float *s, size_t 
                          aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
         float *sj = s + (size_t)j0 * lds;
 #define GV16_TILE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, NULL, 0, \
-              pf, 64)
+    gv16_tile(is_q4, vnni, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, \
+              NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
 #undef GV16_TILE
     }
 }
 
-#define GV16_FNS(name, IS_Q4)                                                                                \
+#define GV16_FNS(name, IS_Q4, VNNI)                                                                          \
     static void gv16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
-        gv16_gemv(IS_Q4, n, nr, y, w, x, aux);                                                             \
+        gv16_gemv(IS_Q4, VNNI, n, nr, y, w, x, aux);                                                       \
     }                                                                                                      \
     static void gv16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x,  \
                                  size_t ldx, const void *aux, size_t ldaux, void *scratch)                 \
     {                                                                                                      \
-        gv16_gemm(IS_Q4, n, nr, nc, s, lds, w, x, ldx, aux, ldaux, scratch);                               \
+        gv16_gemm(IS_Q4, VNNI, n, nr, nc, s, lds, w, x, ldx, aux, ldaux, scratch);                         \
     }
 
-GV16_FNS(q4_0, 1)
-GV16_FNS(q8_0, 0)
+GV16_FNS(q4_0, 1, 0)
+GV16_FNS(q8_0, 0, 0)
+GV16_FNS(q4_0_vnni, 1, 1)
+GV16_FNS(q8_0_vnni, 0, 1)
 
 /* ---- Q4_K / Q6_K x Q8_K: the integer lanes exactly as kernels_avx2.c forms them ---- */
 
@@ -1050,6 +1093,14 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k, NULL},
 };
 
+/* With AVX-VNNI: the R16 Q4_0 / Q8_0 kernels on vpdpbusd; the rest as gv_ops. */
+static const struct gemv_ops gv_ops_vnni[] = {
+    {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0_vnni,
+     gv16_gemm_q4_0_vnni, gv16_gemm_scratch},
+    {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0_vnni,
+     gv16_gemm_q8_0_vnni, gv16_gemm_scratch},
+};
+
 /* The F16 decode gemv the rule asks for (cpu_decode_prefetch, once a call): ROWS, else the streams. */
 static void gv_gemv_f16_rule(int64_t n, int64_t nr, float *y, const void *w, size_t ldw, const void *x, const void *aux)
 {
@@ -1074,7 +1125,7 @@ const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
     return streams ? &gv_ops_f16_streams : &gv_ops_f16_rows;
 }
 
-const struct gemv_ops *gemv_ops_avx2(enum dtype t)
+const struct gemv_ops *gemv_ops_avx2_plain(enum dtype t)
 {
     if (!kernel_cpu_has_avx2())
         return NULL;
@@ -1084,4 +1135,20 @@ const struct gemv_ops *gemv_ops_avx2(enum dtype t)
         if (gv_ops[i].type == t)
             return &gv_ops[i];
     return NULL;
+}
+
+const struct gemv_ops *gemv_ops_avx2_vnni(enum dtype t)
+{
+    if (!kernel_cpu_has_avx_vnni())
+        return NULL;
+    for (size_t i = 0; i < sizeof gv_ops_vnni / sizeof gv_ops_vnni[0]; i++)
+        if (gv_ops_vnni[i].type == t)
+            return &gv_ops_vnni[i];
+    return gemv_ops_avx2_plain(t);
+}
+
+const struct gemv_ops *gemv_ops_avx2(enum dtype t)
+{
+    const struct gemv_ops *g = gemv_ops_avx2_vnni(t);
+    return g ? g : gemv_ops_avx2_plain(t);
 }
