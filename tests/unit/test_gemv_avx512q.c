@@ -79,7 +79,7 @@ static void fill_act(uint8_t *row, int64_t n, uint64_t *seed, int mode, int c)
 /* nr weight rows (ldw = row bytes + wpad) x nc activation rows (ldx = row bytes + 8); gemv of every column
  * and the gemm of all of them against vec_dot. */
 /* The kernel sets checked, each where the CPU has it: AVX-512, AVX2 alone, AVX2 with AVX-VNNI. */
-static const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_avx512q, gemv_ops_avx2_plain, gemv_ops_avx2_vnni};
+static const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_avx512q, gemv_ops_avx2, gemv_ops_avx2_vnni};
 static const char *const set_names[] = {"avx512", "avx2", "avx-vnni"};
 
 static void check_set(const struct gemv_ops *(*set)(enum dtype), enum dtype t, int64_t n, int nr, int nc, size_t wpad,

@@ -198,7 +198,7 @@ static const char *cpu_isa_name(const struct cpu_backend *cb, enum dtype t)
     const struct gemv_ops *g = cb->gemv[t];
     if (g && (g == gemv_ops_avx512q(t) || g == gemv_ops_avx512k(t)))
         return "avx512";
-    return g && g == gemv_ops_avx2_vnni(t) && g != gemv_ops_avx2_plain(t) ? "avx-vnni" : "avx2";
+    return g && g == gemv_ops_avx2_vnni(t) ? "avx-vnni" : "avx2";
 }
 
 /* Allocates size bytes (64-byte aligned when align) and counts them in scratch_bytes. */

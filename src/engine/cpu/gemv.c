@@ -9,5 +9,7 @@ const struct gemv_ops *gemv_ops_best(enum dtype t)
     const struct gemv_ops *g = gemv_ops_avx512q(t);
     if (!g)
         g = gemv_ops_avx512k(t);
+    if (!g)
+        g = gemv_ops_avx2_vnni(t);
     return g ? g : gemv_ops_avx2(t);
 }

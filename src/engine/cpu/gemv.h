@@ -60,10 +60,9 @@ struct gemv_ops {
  * Q4_K and Q6_K, gemm for Q4_0, Q8_0 and F16 (see gemv_avx2.c; F16's on activations kept as F16 in aux,
  * exact since they are F16 values); the K-quants' gemm is gemm16 (the backend lays their rows out in R16). */
 const struct gemv_ops *gemv_ops_avx2(enum dtype t);
-/* The AVX2 kernels without AVX-VNNI whatever the CPU has (Zen 3's), and with it: gemv_ops_avx2's set where the
- * CPU has AVX-VNNI (kernel_cpu_has_avx_vnni), NULL where not. gemv_ops_avx2 is the second where it is not NULL,
- * else the first. Each gives the same bits; tests check both. */
-const struct gemv_ops *gemv_ops_avx2_plain(enum dtype t);
+/* The AVX2 kernels' set on AVX-VNNI (gemv_avx2.c: the R16 Q4_0 / Q8_0 kernels on vpdpbusd, the rest as
+ * gemv_ops_avx2's) for Q4_0 and Q8_0 when the CPU has AVX-VNNI (kernel_cpu_has_avx_vnni); NULL otherwise.
+ * Results bit-identical to gemv_ops_avx2's, which stay AVX2 alone (Zen 3's) on every CPU. */
 const struct gemv_ops *gemv_ops_avx2_vnni(enum dtype t);
 /* The two AVX2 F16 decode kernels whatever the decode rule (gemv_ops_avx2's F16 gemv follows
  * cpu_decode_prefetch call by call, see gemv_avx2.c): streams false gives 4-row tiles, true 4 sequential
@@ -74,7 +73,8 @@ const struct gemv_ops *gemv_ops_avx2_f16(bool streams);
  * AVX-512. Same numerics contract as every gemv_ops: bit-identical to kernel_ops vec_dot on AVX2. */
 const struct gemv_ops *gemv_ops_avx512q(enum dtype t);
 const struct gemv_ops *gemv_ops_avx512k(enum dtype t);
-/* The best of the above for this CPU, or NULL (gemv.c: the one place that chooses). */
+/* The best of the above for this CPU, or NULL (gemv.c: the one place that chooses): AVX-512, else AVX-VNNI's,
+ * else AVX2's. */
 const struct gemv_ops *gemv_ops_best(enum dtype t);
 
 #endif

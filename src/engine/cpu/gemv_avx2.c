@@ -4,7 +4,8 @@
  * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels use: gemv_ops_avx2_vnni, below), the Q4_K / Q6_K gemm in the R16
  * layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled with -mavx2 -mfma -mf16c
  * (AVX-VNNI's one instruction by inline assembly, gv_dpbusd); gemv_ops_avx2 hands them out only when
- * kernel_cpu_has_avx2() says the CPU has them.
+ * kernel_cpu_has_avx2() says the CPU has them, gemv_ops_avx2_vnni the AVX-VNNI ones only with
+ * kernel_cpu_has_avx_vnni() (gemv.c chooses).
  *
  * Each kernel reproduces the float operations of the kernel_ops vec_dot of its type exactly (kernels_avx2.c):
  *   Q8_0, Q4_0 x Q8_0: kernels.c's block sums: per 32-element block the exact int32 sum S of w * x, then
@@ -1125,7 +1126,7 @@ const struct gemv_ops *gemv_ops_avx2_f16(bool streams)
     return streams ? &gv_ops_f16_streams : &gv_ops_f16_rows;
 }
 
-const struct gemv_ops *gemv_ops_avx2_plain(enum dtype t)
+const struct gemv_ops *gemv_ops_avx2(enum dtype t)
 {
     if (!kernel_cpu_has_avx2())
         return NULL;
@@ -1144,11 +1145,5 @@ const struct gemv_ops *gemv_ops_avx2_vnni(enum dtype t)
     for (size_t i = 0; i < sizeof gv_ops_vnni / sizeof gv_ops_vnni[0]; i++)
         if (gv_ops_vnni[i].type == t)
             return &gv_ops_vnni[i];
-    return gemv_ops_avx2_plain(t);
-}
-
-const struct gemv_ops *gemv_ops_avx2(enum dtype t)
-{
-    const struct gemv_ops *g = gemv_ops_avx2_vnni(t);
-    return g ? g : gemv_ops_avx2_plain(t);
+    return NULL;
 }
