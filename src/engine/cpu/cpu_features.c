@@ -156,8 +156,10 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
     if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
     if (!cpu_is_amd()) {
+        if (!gemv_cpu_has_avx512() && (t == DTYPE_Q4_K || t == DTYPE_Q6_K))
+            return CPU_PREFETCH_SPREAD;
         if (!gemv_cpu_has_avx512())
-            return CPU_PREFETCH_EVERY;
+            return t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
         return t == DTYPE_Q4_K ? CPU_PREFETCH_SPREAD : t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
     }
     if (cpu_family() == 0x19)
@@ -188,8 +190,10 @@ int cpu_decode_prefetch_candidates(enum dtype t, enum cpu_prefetch out[CPU_PREFE
         if (t != DTYPE_Q6_K)
             all[n++] = CPU_PREFETCH_TWIN;
     }
-    else /* AVX2's gemv16: no NTA */
+    else { /* AVX2's gemv16: no NTA; Q4_0 / Q8_0 two groups side by side, the K-quants spread */
         all[n++] = CPU_PREFETCH_EVERY, all[n++] = CPU_PREFETCH_SPARSE;
+        all[n++] = t == DTYPE_Q4_0 || t == DTYPE_Q8_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_SPREAD;
+    }
     enum cpu_prefetch b = cpu_decode_prefetch_builtin(t);
     int k = 0;
     out[k++] = b;

@@ -43,12 +43,14 @@ unsigned cpu_family(void);
  *           none (the hardware prefetcher alone); not F16.
  *   ROWS    F16 only: tiles of 4 adjacent rows, the hardware prefetcher alone.
  *   NONE    F16 only: the 4 streams, the hardware prefetcher alone.
- *   SPREAD  the AVX-512 K-quant gemv16 (Q4_K, Q6_K) only: every line into L1 (prefetcht0), one beside each load
- *           of the block's kernel, as their gemm asks (the others ask for a block's lines together at its start).
- *   TWIN    the AVX-512 Q4_0 / Q8_0 / Q4_K gemv16 only: two groups of 16 rows read side by side (Q4_0 / Q8_0:
- *           a pair of blocks of each in turn, with EVERY's prefetches; Q4_K: a quarter block, 512 bytes, of each
- *           in turn, with SPREAD's; the groups half a call's rows apart), in decode claims of 2 MiB instead of
- *           256 KiB (cpu_backend.c) so that the two are far apart: two streams for the memory to serve at once.
+ *   SPREAD  the K-quant gemv16 (Q4_K, Q6_K) only: every line, one beside each load of the block's kernel, as
+ *           their gemm asks (the others ask for a block's lines together at its start); AVX-512 into L1
+ *           (prefetcht0), AVX2 into L2 (prefetcht1).
+ *   TWIN    the Q4_0 / Q8_0 gemv16 and the AVX-512 Q4_K one only: two groups of 16 rows read side by side
+ *           (Q4_0 / Q8_0: AVX-512 a pair of blocks of each in turn, AVX2 a block, with EVERY's prefetches;
+ *           Q4_K: a quarter block, 512 bytes, of each in turn, with SPREAD's; the groups half a call's rows
+ *           apart), in decode claims of 2 MiB instead of 256 KiB (cpu_backend.c) so that the two are far apart:
+ *           two streams for the memory to serve at once.
  * The built-in rules, as measured per CPU family (the figures are in the kernel files):
  *   AMD family 0x19 (Zen 3, Zen 4): SPARSE, where every line cost more than it won: with AVX-512 (Zen 4) Q4_0 /
  *     Q8_0 one line per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c,
@@ -61,17 +63,22 @@ unsigned cpu_family(void);
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
  *   Other AMD families: EVERY, F16 NONE.
- *   Intel and the rest: EVERY, and with AVX-512 Q4_K SPREAD and Q4_0 TWIN. Measured on an Intel Xeon family 6
- *     model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized types read fastest
- *     with every line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread over its kernel
- *     (gemv_avx512k.c: 1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1 (gemv_avx2.c: 1.17-1.28x ROWS, the
- *     rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Stop 44: Q4_0 two groups side by side
+ *   Intel and the rest: EVERY, and Q4_0 TWIN, Q4_K SPREAD, with AVX2 alone Q6_K SPREAD too. Measured on an
+ *     Intel Xeon family 6 model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized
+ *     types read fastest with every line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread
+ *     over its kernel (gemv_avx512k.c: 1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1
+ *     (gemv_avx2.c: 1.17-1.28x ROWS, the rule before, and 1B F16 decode 11.1 -> 14.1-14.95 tokens/s). Stop
+ *     44: Q4_0 two groups side by side
  *     (TWIN: `--tune` 1.03-1.05x EVERY; 1B Q4_0 decode faster in 7 of 8 pairs, median +1.5%, and in 9 of 11
  *     pairs of an earlier build, median +1.9%); Q8_0 TWIN 1.03-1.04x in `--tune`, in decode unclear (4 of 5
  *     pairs ahead while the bandwidth moved between 22 and 30 GB/s) and above the probe either way, so not
  *     built in; Q6_K spread 1.02-1.03x EVERY, too little to move a decode (1B Q4_K_M level): candidates.
  *     Stop 45: Q4_K TWIN (two groups side by side, a quarter block of each in turn) read faster than SPREAD
  *     in `--stream` and `--tune`, but decode could not tell them apart (gemv_avx512k.c AK16_GEMV): a candidate.
+ *     Stop 48, the AVX2 kernels there (WAFER_NO_AVX512=1, with and without AVX-VNNI; gemv_avx2.c): Q4_0 TWIN
+ *     (1B Q4_0 decode +2.5-6.6%, to 86-92% of the probes beside), Q4_K and Q6_K SPREAD (`--stream`, kernels /
+ *     plain read: Q6_K 0.82-0.85 -> 0.90-0.94, Q4_K 0.91 -> 0.93-0.99; 1B Q4_K_M decode +3-8%); Q8_0 TWIN
+ *     level (1.00 in `--tune`, decode 1% either way), the K-quants' TWIN a block of each in turn 0.94-0.98.
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {

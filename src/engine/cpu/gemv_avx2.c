@@ -27,8 +27,10 @@
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
  * (tile start + the fraction of the tile done), one prefetch per cache line, into L2. Measured on the 2-core
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
- * this. On AMD family 0x19 the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). F16 (little work per byte) does
- * best on AMD with the hardware prefetcher alone or the NTA hint, on an Intel Xeon with every line into L1 (below).
+ * this. On AMD family 0x19 the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). On Intel the Q4_0 gemv reads two
+ * groups side by side (TWIN, gv16_gemv) and the K-quant gemv asks for each line beside its kernel's load of it
+ * (SPREAD, gvk16_tile). F16 (little work per byte) does best on AMD with the hardware prefetcher alone or the NTA
+ * hint, on an Intel Xeon with every line into L1 (below).
  *
  * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 streams everywhere, prefetched into L1 on
  * Intel (EVERY), with NTA on Zen 5, without on other AMD (NONE); a tune file may choose 4 adjacent rows a tile
@@ -74,12 +76,15 @@
 
 #define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 
-/* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes. */
+/* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes, or 0
+ * (the K-quants' SPREAD rule) each block's lines one beside each load of its kernel (gvk16_tile). */
 GV_INLINE size_t gv16_prefetch_rule(enum dtype t, size_t *ahead)
 {
-    bool sparse = cpu_decode_prefetch(t) == CPU_PREFETCH_SPARSE;
-    *ahead = sparse ? GV_PF_SPARSE_AHEAD : GV_PF;
-    return sparse ? GV_PF_SPARSE : 64;
+    enum cpu_prefetch r = cpu_decode_prefetch(t);
+    *ahead = r == CPU_PREFETCH_SPARSE ? GV_PF_SPARSE_AHEAD : GV_PF;
+    if (r == CPU_PREFETCH_SPREAD && (t == DTYPE_Q4_K || t == DTYPE_Q6_K))
+        return 0;
+    return r == CPU_PREFETCH_SPARSE ? GV_PF_SPARSE : 64;
 }
 
 /* Prefetches [p, p + n) into L2, one cache line every step bytes. Into L2 rather than L1: an L1 prefetch holds
@@ -261,22 +266,91 @@ GV_INLINE int32_t gv16_c4(const int recs, const int NC, const uint8_t *x, const 
     return c4;
 }
 
-/* NH halves (8 rows each, from half h0) of the R16 group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * The columns: x and aux (their rows ldx and ldaux bytes apart), or with recs (a constant) their records at x
- * (gv16_records of exactly NC columns; aux unused). pf: NULL, or memory to prefetch into L2 as far along as
- * this tile reads its group (the gemv: GV_PF ahead in the stream of groups, or GV_PF_SPARSE_AHEAD; the gemm:
- * the next group, during the first column tile of a group's first half), one line every pfs bytes of it. vnni (a
- * constant): the AVX-VNNI form (kernel_cpu_has_avx_vnni only). */
-GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NH, const int NC, float *s, size_t lds,
-                         const uint8_t *grp, int h0, const int recs, const uint8_t *x, size_t ldx, const uint8_t *aux,
-                         size_t ldaux, const uint8_t *pf, size_t pfs)
+/* Half h (8 rows) of block b of an R16 group (its dwords at q, its scales at hs) x NC columns (x, aux and recs
+ * as gv16_tile's): acc[c] += the 8 rows' block sums times their scales, lane r row 8 h + r. */
+GV_INLINE void gv16_half(int is_q4, const int vnni, int64_t nb, const int NC, const uint8_t *q, const uint8_t *hs,
+                         int h, int64_t b, const int recs, const uint8_t *x, size_t ldx, const uint8_t *aux,
+                         size_t ldaux, __m256 *acc)
 {
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
     const size_t c4off = gv_dx_floats(nb) * sizeof(float);
     const __m256i m4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
-    __m256 acc[2][8];
-#pragma GCC unroll 2
-    for (int i = 0; i < NH; i++)
+    __m256i p[8];
+    if (is_q4) {
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h));
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                const uint8_t *xc = GV16_XQ(recs, NC, x, ldx, c, b);
+                int32_t xl, xh;
+                memcpy(&xl, xc + 4 * k, 4);
+                memcpy(&xh, xc + 16 + 4 * k, 4);
+                if (vnni) { /* int32 lanes from c4 on: no widening, no correction after */
+                    if (!k)
+                        p[c] = _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
+                    p[c] = gv_dpbusd(gv_dpbusd(p[c], lo, _mm256_set1_epi32(xl)), hi, _mm256_set1_epi32(xh));
+                    continue;
+                }
+                __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
+                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+                p[c] = k ? _mm256_add_epi16(p[c], t) : t;
+                SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
+            }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < NC && !vnni; c++)
+            p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones),
+                                    _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b)));
+    } else {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h)), av = _mm256_abs_epi8(v);
+            /* AVX-VNNI: the weights + 128 as unsigned bytes times x, less 128 x the block's sum of codes
+             * (= 16 c4) from the start */
+            __m256i wu = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
+#pragma GCC unroll 8
+            for (int c = 0; c < NC; c++) {
+                int32_t xk;
+                memcpy(&xk, GV16_XQ(recs, NC, x, ldx, c, b) + 4 * k, 4);
+                if (vnni) {
+                    if (!k)
+                        p[c] = _mm256_set1_epi32(16 * gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
+                    p[c] = gv_dpbusd(p[c], wu, _mm256_set1_epi32(xk));
+                    continue;
+                }
+                __m256i t =
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(_mm256_set1_epi32(xk), v)), ones);
+                p[c] = k ? _mm256_add_epi32(p[c], t) : t;
+                SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
+            }
+        }
+    }
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        float dx;
+        memcpy(&dx, recs ? GV16_XQ(1, NC, x, ldx, c, b) + GV16_REC_DX
+                         : aux + (size_t)c * ldaux + 4 * (size_t)b, 4);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[c]);
+    }
+}
+
+/* NH halves (8 rows each, from half h0) of NG R16 groups (1, or 2 under the decode gemv's TWIN rule; a constant)
+ * x NC columns: group g at grp + g gap, its sums at s + g sgap, s[c * lds + 8 (h0 + i) + r].
+ * The columns: x and aux (their rows ldx and ldaux bytes apart), or with recs (a constant) their records at x
+ * (gv16_records of exactly NC columns; aux unused). pf: NULL, or memory to prefetch into L2 as far along as
+ * this tile reads its group (group g's at pf + g gap; the gemv: GV_PF ahead in the stream of groups, or
+ * GV_PF_SPARSE_AHEAD; the gemm: the next group, during the first column tile of a group's first half), one line
+ * every pfs bytes of it. vnni (a constant): the AVX-VNNI form (kernel_cpu_has_avx_vnni only). */
+GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NG, size_t gap, size_t sgap, const int NH,
+                         const int NC, float *s, size_t lds, const uint8_t *grp, int h0, const int recs,
+                         const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf, size_t pfs)
+{
+    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
+    __m256 acc[4][8];
+#pragma GCC unroll 4
+    for (int i = 0; i < NG * NH; i++)
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             acc[i][c] = _mm256_setzero_ps();
@@ -292,7 +366,6 @@ GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NH, co
     const int touch = !recs && is_q4 && NC == 1 && pfs == 64 && nb <= GV16_TOUCH_NB;
     const int64_t t1 = nb / 4, t2 = nb / 2, t3 = nb - nb / 4; /* the touched blocks: b + t, mod nb */
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = grp + quant_r16_dwords(1, nd, nb, b), *hs = grp + quant_r16_scales(1, nd, nb, b);
         if (touch && !(b & 1)) { /* two lines from each pair start: the 68 bytes a step advances */
             const int64_t ts[3] = {t1, t2, t3};
 #pragma GCC unroll 3
@@ -303,88 +376,56 @@ GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NH, co
                 _mm_prefetch(xr + 64, _MM_HINT_T0);
             }
         }
-        if (pf)
-            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs);
 #pragma GCC unroll 2
-        for (int i = 0; i < NH; i++) {
-            const int h = h0 + i;
-            __m256i p[8];
-            if (is_q4) {
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h));
-                    __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-#pragma GCC unroll 8
-                    for (int c = 0; c < NC; c++) {
-                        const uint8_t *xc = GV16_XQ(recs, NC, x, ldx, c, b);
-                        int32_t xl, xh;
-                        memcpy(&xl, xc + 4 * k, 4);
-                        memcpy(&xh, xc + 16 + 4 * k, 4);
-                        if (vnni) { /* int32 lanes from c4 on: no widening, no correction after */
-                            if (!k)
-                                p[c] = _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
-                            p[c] = gv_dpbusd(gv_dpbusd(p[c], lo, _mm256_set1_epi32(xl)), hi, _mm256_set1_epi32(xh));
-                            continue;
-                        }
-                        __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
-                                                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
-                        p[c] = k ? _mm256_add_epi16(p[c], t) : t;
-                        SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
-                    }
-                }
-#pragma GCC unroll 8
-                for (int c = 0; c < NC && !vnni; c++)
-                    p[c] = _mm256_add_epi32(_mm256_madd_epi16(p[c], ones),
-                                            _mm256_set1_epi32(gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b)));
-            } else {
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    __m256i v = _mm256_loadu_si256((const __m256i *)(q + 64 * k + 32 * h)), av = _mm256_abs_epi8(v);
-                    /* AVX-VNNI: the weights + 128 as unsigned bytes times x, less 128 x the block's sum of codes
-                     * (= 16 c4) from the start */
-                    __m256i wu = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
-#pragma GCC unroll 8
-                    for (int c = 0; c < NC; c++) {
-                        int32_t xk;
-                        memcpy(&xk, GV16_XQ(recs, NC, x, ldx, c, b) + 4 * k, 4);
-                        if (vnni) {
-                            if (!k)
-                                p[c] = _mm256_set1_epi32(16 * gv16_c4(recs, NC, x, aux, ldaux, c4off, c, b));
-                            p[c] = gv_dpbusd(p[c], wu, _mm256_set1_epi32(xk));
-                            continue;
-                        }
-                        __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(av, _mm256_sign_epi8(_mm256_set1_epi32(xk), v)), ones);
-                        p[c] = k ? _mm256_add_epi32(p[c], t) : t;
-                        SIMD_KEEP(p[c]); /* else GCC regroups the adds and spills */
-                    }
-                }
-            }
-            __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
-#pragma GCC unroll 8
-            for (int c = 0; c < NC; c++) {
-                float dx;
-                memcpy(&dx, recs ? GV16_XQ(1, NC, x, ldx, c, b) + GV16_REC_DX
-                                 : aux + (size_t)c * ldaux + 4 * (size_t)b, 4);
-                acc[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p[c]), _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[i][c]);
-            }
+        for (int g = 0; g < NG; g++) { /* TWIN: a block of one group, then of the other */
+            const uint8_t *q = grp + g * gap + quant_r16_dwords(1, nd, nb, b);
+            const uint8_t *hs = grp + g * gap + quant_r16_scales(1, nd, nb, b);
+            if (pf)
+                gv_prefetch(pf + g * gap + (size_t)b * 16 * bb, 16 * bb, pfs);
+#pragma GCC unroll 2
+            for (int i = 0; i < NH; i++)
+                gv16_half(is_q4, vnni, nb, NC, q, hs, h0 + i, b, recs, x, ldx, aux, ldaux, acc[g * NH + i]);
         }
     }
 #pragma GCC unroll 2
-    for (int i = 0; i < NH; i++)
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 2
+        for (int i = 0; i < NH; i++)
 #pragma GCC unroll 8
-        for (int c = 0; c < NC; c++)
-            _mm256_storeu_ps(s + (size_t)c * lds + 8 * (h0 + i), acc[i][c]);
+            for (int c = 0; c < NC; c++)
+                _mm256_storeu_ps(s + g * sgap + (size_t)c * lds + 8 * (h0 + i), acc[g * NH + i][c]);
 }
 
+/* The Q4_0 / Q8_0 decode gemv: nr rows (R16 groups at w) against one column. Under the TWIN rule two groups at a
+ * time, group i beside group i + h (h: half the call's groups, rounded up), a block of each in turn, as the
+ * AVX-512 gemv does (gemv_avx512q.c, aq16_gemv, says why; its pairs of blocks measured no different here). On the
+ * Intel Xeon family 6 model 207 with WAFER_NO_AVX512=1 (stop 48): `wafer bench --tune` Q4_0 1.04-1.06x EVERY,
+ * Q8_0 1.00; 1B Q4_0 tg64 (`wafer bench -p 0 -n 64 -r 2 -t 2`, builds alternated) with AVX2 alone 42.4-43.9 ->
+ * 44.0-46.8 tokens/s (85-88% -> 86-90% of the probes beside), with AVX-VNNI 44.6-47.3 -> 46.1-49.3 (86-90% ->
+ * 89-92%); Q8_0 26.2-27.4 against 26.0-27.2, so TWIN is Q4_0's rule there. One core from L2 (gemv16 over 256
+ * rows x 2048) 48.9 -> 51.2 GMAC/s: the two groups share each block's activation loads. */
 GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float *y, const uint8_t *w, const uint8_t *x,
                          const uint8_t *aux)
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
     size_t ahead, pfs = gv16_prefetch_rule(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0, &ahead);
-    for (int64_t i = 0; i < nr; i += 16)
-        gv16_tile(is_q4, vnni, nb, 2, 1, y + i, 0, w + (size_t)(i / 16) * gbytes, 0, 0, x, 0, aux, 0,
-                  w + (size_t)(i / 16) * gbytes + ahead, pfs);
+    int64_t ng = nr / 16;
+    if (cpu_decode_prefetch(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0) == CPU_PREFETCH_TWIN && ng >= 2) {
+        int64_t h = (ng + 1) / 2;
+        for (int64_t i = 0; i < h; i++) {
+            const uint8_t *g = w + (size_t)i * gbytes;
+            if (i + h < ng) /* NG a constant in each call, so the accumulators stay in registers */
+                gv16_tile(is_q4, vnni, nb, 2, (size_t)h * gbytes, (size_t)h * 16, 2, 1, y + i * 16, 0, g, 0, 0, x,
+                          0, aux, 0, g + ahead, pfs);
+            else
+                gv16_tile(is_q4, vnni, nb, 1, 0, 0, 2, 1, y + i * 16, 0, g, 0, 0, x, 0, aux, 0, g + ahead, pfs);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < ng; i++)
+        gv16_tile(is_q4, vnni, nb, 1, 0, 0, 2, 1, y + i * 16, 0, w + (size_t)i * gbytes, 0, 0, x, 0, aux, 0,
+                  w + (size_t)i * gbytes + ahead, pfs);
 }
 
 /* The R16 gemm's loops, shared by the Q8_0 / Q4_0 and the K-quant kernels: column cache blocks of jb
@@ -428,7 +469,7 @@ GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, f
     if (nc <= GV16_C_ONE) { /* one tile (of nc columns, the only j being 0) on the records */
         gv16_records(nb, nc, x, ldx, aux, ldaux, scratch);
 #define GV16_TILE_ONE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, vnni, nb, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
+    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_ONE)
 #undef GV16_TILE_ONE
         return;
@@ -443,7 +484,7 @@ GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, f
                          aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
         float *sj = s + (size_t)j0 * lds;
 #define GV16_TILE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, vnni, nb, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, \
+    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, \
               NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
 #undef GV16_TILE
@@ -789,9 +830,11 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
 /* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
  * stored order (quant_r16_q6_k_dword): each step l loads the triple (ql's dwords 16hq + l and 16hq + 8 + l,
  * qh's 32 + 8hq + l) once and feeds all four quarters qt from it. The int16 pair sums (steps l - 1 and l) and
- * their scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too. */
+ * their scaled int32 sums are the same operations on the same values as gvk16_block_q6_k's, so the bits are too.
+ * pf: NULL, or a block to prefetch (into L2) spread over the steps: its first 4 lines (its scales and the
+ * dwords' first run) at the first, then the 3 lines after those at each step, the order it is stored and read in. */
 GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int h, const struct block_q8_k *bx,
-                                  __m256 *acc)
+                                  __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
     const __m256i m6 = _mm256_set1_epi8(63);
@@ -809,6 +852,11 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
              * L2 35 -> 42-46 GB/s, 2 threads from memory 0.58 -> 0.68 of a plain read at 85 GB/s (stop 36). */
             const int8_t *xl = bx->qs + 128 * hq + 4 * l;
             __asm__ volatile("" : "+r"(xl));
+            if (pf) { /* 3,360 bytes: 4 lines, 3 a step, and the last step the half line after them */
+                const int st = 8 * hq + l;
+                for (int i = st ? 4 + 3 * st : 0; i < (st == 15 ? 53 : 7 + 3 * st); i++)
+                    gvk16_prefetch_line(pf, i, 16 * sizeof(struct block_q6_k));
+            }
             __m256i qa = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + l)));
             __m256i qb = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(16 * hq + 8 + l)));
             __m256i qc = _mm256_loadu_si256((const __m256i *)(q + 64 * quant_r16_q6_k_dword(32 + 8 * hq + l)));
@@ -833,10 +881,13 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * pf, pfs: what to prefetch into L2, as gv16_tile, except that pfs 0 (the gemm) spreads each block's lines
- * over its kernel's loads, one beside each, as the AVX-512 K-quant gemm does (gemv_avx512k.c, ak16_tile,
- * says why). Zen 5 with WAFER_NO_AVX512, 2 threads, 8 columns from memory (`wafer bench --stream q4_k -b 8`,
- * two rounds alternated): kernels / plain read Q4_K 0.23-0.25 -> 0.28, Q6_K 0.21-0.24 -> 0.31-0.32. */
+ * pf, pfs: what to prefetch into L2, as gv16_tile, except that pfs 0 (the gemm, and the gemv under the SPREAD
+ * rule) spreads each block's lines over its kernel's loads, one beside each, as the AVX-512 K-quant gemm does
+ * (gemv_avx512k.c, ak16_tile, says why). Zen 5 with WAFER_NO_AVX512, 2 threads, 8 columns from memory (`wafer
+ * bench --stream q4_k -b 8`, two rounds alternated): kernels / plain read Q4_K 0.23-0.25 -> 0.28, Q6_K
+ * 0.21-0.24 -> 0.31-0.32. The gemv on the Intel Xeon family 6 model 207 (WAFER_NO_AVX512=1, `wafer bench
+ * --stream TYPE -t 2`, three rounds alternated, stop 48), every line at the block's start / spread: Q6_K
+ * 0.82-0.85 / 0.88-0.94, Q4_K 0.91 / 0.93-0.99 (into L1 instead: Q4_K 0.81-0.85, Q6_K 0.87-0.94). */
 GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
                           int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs)
 {
@@ -849,7 +900,7 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             acc[i][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
-        const uint8_t *pfb = pf && !pfs && !(is_q6 && NC == 1) ? pf + (size_t)b * 16 * bb : NULL;
+        const uint8_t *pfb = pf && !pfs ? pf + (size_t)b * 16 * bb : NULL;
         if (pf && !pfb)
             gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs ? pfs : 64);
         const struct block_q8_k *bx[GVK16_C];
@@ -859,7 +910,7 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
 #pragma GCC unroll 2
         for (int i = 0; i < NH; i++) {
             if (is_q6 && NC == 1)
-                gvk16_block_q6_k_1(grp, nb, b, h0 + i, bx[0], acc[i]);
+                gvk16_block_q6_k_1(grp, nb, b, h0 + i, bx[0], acc[i], i ? NULL : pfb);
             else if (is_q6)
                 gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
             else
