@@ -156,11 +156,9 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
     if (!cpu_prefetch_type(t))
         return CPU_PREFETCH_EVERY;
     if (!cpu_is_amd()) {
-        if (!gemv_cpu_has_avx512() && (t == DTYPE_Q4_K || t == DTYPE_Q6_K))
+        if (t == DTYPE_Q4_K || t == DTYPE_Q6_K)
             return CPU_PREFETCH_SPREAD;
-        if (!gemv_cpu_has_avx512())
-            return t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
-        return t == DTYPE_Q4_K ? CPU_PREFETCH_SPREAD : t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
+        return t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
     }
     if (cpu_family() == 0x19)
         return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_SPARSE;

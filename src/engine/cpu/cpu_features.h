@@ -63,7 +63,7 @@ unsigned cpu_family(void);
  *     the memory is fast): Q4_0 0.96-0.97 against 0.91-0.92, Q4_K 0.92-0.95 against 0.81-0.87, Q6_K 0.92
  *     against 0.84, F16 0.95-0.96 against 0.91 with none. With AVX2 alone: EVERY, F16 NTA.
  *   Other AMD families: EVERY, F16 NONE.
- *   Intel and the rest: EVERY, and Q4_0 TWIN, Q4_K SPREAD, with AVX2 alone Q6_K SPREAD too. Measured on an
+ *   Intel and the rest: EVERY, and Q4_0 TWIN, Q4_K and Q6_K SPREAD (AVX-512 and AVX2 alike). Measured on an
  *     Intel Xeon family 6 model 207 (Emerald Rapids; `wafer bench --tune`, 2 threads, stop 43): the quantized
  *     types read fastest with every line asked for (NTA 0.45-0.70, SPARSE 0.71-0.99 of EVERY), Q4_K spread
  *     over its kernel (gemv_avx512k.c: 1B Q4_K_M decode 1.05x), and F16 with its streams prefetched into L1
@@ -79,6 +79,8 @@ unsigned cpu_family(void);
  *     (1B Q4_0 decode +2.5-6.6%, to 86-92% of the probes beside), Q4_K and Q6_K SPREAD (`--stream`, kernels /
  *     plain read: Q6_K 0.82-0.85 -> 0.90-0.94, Q4_K 0.91 -> 0.93-0.99; 1B Q4_K_M decode +3-8%); Q8_0 TWIN
  *     level (1.00 in `--tune`, decode 1% either way), the K-quants' TWIN a block of each in turn 0.94-0.98.
+ *     And the AVX-512 Q6_K SPREAD after all: 1B Q4_K_M decode faster in 6 of 6 pairs (43.0-45.1 -> 43.6-46.4
+ *     tokens/s, 87-89% -> 88-92% of the probes beside; `--stream q6_k` 0.96-0.98 -> 0.98-0.99).
  * A CPU the project has not measured gets what `wafer bench --tune` measures on it instead (cpu_tune.h): a
  * tuned rule per type, set by cpu_decode_prefetch_set, overrides the built-in one. */
 enum cpu_prefetch {
