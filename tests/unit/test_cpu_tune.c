@@ -85,9 +85,12 @@ static void test_candidates_and_set(void **state)
     }
 }
 
-/* Every rule: the decode gemv (R16 gemv16 where the type has one, else the rows gemv) of nr rows x n gives
- * exactly vec_dot's bits for every row. 5 groups of 16 rows (TWIN pairs two and leaves one alone), and for
- * Q4_0 / Q8_0 also rows of an odd number of blocks (the gemv16's lone last block). */
+/* Every rule, on every kernel set this CPU runs (the best set, AVX2 alone, AVX2 with AVX-VNNI): the decode gemv
+ * (R16 gemv16 where the type has one, else the rows gemv) of nr rows x n gives exactly vec_dot's bits for every
+ * row. Every rule, not only the candidates of the instruction set in use, so that the AVX2 kernels' TWIN and
+ * SPREAD paths run on CPUs with AVX-512 too (a rule a kernel does not know reads as EVERY). 5 groups of 16 rows
+ * (TWIN pairs two and leaves one alone), and for Q4_0 / Q8_0 also rows of an odd number of blocks (the
+ * gemv16's lone last block). */
 static void test_rules_same_bits(void **state)
 {
     (void)state;
@@ -95,29 +98,29 @@ static void test_rules_same_bits(void **state)
         print_message("no AVX2: skipped\n");
         return;
     }
+    const struct gemv_ops *(*const sets[])(enum dtype) = {gemv_ops_best, gemv_ops_avx2, gemv_ops_avx2_vnni};
     uint64_t seed = 0x5eed7u;
     const int nr = 80;
+    int runs = 0;
     for (int i = 0; i < 2 * CPU_PREFETCH_N_TYPES; i++) {
         enum dtype t = cpu_decode_prefetch_types[i / 2];
         const bool odd = i % 2;
         if (odd && t != DTYPE_Q4_0 && t != DTYPE_Q8_0)
             continue;
-        const struct gemv_ops *g = gemv_ops_best(t);
         const struct kernel_ops *ko = kernel_ops_get(t);
-        assert_non_null(g);
+        assert_non_null(gemv_ops_best(t));
         assert_non_null(ko);
         /* long enough rows that every prefetch distance (up to 32 KiB ahead) falls inside the matrix */
         int64_t n = t == DTYPE_F16 ? 2048 : odd ? 4096 + 32 : 4096;
         size_t rb = dtype_row_bytes(t, n), xb = dtype_row_bytes(ko->vec_type, n);
         float *f = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * nr);
         float *ref = malloc(sizeof(float) * nr);
-        uint8_t *w = malloc(rb * nr), *x = malloc(xb), *aux = aligned_alloc(64, (g->aux_bytes(n) + 64) & ~(size_t)63);
+        uint8_t *w = malloc(rb * nr), *x = malloc(xb);
         assert_non_null(f);
         assert_non_null(y);
         assert_non_null(ref);
         assert_non_null(w);
         assert_non_null(x);
-        assert_non_null(aux);
         for (int r = 0; r < nr; r++) {
             for (int64_t k = 0; k < n; k++)
                 f[k] = test_rand_f32(&seed) * (1 + (float)(r % 3));
@@ -128,22 +131,28 @@ static void test_rules_same_bits(void **state)
         ko->from_f32(f, x, n);
         for (int r = 0; r < nr; r++)
             ko->vec_dot(n, &ref[r], w + (size_t)r * rb, x);
-        bool r16 = g->gemv16 && quant_r16_supported(t);
-        uint8_t *w16 = r16 ? test_r16_of(t, w, rb, nr, n) : NULL;
-        enum cpu_prefetch c[CPU_PREFETCH_COUNT];
-        int k = cpu_decode_prefetch_candidates(t, c);
-        for (int a = 0; a < k; a++) {
-            cpu_decode_prefetch_set(t, c[a]);
-            memset(y, 0xff, sizeof(float) * nr);
-            g->prep(n, x, aux);
-            if (r16)
-                g->gemv16(n, nr, y, w16, x, aux);
-            else
-                g->gemv(n, nr, y, w, rb, x, aux);
-            for (int r = 0; r < nr; r++)
-                if (memcmp(&y[r], &ref[r], sizeof(float)))
-                    fail_msg("%s n %d rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), (int)n,
-                             cpu_prefetch_name(c[a]), r, (double)y[r], (double)ref[r]);
+        uint8_t *w16 = quant_r16_supported(t) ? test_r16_of(t, w, rb, nr, n) : NULL;
+        for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++) {
+            const struct gemv_ops *g = sets[s](t);
+            if (!g)
+                continue;
+            uint8_t *aux = aligned_alloc(64, (g->aux_bytes(n) + 64) & ~(size_t)63);
+            assert_non_null(aux);
+            bool r16 = g->gemv16 && w16;
+            for (int a = 0; a < CPU_PREFETCH_COUNT; a++, runs++) {
+                cpu_decode_prefetch_set(t, a);
+                memset(y, 0xff, sizeof(float) * nr);
+                g->prep(n, x, aux);
+                if (r16)
+                    g->gemv16(n, nr, y, w16, x, aux);
+                else
+                    g->gemv(n, nr, y, w, rb, x, aux);
+                for (int r = 0; r < nr; r++)
+                    if (memcmp(&y[r], &ref[r], sizeof(float)))
+                        fail_msg("%s n %d set %d rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), (int)n, (int)s,
+                                 cpu_prefetch_name(a), r, (double)y[r], (double)ref[r]);
+            }
+            free(aux);
         }
         cpu_decode_prefetch_set(t, -1);
         free(f);
@@ -152,8 +161,9 @@ static void test_rules_same_bits(void **state)
         free(w);
         free(w16);
         free(x);
-        free(aux);
     }
+    print_message("%d (type, kernel set, rule) runs\n", runs);
+    assert_true(runs >= 7 * CPU_PREFETCH_COUNT); /* at least the best set for each type and row length */
 }
 
 static void test_file_round_trip(void **state)

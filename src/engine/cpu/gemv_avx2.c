@@ -484,8 +484,8 @@ GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, f
                          aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
         float *sj = s + (size_t)j0 * lds;
 #define GV16_TILE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1, scratch + (size_t)(j) * rb, 0, \
-              NULL, 0, pf, 64)
+    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1,                \
+              scratch + (size_t)(j) * rb, 0, NULL, 0, pf, 64)
         GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
 #undef GV16_TILE
     }
