@@ -76,11 +76,11 @@
 
 #define GV16_TOUCH_NB 128 /* the Q4_0 decode gemv touches its column's blocks for rows of at most this many (gv16_tile) */
 
-/* The R16 gemv's prefetch on this CPU: *ahead bytes ahead of the stream, one line every returned bytes, or 0
- * (the K-quants' SPREAD rule) each block's lines one beside each load of its kernel (gvk16_tile). */
-GV_INLINE size_t gv16_prefetch_rule(enum dtype t, size_t *ahead)
+/* The R16 gemv's prefetch for type t under rule r (cpu_decode_prefetch(t), read once per call by the caller):
+ * *ahead bytes ahead of the stream, one line every returned bytes, or 0 (the K-quants' SPREAD rule) each
+ * block's lines one beside each load of its kernel (gvk16_tile). */
+GV_INLINE size_t gv16_prefetch_rule(enum dtype t, enum cpu_prefetch r, size_t *ahead)
 {
-    enum cpu_prefetch r = cpu_decode_prefetch(t);
     *ahead = r == CPU_PREFETCH_SPARSE ? GV_PF_SPARSE_AHEAD : GV_PF;
     if (r == CPU_PREFETCH_SPREAD && (t == DTYPE_Q4_K || t == DTYPE_Q6_K))
         return 0;
@@ -409,9 +409,11 @@ GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float
 {
     int64_t nb = n / QK8_0;
     size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
-    size_t ahead, pfs = gv16_prefetch_rule(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0, &ahead);
+    const enum dtype t = is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0;
+    const enum cpu_prefetch rule = cpu_decode_prefetch(t);
+    size_t ahead, pfs = gv16_prefetch_rule(t, rule, &ahead);
     int64_t ng = nr / 16;
-    if (cpu_decode_prefetch(is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0) == CPU_PREFETCH_TWIN && ng >= 2) {
+    if (rule == CPU_PREFETCH_TWIN && ng >= 2) {
         int64_t h = (ng + 1) / 2;
         for (int64_t i = 0; i < h; i++) {
             const uint8_t *g = w + (size_t)i * gbytes;
@@ -940,7 +942,8 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
-        size_t ahead, pfs = gv16_prefetch_rule(IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K, &ahead);                  \
+        const enum dtype t = IS_Q6 ? DTYPE_Q6_K : DTYPE_Q4_K;                                             \
+        size_t ahead, pfs = gv16_prefetch_rule(t, cpu_decode_prefetch(t), &ahead);                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
             gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs);                       \
