@@ -8,6 +8,7 @@
 #include "testutil.h"
 
 #include "engine/dtype.h"
+#include "engine/cpu/gemm_tiles.h"
 #include "engine/cpu/gemv.h"
 #include "engine/cpu/kernels.h"
 #include "engine/gguf/quant.h"
@@ -200,6 +201,50 @@ static void test_coverage(void **state)
     assert_null(gemv_ops_avx2(DTYPE_Q8_K));
 }
 
+/* gemm_prefetch_share: the tiles of a group, each asking at every block for the lines p, p + 64, .. below
+ * p + pfn from its share's start (as the R16 tiles' prefetch does), ask for every line of the next group and
+ * nothing outside it; at least a line a block where the group has one; at most min(nt, lines a block) tiles
+ * get a share, the rest NULL, and none without a next group. */
+static void test_prefetch_share(void **state)
+{
+    (void)state;
+    /* (a group's bytes a block, blocks): Q4_0 and Q8_0 at n 2048 / 8192, Q4_K, Q6_K, a group smaller than a line a
+     * block */
+    const size_t gbs[][2] = {{288, 64}, {288, 256}, {544, 64}, {2304, 8}, {2304, 32}, {3360, 8}, {3360, 32}, {32, 4}};
+    static unsigned char lines[3360 * 32 / 64 + 1];
+    for (size_t k = 0; k < sizeof gbs / sizeof gbs[0]; k++) {
+        size_t gb = gbs[k][0], nb = gbs[k][1], gbytes = gb * nb, nl = (gbytes + 63) / 64;
+        size_t want_k = gb / 64 ? gb / 64 : 1;
+        for (int nt = 1; nt <= 60; nt++) {
+            memset(lines, 0, sizeof lines);
+            const unsigned char *base = (const unsigned char *)(uintptr_t)4096; /* a line-aligned group */
+            int shares = 0;
+            for (int ti = 0; ti < nt; ti++) {
+                size_t pfn;
+                assert_null(gemm_prefetch_share(NULL, gbytes, ti, nt, (long)nb, &pfn));
+                const unsigned char *p = gemm_prefetch_share(base, gbytes, ti, nt, (long)nb, &pfn);
+                if (!p)
+                    continue;
+                shares++;
+                if (gb >= 64)
+                    assert_true(pfn >= 64);
+                for (size_t b = 0; b < nb; b++)
+                    for (size_t i = 0; i < pfn; i += 64) {
+                        size_t off = (size_t)(p - base) + b * pfn + i;
+                        if (off < gbytes)
+                            lines[off / 64] = 1;
+                        else /* past the group: only the last share's rounding, less than a block's share */
+                            assert_true(off < gbytes + pfn);
+                    }
+            }
+            assert_int_equal(shares, (size_t)nt < want_k ? (size_t)nt : want_k);
+            for (size_t l = 0; l < nl; l++)
+                if (!lines[l])
+                    fail_msg("group of %zu x %zu bytes, %d tiles: line %zu not asked for", nb, gb, nt, l);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_avx2_gemm),
+        cmocka_unit_test(test_prefetch_share),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,8 @@
  * leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps its own tile, whose
  * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
  * result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
- * group of rows (gemm_prefetch_first), and the decode gemv's prefetch of a line of weights ahead of its stream
+ * group of rows (gemm_prefetch_first), how the 256-bit tiles of a group share the prefetch of the next
+ * (gemm_prefetch_share), and the decode gemv's prefetch of a line of weights ahead of its stream
  * with the hint the decode rule chooses (gemv_prefetch_line, cpu_decode_prefetch).
  */
 #ifndef WAFER_ENGINE_GEMM_TILES_H
@@ -33,6 +34,26 @@ static inline void gemm_prefetch_first(const void *w, size_t bytes)
 {
     for (size_t i = 0; i < bytes; i += 64)
         __builtin_prefetch((const char *)w + i, 0, 3);
+}
+
+/* Tile ti of the nt tiles that read an R16 group (its halves times its column tiles, in the order they run): its
+ * share of the next group's gbytes at nxt, which it prefetches nb blocks a call, *pfn bytes of the share at
+ * each block's start (rounded up, so the blocks cover it); returns the share's start, or NULL without nxt or
+ * share. Shares of at least a line a block: the group is cut into min(nt, gbytes / (64 nb)) of them, for the
+ * first tiles. Why shares and not the whole next group from one tile: the lines then arrive at the rate the
+ * group is computed, not in a burst at the rate of one tile. The 256-bit tiles of 8 columns in batched decode
+ * read a group in two (Q4_0, Q8_0) or four (Q4_K, Q6_K) tiles; with the next group asked for by the first
+ * alone, the two cores asked for 2x or 4x their average rate, about the whole machine's bandwidth on the Intel
+ * Xeon family 6 model 207 (gemv_avx2.c, GV16_LOOPS, has the figures). */
+static inline const unsigned char *gemm_prefetch_share(const void *nxt, size_t gbytes, int ti, int nt, long nb,
+                                                       size_t *pfn)
+{
+    size_t k = gbytes / ((size_t)nb * 64);
+    k = k < (size_t)nt ? k : (size_t)nt;
+    k = k ? k : 1;
+    size_t a = gbytes * (size_t)ti / k, z = gbytes * (size_t)(ti + 1) / k;
+    *pfn = (z - a + (size_t)nb - 1) / (size_t)nb;
+    return nxt && (size_t)ti < k ? (const unsigned char *)nxt + a : NULL;
 }
 
 /* The decode gemv's prefetch of the weight line at p, ahead of the stream, with the hint the decode rule chooses

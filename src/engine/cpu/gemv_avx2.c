@@ -339,15 +339,16 @@ GV_INLINE void gv16_half(int is_q4, const int vnni, int64_t nb, const int NC, co
 /* NH halves (8 rows each, from half h0) of NG R16 groups (1, or 2 under the decode gemv's TWIN rule; a constant)
  * x NC columns: group g at grp + g gap, its sums at s + g sgap, s[c * lds + 8 (h0 + i) + r].
  * The columns: x and aux (their rows ldx and ldaux bytes apart), or with recs (a constant) their records at x
- * (gv16_records of exactly NC columns; aux unused). pf: NULL, or memory to prefetch into L2 as far along as
- * this tile reads its group (group g's at pf + g gap; the gemv: GV_PF ahead in the stream of groups, or
- * GV_PF_SPARSE_AHEAD; the gemm: the next group, during the first column tile of a group's first half), one line
- * every pfs bytes of it. vnni (a constant): the AVX-VNNI form (kernel_cpu_has_avx_vnni only). */
+ * (gv16_records of exactly NC columns; aux unused). pf: NULL, or memory to prefetch into L2, pfn bytes of it at
+ * each block's start (group g's at pf + g gap), one line every pfs bytes: the gemv its stream GV_PF ahead (or
+ * GV_PF_SPARSE_AHEAD), a group's block's bytes a block; the gemm this tile's share of the next group
+ * (gemm_prefetch_share, GV16_LOOPS). vnni (a constant): the AVX-VNNI form (kernel_cpu_has_avx_vnni only). */
 GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NG, size_t gap, size_t sgap, const int NH,
                          const int NC, float *s, size_t lds, const uint8_t *grp, int h0, const int recs,
-                         const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf, size_t pfs)
+                         const uint8_t *x, size_t ldx, const uint8_t *aux, size_t ldaux, const uint8_t *pf, size_t pfs,
+                         size_t pfn)
 {
-    const size_t bb = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0), nd = is_q4 ? 4 : 8;
+    const size_t nd = is_q4 ? 4 : 8;
     __m256 acc[4][8];
 #pragma GCC unroll 4
     for (int i = 0; i < NG * NH; i++)
@@ -381,7 +382,7 @@ GV_INLINE void gv16_tile(int is_q4, const int vnni, int64_t nb, const int NG, si
             const uint8_t *q = grp + g * gap + quant_r16_dwords(1, nd, nb, b);
             const uint8_t *hs = grp + g * gap + quant_r16_scales(1, nd, nb, b);
             if (pf)
-                gv_prefetch(pf + g * gap + (size_t)b * 16 * bb, 16 * bb, pfs);
+                gv_prefetch(pf + g * gap + (size_t)b * pfn, pfn, pfs);
 #pragma GCC unroll 2
             for (int i = 0; i < NH; i++)
                 gv16_half(is_q4, vnni, nb, NC, q, hs, h0 + i, b, recs, x, ldx, aux, ldaux, acc[g * NH + i]);
@@ -408,7 +409,8 @@ GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float
                          const uint8_t *aux)
 {
     int64_t nb = n / QK8_0;
-    size_t gbytes = (size_t)nb * 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0));
+    const size_t gb = 16 * (is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0)); /* a block's, a group */
+    size_t gbytes = (size_t)nb * gb;
     const enum dtype t = is_q4 ? DTYPE_Q4_0 : DTYPE_Q8_0;
     const enum cpu_prefetch rule = cpu_decode_prefetch(t);
     size_t ahead, pfs = gv16_prefetch_rule(t, rule, &ahead);
@@ -419,43 +421,55 @@ GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float
             const uint8_t *g = w + (size_t)i * gbytes;
             if (i + h < ng) /* NG a constant in each call, so the accumulators stay in registers */
                 gv16_tile(is_q4, vnni, nb, 2, (size_t)h * gbytes, (size_t)h * 16, 2, 1, y + i * 16, 0, g, 0, 0, x,
-                          0, aux, 0, g + ahead, pfs);
+                          0, aux, 0, g + ahead, pfs, gb);
             else
-                gv16_tile(is_q4, vnni, nb, 1, 0, 0, 2, 1, y + i * 16, 0, g, 0, 0, x, 0, aux, 0, g + ahead, pfs);
+                gv16_tile(is_q4, vnni, nb, 1, 0, 0, 2, 1, y + i * 16, 0, g, 0, 0, x, 0, aux, 0, g + ahead, pfs, gb);
         }
         return;
     }
     for (int64_t i = 0; i < ng; i++)
         gv16_tile(is_q4, vnni, nb, 1, 0, 0, 2, 1, y + i * 16, 0, w + (size_t)i * gbytes, 0, 0, x, 0, aux, 0,
-                  w + (size_t)i * gbytes + ahead, pfs);
+                  w + (size_t)i * gbytes + ahead, pfs, gb);
 }
 
 /* The R16 gemm's loops, shared by the Q8_0 / Q4_0 and the K-quant kernels: column cache blocks of jb
  * columns, each 16-row group's two halves (8 rows each), tiles of C columns, then one tile of the last 1 to
  * C - 1 columns with their count as a constant (which keeps the accumulators in registers). TILE(NC, i, j, h,
- * g, pf) runs the tile of NC columns from j on half h of the group g of rows i..i+15; pf is the next group
- * (prefetched while the first column tile of a group's first half reads this one) or NULL; the first group
- * is asked for at the start (gemm_prefetch_first). */
-#define GV16_LOOPS(C, jb, nr, nc, gbytes, w, TILE)                                                           \
+ * g, pf, pfn) runs the tile of NC columns from j on half h of the group g of rows i..i+15, prefetching its share
+ * of the next group, pfn bytes a block from pf (or NULL: gemm_prefetch_share), so that the next group arrives
+ * over all of this one's tiles; the first group is asked for at the start (gemm_prefetch_first). Until stop 49
+ * the first column tile of a group's first half asked for the whole next group: in batched decode (8 columns,
+ * one tile a half for Q4_0 / Q8_0, two of 4 columns for the K-quants) that asked for lines at 2x / 4x the rate
+ * the group was computed. On the Intel Xeon family 6 model 207 with WAFER_NO_AVX512=1 (`wafer bench --stream
+ * TYPE -t 2 -b 8`, old and new builds alternated, GMAC/s from memory / from the cores' L2): Q4_0 (AVX-VNNI)
+ * 174-194 / 229-232 -> 224-228 / 222-238, Q4_K 97-145 / 108-180 -> 143-171 / 146-172, Q6_K 94-110 / 126-144 ->
+ * 111-121 / 119-130; 1B 8-sequence decode (`wafer bench -p 0 -n 64 -r 2 -t 2 --batch 8`, 3 pairs) Q4_0 with
+ * AVX-VNNI 161.9-163.8 -> 182.6-187.0 tokens/s, AVX2 alone 135.7-135.8 -> 146.5-147.9, Q4_K_M 122.1-124.1 ->
+ * 141.8-146.9; pp512 level or faster (Q4_0 191.7-194.8 -> 196.1-198.4, Q4_K_M 151.7-154.1 -> 155.0-155.8). */
+#define GV16_LOOPS(C, jb, nr, nc, gbytes, nb, w, TILE)                                                       \
     gemm_prefetch_first((w), (gbytes));                                                                      \
     for (int j0 = 0; j0 < (nc); j0 += (jb)) {                                                                \
-        int j1 = (nc) - j0 < (jb) ? (nc) : j0 + (jb);                                                        \
+        int j1 = (nc) - j0 < (jb) ? (nc) : j0 + (jb), ntc = (j1 - j0 + (C) - 1) / (C); /* tiles a half */    \
         for (int i = 0; i < (nr); i += 16) {                                                                 \
             const uint8_t *g = (w) + (size_t)(i / 16) * (gbytes), *nxt = i + 16 < (nr) ? g + (gbytes) : NULL; \
             for (int h = 0; h < 2; h++) {                                                                    \
                 int j = j0;                                                                                  \
-                for (; j + (C) <= j1; j += (C))                                                              \
-                    TILE(C, i, j, h, g, h == 0 && j == j0 ? nxt : NULL);                                     \
-                const uint8_t *rn = h == 0 && j == j0 ? nxt : NULL;                                          \
+                size_t pfn;                                                                                  \
+                for (; j + (C) <= j1; j += (C)) {                                                            \
+                    const uint8_t *pf = gemm_prefetch_share(nxt, (gbytes), h * ntc + (j - j0) / (C), 2 * ntc, \
+                                                            (nb), &pfn);                                     \
+                    TILE(C, i, j, h, g, pf, pfn);                                                            \
+                }                                                                                            \
+                const uint8_t *rn = gemm_prefetch_share(nxt, (gbytes), h * ntc + ntc - 1, 2 * ntc, (nb), &pfn); \
                 _Static_assert((C) <= 8, "remainder cases: 1 to 7 columns");                                 \
                 switch (j1 - j) {                                                                            \
-                case 7: if (7 < (C)) TILE(7 < (C) ? 7 : 1, i, j, h, g, rn); break;                          \
-                case 6: if (6 < (C)) TILE(6 < (C) ? 6 : 1, i, j, h, g, rn); break;                          \
-                case 5: if (5 < (C)) TILE(5 < (C) ? 5 : 1, i, j, h, g, rn); break;                          \
-                case 4: if (4 < (C)) TILE(4 < (C) ? 4 : 1, i, j, h, g, rn); break;                          \
-                case 3: if (3 < (C)) TILE(3 < (C) ? 3 : 1, i, j, h, g, rn); break;                          \
-                case 2: if (2 < (C)) TILE(2 < (C) ? 2 : 1, i, j, h, g, rn); break;                          \
-                case 1: TILE(1, i, j, h, g, rn); break;                                                      \
+                case 7: if (7 < (C)) TILE(7 < (C) ? 7 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 6: if (6 < (C)) TILE(6 < (C) ? 6 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 5: if (5 < (C)) TILE(5 < (C) ? 5 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 4: if (4 < (C)) TILE(4 < (C) ? 4 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 3: if (3 < (C)) TILE(3 < (C) ? 3 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 2: if (2 < (C)) TILE(2 < (C) ? 2 : 1, i, j, h, g, rn, pfn); break;                     \
+                case 1: TILE(1, i, j, h, g, rn, pfn); break;                                                 \
                 default: break;                                                                              \
                 }                                                                                            \
             }                                                                                                \
@@ -470,9 +484,9 @@ GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, f
     const size_t rb = (size_t)nb * GV16_REC; /* a column's records */
     if (nc <= GV16_C_ONE) { /* one tile (of nc columns, the only j being 0) on the records */
         gv16_records(nb, nc, x, ldx, aux, ldaux, scratch);
-#define GV16_TILE_ONE(NC, i, j, h, g, pf) \
-    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64)
-        GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, w, GV16_TILE_ONE)
+#define GV16_TILE_ONE(NC, i, j, h, g, pf, pfn) \
+    gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, s + (i), lds, g, h, 1, scratch, 0, NULL, 0, pf, 64, pfn)
+        GV16_LOOPS(GV16_C_ONE, GV16_C_ONE, nr, nc, gbytes, nb, w, GV16_TILE_ONE)
 #undef GV16_TILE_ONE
         return;
     }
@@ -485,10 +499,10 @@ GV_INLINE void gv16_gemm(int is_q4, const int vnni, int64_t n, int nr, int nc, f
             gv16_records(nb, m - j < GV16_C ? m - j : GV16_C, x + (size_t)(j0 + j) * ldx, ldx,
                          aux + (size_t)(j0 + j) * ldaux, ldaux, scratch + (size_t)j * rb);
         float *sj = s + (size_t)j0 * lds;
-#define GV16_TILE(NC, i, j, h, g, pf) \
+#define GV16_TILE(NC, i, j, h, g, pf, pfn) \
     gv16_tile(is_q4, vnni, nb, 1, 0, 0, 1, NC, sj + (size_t)(j) * lds + (i), lds, g, h, 1,                \
-              scratch + (size_t)(j) * rb, 0, NULL, 0, pf, 64)
-        GV16_LOOPS(GV16_C, m, nr, m, gbytes, w, GV16_TILE)
+              scratch + (size_t)(j) * rb, 0, NULL, 0, pf, 64, pfn)
+        GV16_LOOPS(GV16_C, m, nr, m, gbytes, nb, w, GV16_TILE)
 #undef GV16_TILE
     }
 }
@@ -883,15 +897,18 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
- * pf, pfs: what to prefetch into L2, as gv16_tile, except that pfs 0 (the gemm, and the gemv under the SPREAD
- * rule) spreads each block's lines over its kernel's loads, one beside each, as the AVX-512 K-quant gemm does
- * (gemv_avx512k.c, ak16_tile, says why). Zen 5 with WAFER_NO_AVX512, 2 threads, 8 columns from memory (`wafer
- * bench --stream q4_k -b 8`, two rounds alternated): kernels / plain read Q4_K 0.23-0.25 -> 0.28, Q6_K
- * 0.21-0.24 -> 0.31-0.32. The gemv on the Intel Xeon family 6 model 207 (WAFER_NO_AVX512=1, `wafer bench
- * --stream TYPE -t 2`, three rounds alternated, stop 48), every line at the block's start / spread: Q6_K
- * 0.82-0.85 / 0.88-0.94, Q4_K 0.91 / 0.93-0.99 (into L1 instead: Q4_K 0.81-0.85, Q6_K 0.87-0.94). */
+ * pf, pfs, pfn: what to prefetch into L2, as gv16_tile, except that pfs 0 (the gemv under the SPREAD rule; pfn
+ * a group's block) spreads each block's lines over its kernel's loads, one beside each, as the AVX-512 K-quant
+ * gemm does (gemv_avx512k.c, ak16_tile, says why). The gemv on the Intel Xeon family 6 model 207
+ * (WAFER_NO_AVX512=1, `wafer bench --stream TYPE -t 2`, three rounds alternated, stop 48), every line at the
+ * block's start / spread: Q6_K 0.82-0.85 / 0.88-0.94, Q4_K 0.91 / 0.93-0.99 (into L1 instead: Q4_K 0.81-0.85,
+ * Q6_K 0.87-0.94). The gemm spread its next group that way too from stop 33 (Zen 5 with WAFER_NO_AVX512, 8
+ * columns from memory, `wafer bench --stream q4_k -b 8`: kernels / plain read Q4_K 0.23-0.25 -> 0.28, Q6_K
+ * 0.21-0.24 -> 0.31-0.32), all of it in a group's first tile; since stop 49 each tile asks for its share of it
+ * (GV16_LOOPS), a few lines at each block's start: beside the loads, a share's run-time length cost the 8-column
+ * tiles from L2 Q4_K 178 -> 147 GMAC/s, Q6_K 138 -> 120 (2 threads, the Xeon). */
 GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
-                          int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs)
+                          int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs, size_t pfn)
 {
     const size_t bb = is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k);
     __m256 acc[2][GVK16_C];
@@ -904,7 +921,7 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
         /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
         const uint8_t *pfb = pf && !pfs ? pf + (size_t)b * 16 * bb : NULL;
         if (pf && !pfb)
-            gv_prefetch(pf + (size_t)b * 16 * bb, 16 * bb, pfs ? pfs : 64);
+            gv_prefetch(pf + (size_t)b * pfn, pfn, pfs);
         const struct block_q8_k *bx[GVK16_C];
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
@@ -932,9 +949,9 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
     int64_t nb = n / QK_K;
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = gemm_col_block(ldx, GVK16_C);
-#define GVK16_TILE(NC, i, j, h, g, pf) \
-    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 0)
-    GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, w, GVK16_TILE)
+#define GVK16_TILE(NC, i, j, h, g, pf, pfn) \
+    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 64, pfn)
+    GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, nb, w, GVK16_TILE)
 #undef GVK16_TILE
 }
 
@@ -946,7 +963,7 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
         size_t ahead, pfs = gv16_prefetch_rule(t, cpu_decode_prefetch(t), &ahead);                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs);                       \
+            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs, (BS) * 16);            \
         }                                                                                                  \
     }                                                                                                      \
     static void gvk16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, \
