@@ -90,7 +90,8 @@ static void test_candidates_and_set(void **state)
  * row. Every rule, not only the candidates of the instruction set in use, so that the AVX2 kernels' TWIN and
  * SPREAD paths run on CPUs with AVX-512 too (a rule a kernel does not know reads as EVERY). 5 groups of 16 rows
  * (TWIN pairs two and leaves one alone), and for Q4_0 / Q8_0 also rows of an odd number of blocks (the
- * gemv16's lone last block). */
+ * gemv16's lone last block). Each rule with the AVX-512 K-quants' spread prefetch into L1 and into L2
+ * (WAFER_SPREAD_HINT, cpu_kquant_spread_l2: their own instances of the kernels). */
 static void test_rules_same_bits(void **state)
 {
     (void)state;
@@ -139,8 +140,10 @@ static void test_rules_same_bits(void **state)
             uint8_t *aux = aligned_alloc(64, (g->aux_bytes(n) + 64) & ~(size_t)63);
             assert_non_null(aux);
             bool r16 = g->gemv16 && w16;
-            for (int a = 0; a < CPU_PREFETCH_COUNT; a++, runs++) {
-                cpu_decode_prefetch_set(t, a);
+            for (int a = 0; a < 2 * CPU_PREFETCH_COUNT; a++, runs++) {
+                cpu_decode_prefetch_set(t, a / 2);
+                setenv("WAFER_SPREAD_HINT", a % 2 ? "l2" : "l1", 1);
+                assert_int_equal(cpu_kquant_spread_l2(), a % 2);
                 memset(y, 0xff, sizeof(float) * nr);
                 g->prep(n, x, aux);
                 if (r16)
@@ -149,12 +152,14 @@ static void test_rules_same_bits(void **state)
                     g->gemv(n, nr, y, w, rb, x, aux);
                 for (int r = 0; r < nr; r++)
                     if (memcmp(&y[r], &ref[r], sizeof(float)))
-                        fail_msg("%s n %d set %d rule %s row %d: %.9g, vec_dot %.9g", dtype_name(t), (int)n, (int)s,
-                                 cpu_prefetch_name(a), r, (double)y[r], (double)ref[r]);
+                        fail_msg("%s n %d set %d rule %s (spread into L%d) row %d: %.9g, vec_dot %.9g", dtype_name(t),
+                                 (int)n, (int)s, cpu_prefetch_name(a / 2), 1 + a % 2, r, (double)y[r], (double)ref[r]);
             }
             free(aux);
         }
         cpu_decode_prefetch_set(t, -1);
+        unsetenv("WAFER_SPREAD_HINT");
+        assert_int_equal(cpu_kquant_spread_l2(), !cpu_is_amd()); /* the built-in choice */
         free(f);
         free(y);
         free(ref);
@@ -163,7 +168,7 @@ static void test_rules_same_bits(void **state)
         free(x);
     }
     print_message("%d (type, kernel set, rule) runs\n", runs);
-    assert_true(runs >= 7 * CPU_PREFETCH_COUNT); /* at least the best set for each type and row length */
+    assert_true(runs >= 14 * CPU_PREFETCH_COUNT); /* at least the best set for each type and row length */
 }
 
 static void test_file_round_trip(void **state)

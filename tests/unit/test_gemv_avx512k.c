@@ -202,9 +202,16 @@ static void test_f16(void **state)
     unsetenv("WAFER_F16_GEMM");
 }
 
-/* The R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks. */
+/* The R16 kernels: 1-4 groups, every column remainder, random scale / min / code bits, column blocks; the
+ * AVX-512 gemm's spread prefetch into L1 and into L2 (cpu_kquant_spread_l2: its own instances of the tiles). */
 static void check_r16(enum dtype t)
 {
+    for (int hint = 0; hint < 2; hint++) {
+        setenv("WAFER_SPREAD_HINT", hint ? "l2" : "l1", 1);
+        check(t, 2048, 48, 8, 400 + (uint64_t)hint, 3); /* batched decode's shape: one tile of 8 columns */
+        check(t, 256 * 3, 32, 13, 402 + (uint64_t)hint, 0); /* a full tile and a remainder */
+    }
+    unsetenv("WAFER_SPREAD_HINT");
     for (int g = 1; g <= 4; g++)
         for (int nc = 1; nc <= 9; nc++)
             check(t, 256 * (1 + (g + nc) % 4), 16 * g + nc % 3, nc, 200 + (uint64_t)(g * 7 + nc), nc % 2 ? 3 : 0);

@@ -274,3 +274,9 @@ bool cpu_f16_gemm_whole_rows(void)
     int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");
     return e >= 0 ? e : cpu_is_amd_family_19_or_1a() || cpu_is_intel_207();
 }
+
+bool cpu_kquant_spread_l2(void)
+{
+    int e = cpu_env_choice("WAFER_SPREAD_HINT", "l2", "l1");
+    return e >= 0 ? e : !cpu_is_amd();
+}
