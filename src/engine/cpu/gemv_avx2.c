@@ -442,8 +442,8 @@ GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float
  * one tile a half for Q4_0 / Q8_0, two of 4 columns for the K-quants) that asked for lines at 2x / 4x the rate
  * the group was computed. On the Intel Xeon family 6 model 207 with WAFER_NO_AVX512=1 (`wafer bench --stream
  * TYPE -t 2 -b 8`, old and new builds alternated, GMAC/s from memory / from the cores' L2): Q4_0 (AVX-VNNI)
- * 174-194 / 229-232 -> 224-228 / 222-238, Q4_K 97-145 / 108-180 -> 143-171 / 146-172, Q6_K 94-110 / 126-144 ->
- * 111-121 / 119-130; 1B 8-sequence decode (`wafer bench -p 0 -n 64 -r 2 -t 2 --batch 8`, 3 pairs) Q4_0 with
+ * 187.6-193.5 / 225.7-227.6 -> 224.1 / 225.2, Q4_K 140.2-141.8 / 173.4-175.9 -> 164.8-168.5 / 161.9-170.6, Q6_K
+ * 107.0-108.6 / 136.9-139.0 -> 124.5-128.4 / 131.9-135.4; 1B 8-sequence decode (`wafer bench -p 0 -n 64 -r 2 -t 2 --batch 8`, 3 pairs) Q4_0 with
  * AVX-VNNI 161.9-163.8 -> 182.6-187.0 tokens/s, AVX2 alone 135.7-135.8 -> 146.5-147.9, Q4_K_M 122.1-124.1 ->
  * 141.8-146.9; pp512 level or faster (Q4_0 191.7-194.8 -> 196.1-198.4, Q4_K_M 151.7-154.1 -> 155.0-155.8). */
 #define GV16_LOOPS(C, jb, nr, nc, gbytes, nb, w, TILE)                                                       \
