@@ -21,10 +21,15 @@
 #include <string.h>
 
 /* The kernel sets under test: F16 only AVX-512's (test_gemv checks AVX2's F16 gemv), the K-quants also AVX2's
- * (its R16 gemv16 / gemm16 and rows gemv). */
+ * (its R16 gemv16 / gemm16 and rows gemv) and, on a CPU with AVX-VNNI, AVX2 with AVX-VNNI's (its Q4_K). */
+#define TEST_SETS 3
 static const struct gemv_ops *test_set(int i, enum dtype t)
 {
-    return i == 0 ? gemv_ops_avx512k(t) : t == DTYPE_F16 ? NULL : gemv_ops_avx2(t);
+    if (i == 0)
+        return gemv_ops_avx512k(t);
+    if (t == DTYPE_F16)
+        return NULL;
+    return i == 1 ? gemv_ops_avx2(t) : gemv_ops_avx2_vnni(t);
 }
 
 static void ops_or_skip(enum dtype t)
@@ -160,7 +165,7 @@ static void check_set(const struct gemv_ops *gv, enum dtype t, int64_t n, int nr
 static void check(enum dtype t, int64_t n, int nr, int nc, uint64_t seed, int extreme)
 {
     int ran = 0;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < TEST_SETS; i++)
         if (test_set(i, t)) {
             check_set(test_set(i, t), t, n, nr, nc, seed, extreme);
             ran++;
@@ -253,6 +258,8 @@ static void test_coverage(void **state)
         assert_non_null(test_set(i, DTYPE_Q4_K)->gemm16);
         assert_non_null(test_set(i, DTYPE_Q6_K)->gemv16);
     }
+    if (kernel_cpu_has_avx_vnni()) /* AVX-VNNI's Q4_K, in R16 too */
+        assert_non_null(gemv_ops_avx2_vnni(DTYPE_Q4_K)->gemm16);
     const enum dtype ts[] = {DTYPE_F16, DTYPE_Q4_K, DTYPE_Q6_K};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
         assert_non_null(gemv_ops_avx512k(ts[i]));

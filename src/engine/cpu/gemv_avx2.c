@@ -1,8 +1,8 @@
 /*
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
  * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; Intel's client CPUs and E-core Xeons,
- * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels use: gemv_ops_avx2_vnni, below), the Q4_K / Q6_K gemm in the R16
- * layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled with -mavx2 -mfma -mf16c
+ * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels and the Q4_K / Q6_K gemm use: gemv_ops_avx2_vnni, below), the Q4_K /
+ * Q6_K gemm in the R16 layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled with -mavx2 -mfma -mf16c
  * (AVX-VNNI's one instruction by inline assembly, gv_dpbusd); gemv_ops_avx2 hands them out only when
  * kernel_cpu_has_avx2() says the CPU has them, gemv_ops_avx2_vnni the AVX-VNNI ones only with
  * kernel_cpu_has_avx_vnni() (gemv.c chooses).
@@ -651,7 +651,11 @@ GV_INLINE void gv_tile_q6_k(int64_t nb, const int NR, float *y, const uint8_t *w
  *     2 maddubs, an add, a madd by the signed scale, twice; the codes' +32 comes off as 32 x sum_g sc_g x
  *     bsums_g (8 madds).
  * Then per 8 rows and block one convert and one FMA (Q4_K: two of each). Each column's integer chains are
- * pinned in order (SIMD_KEEP), as in the Q4_0 tile above. */
+ * pinned in order (SIMD_KEEP), as in the Q4_0 tile above.
+ * With AVX-VNNI (the vnni tiles, gemv_ops_avx2_vnni; since stop 49) a sub-block's (Q4_K) or group's (Q6_K)
+ * dwords go straight into int32 lanes by vpdpbusd, and one vpmulld by the rows' scale (an int32 per dword,
+ * gvk_pick32 / gvk_pick32_s8) adds them into S; the mins' and offsets' sums take vpdpwssd. The same exact
+ * int32 S, so the same bits. The lone column (decode: GVK16_GEMV) keeps the maddubs form. */
 
 /* gemm tile: columns (of 8 rows). One Zen 5 core, n 2048 x 512 rows from L2, 8 / 64 columns, GMAC/s (noisy
  * minutes): Q4_K 2 columns 91-106 / 92-107, 3 89-111 / 98-116, 4 101-119 / 107-126; Q6_K 2 55-70 / 63-74,
@@ -667,6 +671,21 @@ GV_INLINE __m256i gvk_pick(__m256i v, int j)
     return _mm256_shuffle_epi8(v, _mm256_add_epi32(_mm256_set1_epi32((int)(0x80008000u | (uint32_t)j * 0x10001u)), off));
 }
 
+/* s int32 per dword: byte j (0-3) of each dword of v, zero-extended (the AVX-VNNI Q4_K tile's scales). */
+GV_INLINE __m256i gvk_pick32(__m256i v, int j)
+{
+    const __m256i off = _mm256_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12);
+    return _mm256_shuffle_epi8(v, _mm256_add_epi32(_mm256_set1_epi32((int)(0x80808000u | (uint32_t)j)), off));
+}
+
+/* s int32 per dword: byte j (0-3) of each dword of v, sign-extended (the AVX-VNNI Q6_K tile's scales). */
+GV_INLINE __m256i gvk_pick32_s8(__m256i v, int j)
+{
+    const __m256i off = _mm256_setr_epi32(0, 0x04000000, 0x08000000, 0x0c000000, 0, 0x04000000, 0x08000000, 0x0c000000);
+    __m256i c = _mm256_add_epi32(_mm256_set1_epi32((int)(0x00808080u | (uint32_t)j << 24)), off);
+    return _mm256_srai_epi32(_mm256_shuffle_epi8(v, c), 24);
+}
+
 /* [s_j, s_k] int16 per dword: bytes j and k (0-3) of each dword of v, sign-extended (Q6_K's scales). */
 GV_INLINE __m256i gvk_pick_s8(__m256i v, int j, int k)
 {
@@ -677,21 +696,27 @@ GV_INLINE __m256i gvk_pick_s8(__m256i v, int j, int k)
 
 /* sum over l of the rows' int16 pair p[l] (one per dword) times the activation's bsums pair l (bsums 2l,
  * 2l + 1): Q4_K's mins term and Q6_K's offset term of a block, per row. */
-GV_INLINE __m256i gvk_dot_bsums(const struct block_q8_k *bx, const __m256i p[8])
+GV_INLINE __m256i gvk_dot_bsums(const int vnni, const struct block_q8_k *bx, const __m256i p[8])
 {
     __m256i t = _mm256_setzero_si256();
 #pragma GCC unroll 8
     for (int l = 0; l < 8; l++) {
         int32_t bs;
         memcpy(&bs, bx->bsums + 2 * l, 4);
-        t = _mm256_add_epi32(t, _mm256_madd_epi16(p[l], _mm256_set1_epi32(bs)));
+        if (vnni) /* vpdpwssd: the madd and the add in one, the same exact sums */
+            __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(t) : "x"(p[l]), "x"(_mm256_set1_epi32(bs)));
+        else
+            t = _mm256_add_epi32(t, _mm256_madd_epi16(p[l], _mm256_set1_epi32(bs)));
     }
     return t;
 }
 
 /* Q4_K block b of half h (8 rows) of the group at grp (nb blocks) x NC columns' blocks bx[c]: acc[c] gets
- * kernels.c's two fmas. */
-GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
+ * kernels.c's two fmas. vnni (a constant; kernel_cpu_has_avx_vnni only): each sub-block's 8 dwords go into int32
+ * lanes by vpdpbusd (at most 32 x 15 x 128 a row) and one vpmulld by the rows' scale adds them into S: 10
+ * instructions per (8 rows, column, sub-block) where maddubs, its 16-bit adds and the madd take 17; the same
+ * exact S. */
+GV_INLINE void gvk16_block_q4_k(const int vnni, const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
                                 const struct block_q8_k *const *bx, __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q = grp + quant_r16_dwords(2, 35, nb, b) + 32 * h, *hs = grp + quant_r16_scales(2, 35, nb, b);
@@ -722,15 +747,19 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
             for (int c = 0; c < NC; c++) {
                 int32_t y;
                 memcpy(&y, xj[c] + 4 * l, 4);
+                if (vnni) {
+                    p[c] = gv_dpbusd(l ? p[c] : _mm256_setzero_si256(), v, _mm256_set1_epi32(y));
+                    continue;
+                }
                 __m256i t = _mm256_maddubs_epi16(v, _mm256_set1_epi32(y));
                 p[c] = l ? _mm256_add_epi16(p[c], t) : t;
                 SIMD_KEEP(p[c]);
             }
         }
-        __m256i sp = gvk_pick(sc[j >> 2], j & 3);
+        __m256i sp = vnni ? gvk_pick32(sc[j >> 2], j & 3) : gvk_pick(sc[j >> 2], j & 3);
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++) {
-            __m256i t = _mm256_madd_epi16(p[c], sp);
+            __m256i t = vnni ? _mm256_mullo_epi32(p[c], sp) : _mm256_madd_epi16(p[c], sp);
             S[c] = j ? _mm256_add_epi32(S[c], t) : t;
             SIMD_KEEP(S[c]);
         }
@@ -746,7 +775,7 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
         mp[j] = gvk_pick(mn[j >> 2], j & 3);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        __m256i M = gvk_dot_bsums(bx[c], mp);
+        __m256i M = gvk_dot_bsums(vnni, bx[c], mp);
         __m256 dx = _mm256_set1_ps(bx[c]->d);
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_mul_ps(dw, dx), acc[c]);
         acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), acc[c]);
@@ -756,7 +785,7 @@ GV_INLINE void gvk16_block_q4_k(const uint8_t *grp, int64_t nb, int64_t b, int h
 /* A Q6_K block's end for half h and NC columns (its R16 scales at hs, dwords of the half at q): S[c] (8 rows'
  * sums of codes 0..63 times the activation) less the codes' +32, 32 x sum_g scale_g x bsums_g, then kernels.c's
  * FMA into acc[c]. */
-GV_INLINE void gvk16_q6_k_end(const uint8_t *hs, int h, const uint8_t *q, const int NC,
+GV_INLINE void gvk16_q6_k_end(const int vnni, const uint8_t *hs, int h, const uint8_t *q, const int NC,
                               const struct block_q8_k *const *bx, const __m256i *S, __m256 *acc)
 {
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
@@ -767,7 +796,7 @@ GV_INLINE void gvk16_q6_k_end(const uint8_t *hs, int h, const uint8_t *q, const 
                             (2 * l) & 3, (2 * l + 1) & 3);
 #pragma GCC unroll 8
     for (int c = 0; c < NC; c++) {
-        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(bx[c], sp), 5));
+        __m256i t = _mm256_sub_epi32(S[c], _mm256_slli_epi32(gvk_dot_bsums(vnni, bx[c], sp), 5));
         acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(dw, _mm256_set1_ps(bx[c]->d)), acc[c]);
     }
 }
@@ -786,8 +815,10 @@ GV_INLINE __m256i gvk_q6_k_code3(__m256i a, __m256i b, __m256i c)
 
 /* Q6_K block b of half h, as gvk16_block_q4_k: step (hq, qt) is 32 elements, code qt of R16's triple (ql's
  * dwords 16hq + l and 16hq + 8 + l, qh's 32 + 8hq + l; quant.h) against the activation's bytes
- * 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. */
-GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
+ * 128hq + 32qt + 4l..; dwords 0-3 are group 8hq + 2qt, 4-7 group 8hq + 2qt + 1. vnni (a constant; AVX-VNNI
+ * only): a group's 4 dwords into int32 lanes by vpdpbusd, times its scale by one vpmulld (6 instructions per
+ * 8 rows, column and group where the maddubs form takes 10); the same exact S. */
+GV_INLINE void gvk16_block_q6_k(const int vnni, const uint8_t *grp, int64_t nb, int64_t b, int h, const int NC,
                                 const struct block_q8_k *const *bx, __m256 *acc, const uint8_t *pf)
 {
     const uint8_t *q0 = grp + quant_r16_dwords(1, 52, nb, b) + 32 * h, *hs = grp + quant_r16_scales(1, 52, nb, b);
@@ -823,11 +854,24 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
                 for (int c = 0; c < NC; c++) {
                     int32_t y;
                     memcpy(&y, xq[c] + 4 * l, 4);
+                    if (vnni) {
+                        p[c] = gv_dpbusd(l & 3 ? p[c] : _mm256_setzero_si256(), qv, _mm256_set1_epi32(y));
+                        continue;
+                    }
                     __m256i t = _mm256_maddubs_epi16(qv, _mm256_set1_epi32(y));
                     p[c] = l & 1 ? _mm256_add_epi16(p[c], t) : t;
                     SIMD_KEEP(p[c]);
                 }
-                if (l & 1) { /* two dwords of group 8hq + 2qt + l / 4 */
+                if (vnni && (l & 3) == 3) { /* group 8hq + 2qt + l / 4's four dwords */
+                    __m256i sp = gvk_pick32_s8(sd, (2 * qt + (l >> 2)) & 3);
+#pragma GCC unroll 8
+                    for (int c = 0; c < NC; c++) {
+                        __m256i t = _mm256_mullo_epi32(p[c], sp);
+                        S[c] = hq || qt || l > 3 ? _mm256_add_epi32(S[c], t) : t;
+                        SIMD_KEEP(S[c]);
+                    }
+                }
+                if (!vnni && (l & 1)) { /* two dwords of group 8hq + 2qt + l / 4 */
                     int g = (2 * qt + (l >> 2)) & 3;
                     __m256i sp = gvk_pick_s8(sd, g, g);
 #pragma GCC unroll 8
@@ -840,7 +884,7 @@ GV_INLINE void gvk16_block_q6_k(const uint8_t *grp, int64_t nb, int64_t b, int h
             }
         }
     }
-    gvk16_q6_k_end(hs, h, q0, NC, bx, S, acc);
+    gvk16_q6_k_end(vnni, hs, h, q0, NC, bx, S, acc);
 }
 
 /* Q6_K block b of half h against one column (decode), as gvk16_block_q6_k but reading the block once in its
@@ -893,7 +937,7 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
             }
         }
     }
-    gvk16_q6_k_end(hs, h, q, 1, &bx, &S, acc);
+    gvk16_q6_k_end(0, hs, h, q, 1, &bx, &S, acc);
 }
 
 /* NH halves (from half h0) of the K-quant (is_q6) group at grp x NC columns: s[c * lds + 8 (h0 + i) + r].
@@ -907,7 +951,8 @@ GV_INLINE void gvk16_block_q6_k_1(const uint8_t *grp, int64_t nb, int64_t b, int
  * 0.21-0.24 -> 0.31-0.32), all of it in a group's first tile; since stop 49 each tile asks for its share of it
  * (GV16_LOOPS), a few lines at each block's start: beside the loads, a share's run-time length cost the 8-column
  * tiles from L2 Q4_K 178 -> 147 GMAC/s, Q6_K 138 -> 120 (2 threads, the Xeon). */
-GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, float *s, size_t lds, const uint8_t *grp,
+GV_INLINE void gvk16_tile(int is_q6, const int vnni, int64_t nb, const int NH, const int NC, float *s, size_t lds,
+                          const uint8_t *grp,
                           int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs, size_t pfn)
 {
     const size_t bb = is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k);
@@ -931,9 +976,9 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             if (is_q6 && NC == 1)
                 gvk16_block_q6_k_1(grp, nb, b, h0 + i, bx[0], acc[i], i ? NULL : pfb);
             else if (is_q6)
-                gvk16_block_q6_k(grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
+                gvk16_block_q6_k(vnni, grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
             else
-                gvk16_block_q4_k(grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
+                gvk16_block_q4_k(vnni, grp, nb, b, h0 + i, NC, bx, acc[i], i ? NULL : pfb);
         }
     }
 #pragma GCC unroll 2
@@ -943,19 +988,22 @@ GV_INLINE void gvk16_tile(int is_q6, int64_t nb, const int NH, const int NC, flo
             _mm256_storeu_ps(s + (size_t)c * lds + 8 * (h0 + i), acc[i][c]);
 }
 
-GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w, const uint8_t *x,
-                          size_t ldx)
+GV_INLINE void gvk16_gemm(int is_q6, const int vnni, int64_t n, int nr, int nc, float *s, size_t lds, const uint8_t *w,
+                          const uint8_t *x, size_t ldx)
 {
     int64_t nb = n / QK_K;
     size_t gbytes = (size_t)nb * 16 * (is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k));
     int jb = gemm_col_block(ldx, GVK16_C);
 #define GVK16_TILE(NC, i, j, h, g, pf, pfn) \
-    gvk16_tile(is_q6, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 64, pfn)
+    gvk16_tile(is_q6, vnni, nb, 1, NC, s + (size_t)(j) * lds + (i), lds, g, h, x + (size_t)(j) * ldx, ldx, pf, 64, pfn)
     GV16_LOOPS(GVK16_C, jb, nr, nc, gbytes, nb, w, GVK16_TILE)
 #undef GVK16_TILE
 }
 
-#define GVK16_FNS(name, IS_Q6, BS)                                                                           \
+/* The K-quant gemv16 (one column: the maddubs form, whose chains are short; vpdpbusd's, 8 dependent
+ * instructions a sub-block, ran 1B Q4_K_M decode 1-4% slower with AVX-VNNI on the Xeon family 6 model 207) and
+ * gemm16 (vnni: the AVX-VNNI form). */
+#define GVK16_GEMV(name, IS_Q6, BS)                                                                        \
     static void gvk16_gemv_##name(int64_t n, int64_t nr, float *y, const void *w, const void *x, const void *aux) \
     {                                                                                                      \
         size_t gbytes = (size_t)(n / QK_K) * 16 * (BS);                                                    \
@@ -963,17 +1011,22 @@ GV_INLINE void gvk16_gemm(int is_q6, int64_t n, int nr, int nc, float *s, size_t
         size_t ahead, pfs = gv16_prefetch_rule(t, cpu_decode_prefetch(t), &ahead);                         \
         for (int64_t i = 0; i < nr; i += 16) {                                                             \
             const uint8_t *g = (const uint8_t *)w + (size_t)(i / 16) * gbytes;                             \
-            gvk16_tile(IS_Q6, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs, (BS) * 16);            \
+            gvk16_tile(IS_Q6, 0, n / QK_K, 2, 1, y + i, 0, g, 0, x, 0, g + ahead, pfs, (BS) * 16);         \
         }                                                                                                  \
-    }                                                                                                      \
+    }
+#define GVK16_GEMM(name, IS_Q6, VNNI)                                                                      \
     static void gvk16_gemm_##name(int64_t n, int nr, int nc, float *s, size_t lds, const void *w, const void *x, \
                                   size_t ldx, const void *aux, size_t ldaux, void *scratch)                \
     {                                                                                                      \
-        gvk16_gemm(IS_Q6, n, nr, nc, s, lds, w, x, ldx);                                                   \
+        gvk16_gemm(IS_Q6, VNNI, n, nr, nc, s, lds, w, x, ldx);                                             \
     }
 
-GVK16_FNS(q4_k, 0, sizeof(struct block_q4_k))
-GVK16_FNS(q6_k, 1, sizeof(struct block_q6_k))
+GVK16_GEMV(q4_k, 0, sizeof(struct block_q4_k))
+GVK16_GEMV(q6_k, 1, sizeof(struct block_q6_k))
+GVK16_GEMM(q4_k, 0, 0)
+GVK16_GEMM(q6_k, 1, 0)
+GVK16_GEMM(q4_k_vnni, 0, 1)
+GVK16_GEMM(q6_k_vnni, 1, 1)
 
 /* ---- F16 x F32 ----
  * The activation's whole 16-element steps are read from aux, where prep (this file's gv_prep_f16, or
@@ -1165,12 +1218,14 @@ static const struct gemv_ops gv_ops[] = {
     {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k, NULL},
 };
 
-/* With AVX-VNNI: the R16 Q4_0 / Q8_0 kernels on vpdpbusd; the rest as gv_ops. */
+/* With AVX-VNNI: the R16 Q4_0 / Q8_0 kernels and the Q4_K / Q6_K gemm on vpdpbusd; the rest as gv_ops. */
 static const struct gemv_ops gv_ops_vnni[] = {
     {DTYPE_Q4_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q4_0, gv_tile_q_gemm_q4_0, gv16_gemv_q4_0_vnni,
      gv16_gemm_q4_0_vnni, gv16_gemm_scratch},
     {DTYPE_Q8_0, gv_aux_bytes_q4_0, gv_prep_q4_0, gv_tile_q_gemv_q8_0, gv_tile_q_gemm_q8_0, gv16_gemv_q8_0_vnni,
      gv16_gemm_q8_0_vnni, gv16_gemm_scratch},
+    {DTYPE_Q4_K, gv_aux_none, gv_prep_none, gv_gemv_q4_k, NULL, gvk16_gemv_q4_k, gvk16_gemm_q4_k_vnni, NULL},
+    {DTYPE_Q6_K, gv_aux_none, gv_prep_none, gv_gemv_q6_k, NULL, gvk16_gemv_q6_k, gvk16_gemm_q6_k_vnni, NULL},
 };
 
 /* The F16 decode gemv the rule asks for (cpu_decode_prefetch, once a call): ROWS, else the streams. */
