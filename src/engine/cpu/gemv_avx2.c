@@ -1,9 +1,10 @@
 /*
  * gemv_avx2: the decode matrix-vector kernels (see gemv.h) for AVX2 + FMA + F16C, and the Q4_0 / Q8_0 gemm
  * for prefill and batched decode on CPUs without AVX-512 (AMD Zen 3; Intel's client CPUs and E-core Xeons,
- * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels and the Q4_K / Q6_K gemm use: gemv_ops_avx2_vnni, below), the Q4_K /
- * Q6_K gemm in the R16 layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled with -mavx2 -mfma -mf16c
- * (AVX-VNNI's one instruction by inline assembly, gv_dpbusd); gemv_ops_avx2 hands them out only when
+ * whose AVX-VNNI the R16 Q4_0 / Q8_0 kernels and the Q4_K / Q6_K gemm use: gemv_ops_avx2_vnni, below), the
+ * Q4_K / Q6_K gemm in the R16 layout, and the F16 gemm on F16 activations (below: "F16 x F16 gemm"). Compiled
+ * with -mavx2 -mfma -mf16c (AVX-VNNI's two instructions by inline assembly: gv_dpbusd, and vpdpwssd in
+ * gvk_dot_bsums); gemv_ops_avx2 hands them out only when
  * kernel_cpu_has_avx2() says the CPU has them, gemv_ops_avx2_vnni the AVX-VNNI ones only with
  * kernel_cpu_has_avx_vnni() (gemv.c chooses).
  *
@@ -443,9 +444,10 @@ GV_INLINE void gv16_gemv(int is_q4, const int vnni, int64_t n, int64_t nr, float
  * the group was computed. On the Intel Xeon family 6 model 207 with WAFER_NO_AVX512=1 (`wafer bench --stream
  * TYPE -t 2 -b 8`, old and new builds alternated, GMAC/s from memory / from the cores' L2): Q4_0 (AVX-VNNI)
  * 187.6-193.5 / 225.7-227.6 -> 224.1 / 225.2, Q4_K 140.2-141.8 / 173.4-175.9 -> 164.8-168.5 / 161.9-170.6, Q6_K
- * 107.0-108.6 / 136.9-139.0 -> 124.5-128.4 / 131.9-135.4; 1B 8-sequence decode (`wafer bench -p 0 -n 64 -r 2 -t 2 --batch 8`, 3 pairs) Q4_0 with
- * AVX-VNNI 161.9-163.8 -> 182.6-187.0 tokens/s, AVX2 alone 135.7-135.8 -> 146.5-147.9, Q4_K_M 122.1-124.1 ->
- * 141.8-146.9; pp512 level or faster (Q4_0 191.7-194.8 -> 196.1-198.4, Q4_K_M 151.7-154.1 -> 155.0-155.8). */
+ * 107.0-108.6 / 136.9-139.0 -> 124.5-128.4 / 131.9-135.4; 1B 8-sequence decode (`wafer bench -p 0 -n 64 -r 2
+ * -t 2 --batch 8`, 3 pairs) Q4_0 with AVX-VNNI 161.9-163.8 -> 182.6-187.0 tokens/s, AVX2 alone 135.7-135.8 ->
+ * 146.5-147.9, Q4_K_M 122.1-124.1 -> 141.8-146.9; pp512 level or faster (Q4_0 191.7-194.8 -> 196.1-198.4,
+ * Q4_K_M 151.7-154.1 -> 155.0-155.8). */
 #define GV16_LOOPS(C, jb, nr, nc, gbytes, nb, w, TILE)                                                       \
     gemm_prefetch_first((w), (gbytes));                                                                      \
     for (int j0 = 0; j0 < (nc); j0 += (jb)) {                                                                \
