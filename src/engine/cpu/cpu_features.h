@@ -143,9 +143,10 @@ bool cpu_decode_prefetch_measured(void);
  * the sums are the same bits either way). */
 bool cpu_f16_gemm_whole_rows(void);
 
-/* true where the AVX-512 K-quant kernels' spread prefetch (one line beside each load: the gemm's next group, the
- * decode gemv's SPREAD and TWIN rules) asks for its lines into L2 (prefetcht1), false into L1 (prefetcht0): L2 on
- * Intel (the Xeon family 6 model 207, stop 49), L1 on AMD (the Zen 5, stop 33); gemv_avx512k.c has the figures.
+/* true where the AVX-512 K-quant kernels' spread prefetch (one line beside each load: the decode gemv's SPREAD and
+ * TWIN rules, and the gemm's next group where one tile of columns reads each group, as in batched decode of up to
+ * 8 sequences; prefill keeps L1) asks for its lines into L2 (prefetcht1), false into L1 (prefetcht0): L2 on Intel
+ * (the Xeon family 6 model 207, stop 49), L1 on AMD (the Zen 5, stop 33); gemv_avx512k.c has the figures.
  * WAFER_SPREAD_HINT=l2 or =l1 overrides it (read at every call, as WAFER_F16_GEMM; the sums are the same bits). */
 bool cpu_kquant_spread_l2(void);
 
