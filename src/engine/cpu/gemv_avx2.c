@@ -957,7 +957,6 @@ GV_INLINE void gvk16_tile(int is_q6, const int vnni, int64_t nb, const int NH, c
                           const uint8_t *grp,
                           int h0, const uint8_t *x, size_t ldx, const uint8_t *pf, size_t pfs, size_t pfn)
 {
-    const size_t bb = is_q6 ? sizeof(struct block_q6_k) : sizeof(struct block_q4_k);
     __m256 acc[2][GVK16_C];
 #pragma GCC unroll 2
     for (int i = 0; i < NH; i++)
@@ -966,7 +965,7 @@ GV_INLINE void gvk16_tile(int is_q6, const int vnni, int64_t nb, const int NH, c
             acc[i][c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         /* spread, where the block's kernel takes it (not the lone Q6_K column's, which reads in another order) */
-        const uint8_t *pfb = pf && !pfs ? pf + (size_t)b * 16 * bb : NULL;
+        const uint8_t *pfb = pf && !pfs ? pf + (size_t)b * pfn : NULL;
         if (pf && !pfb)
             gv_prefetch(pf + (size_t)b * pfn, pfn, pfs);
         const struct block_q8_k *bx[GVK16_C];
