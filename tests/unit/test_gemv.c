@@ -245,6 +245,31 @@ static void test_prefetch_share(void **state)
     }
 }
 
+/* gemm_prefetch_stride: the passes ask for every line of the next rows when they can, as rarely as that allows */
+static void test_prefetch_stride(void **state)
+{
+    (void)state;
+    const long steps[] = {1, 3, 8, 128, 512, 1000};
+    const int passes[] = {1, 2, 4, 8, 32, 128};
+    const size_t bytes[] = {1, 64, 12288, 49152, 100000};
+    for (size_t a = 0; a < sizeof steps / sizeof steps[0]; a++)
+        for (size_t b = 0; b < sizeof passes / sizeof passes[0]; b++)
+            for (size_t c = 0; c < sizeof bytes / sizeof bytes[0]; c++) {
+                long st = steps[a];
+                int sh = gemm_prefetch_stride(st, passes[b], bytes[c]);
+                size_t asked = (size_t)passes[b] * (size_t)(st >> sh) * 64, more = (size_t)passes[b] * (size_t)(st >> (sh + 1)) * 64;
+                assert_true(sh >= 0 && (st >> sh) > 0);
+                if (sh > 0 && asked < bytes[c])
+                    fail_msg("%ld steps, %d passes, %zu bytes: a line every 2^%d steps asks for %zu", st, passes[b],
+                             bytes[c], sh, asked);
+                if ((st >> (sh + 1)) > 0 && more >= bytes[c])
+                    fail_msg("%ld steps, %d passes, %zu bytes: 2^%d steps would still ask for all", st, passes[b],
+                             bytes[c], sh + 1);
+            }
+    /* batched decode's 8 columns of n 2048 (two tiles, four passes) over a panel of 3 F16 rows: every other step */
+    assert_int_equal(gemm_prefetch_stride(2048 / 16, 4, 3 * 2048 * 2), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +279,7 @@ int main(void)
         cmocka_unit_test(test_coverage),
         cmocka_unit_test(test_avx2_gemm),
         cmocka_unit_test(test_prefetch_share),
+        cmocka_unit_test(test_prefetch_stride),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,9 +42,13 @@ GFT_INLINE __m256 gft_load8(int kind, const void *p)
 
 /* s[c * lds + r] = vec_dot(w row r, x row c) for r < NR, c < NC (constants after inlining, at most GFT_MAXR x
  * GFT_MAXC): weights of format wk ldw bytes apart, activations of format xk ldx bytes apart, n elements each.
- * pf > 0: chain 1's pass prefetches each weight row pf bytes ahead (into L1). */
+ * pf > 0: chain 1's pass prefetches each weight row pf bytes ahead (into L1).
+ * nx: NULL, or memory (the tile's share of the rows the caller reads next, see gv_gemm_f16) that the two passes
+ * ask for into L2, one line every nx_mask + 1 steps of 16 elements (nx_mask + 1 a power of two), chain 1's pass
+ * from nx and chain 0's on from where it stopped, none at or past nx_end. */
 GFT_INLINE void gemm_float_tile(int wk, int xk, int pf, int64_t n, const int NR, const int NC, float *s, size_t lds,
-                                const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx)
+                                const uint8_t *w, size_t ldw, const uint8_t *x, size_t ldx, const uint8_t *nx,
+                                const uint8_t *nx_end, int64_t nx_mask)
 {
     const size_t we = wk == GFT_F32 ? 4 : 2, xe = xk == GFT_F32 ? 4 : 2;
     const int64_t nfull = n / 16 * 16;
@@ -57,6 +61,10 @@ GFT_INLINE void gemm_float_tile(int wk, int xk, int pf, int64_t n, const int NR,
             for (int c = 0; c < NC; c++)
                 acc[r][c] = _mm256_setzero_ps();
         for (int64_t i = 8 * k; i < nfull; i += 16) {
+            if (nx && !((i >> 4) & nx_mask) && nx < nx_end) {
+                _mm_prefetch((const char *)nx, _MM_HINT_T1);
+                nx += 64;
+            }
             if (NR > NC) {
                 __m256 xv[GFT_MAXC];
 #pragma GCC unroll 4

@@ -6,7 +6,7 @@
  * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
  * result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
  * group of rows (gemm_prefetch_first), how the 256-bit tiles of a group share the prefetch of the next
- * (gemm_prefetch_share), and the decode gemv's prefetch of a line of weights ahead of its stream
+ * (gemm_prefetch_share; the F16 gemm's passes: gemm_prefetch_stride), and the decode gemv's prefetch of a line of weights ahead of its stream
  * with the hint the decode rule chooses (gemv_prefetch_line, cpu_decode_prefetch).
  */
 #ifndef WAFER_ENGINE_GEMM_TILES_H
@@ -54,6 +54,19 @@ static inline const unsigned char *gemm_prefetch_share(const void *nxt, size_t g
     size_t a = gbytes * (size_t)ti / k, z = gbytes * (size_t)(ti + 1) / k;
     *pfn = (z - a + (size_t)nb - 1) / (size_t)nb;
     return nxt && (size_t)ti < k ? (const unsigned char *)nxt + a : NULL;
+}
+
+/* How often each of passes passes over the current rows, steps steps each, asks for a line of the next rows'
+ * bytes: every 2^sh steps for the returned sh, the largest with which the passes still ask for all of them
+ * (passes x (steps >> sh) lines >= bytes), or 0 when even every step's line falls short. Spreading the next rows
+ * over every pass brings them at the rate the current ones are computed (see gemm_prefetch_share); the F16 gemm
+ * of gemv_avx2.c (gv_gemm_f16_tiles) asks this way. */
+static inline int gemm_prefetch_stride(long steps, int passes, size_t bytes)
+{
+    int sh = 0;
+    while ((steps >> (sh + 1)) > 0 && (size_t)passes * (size_t)(steps >> (sh + 1)) * 64 >= bytes)
+        sh++;
+    return sh;
 }
 
 /* The decode gemv's prefetch of the weight line at p, ahead of the stream, with the hint the decode rule chooses
