@@ -121,6 +121,11 @@ static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
         for (int nr = 1; nr <= 7; nr += 3)
             for (int nc = 1; nc <= 9; nc++)
                 check_gemm(set(DTYPE_F16), DTYPE_F16, ns[b], nr + (int)b % 2, nc, 500 + b * 16 + (uint64_t)nc);
+    /* blocks of 8 or more F16 tiles (prefill) read each panel's rows converted to F32: with a tail, left-over rows
+     * and columns, rows shorter than a step, and rows too long for the converted panel */
+    check_gemm(set(DTYPE_F16), DTYPE_F16, 2053, 7, 37, 11);
+    check_gemm(set(DTYPE_F16), DTYPE_F16, 13, 5, 40, 12);
+    check_gemm(set(DTYPE_F16), DTYPE_F16, 8200, 4, 40, 13);
 }
 
 static void test_avx2_gemm(void **state)

@@ -40,6 +40,22 @@ GFT_INLINE __m256 gft_load8(int kind, const void *p)
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
+/* dst[0..n) = the n values of format kind at src as floats (exact); the last n % 8 through a zero-padded copy. */
+GFT_INLINE void gft_to_f32(int kind, const void *src, float *dst, int64_t n)
+{
+    const size_t e = kind == GFT_F32 ? 4 : 2;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, gft_load8(kind, (const uint8_t *)src + (size_t)i * e));
+    if (i < n) {
+        uint8_t t[32] = {0};
+        float f[8];
+        memcpy(t, (const uint8_t *)src + (size_t)i * e, (size_t)(n - i) * e);
+        _mm256_storeu_ps(f, gft_load8(kind, t));
+        memcpy(dst + i, f, (size_t)(n - i) * sizeof(float));
+    }
+}
+
 /* s[c * lds + r] = vec_dot(w row r, x row c) for r < NR, c < NC (constants after inlining, at most GFT_MAXR x
  * GFT_MAXC): weights of format wk ldw bytes apart, activations of format xk ldx bytes apart, n elements each.
  * pf > 0: chain 1's pass prefetches each weight row pf bytes ahead (into L1).
