@@ -1166,8 +1166,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
  *
  * The activations are F16 values (kernel_ops' F16 from_f32 rounds them), so prep stores them as F16 in aux,
  * exactly, zero-padded to a multiple of 16, and gemm_float_tile.h's tile (vec_dot's operations in its order:
- * the same bits as kernel_ops gemm) converts both operands: 16 bytes a vector instead of 32 for an F32
- * activation. GH_R x GH_C holds 12 accumulators, the 3 weight vectors of a step and one activation.
+ * the same bits as kernel_ops gemm) converts both operands (the weights once a panel in prefill: GH_WB_TILES):
+ * 16 bytes a vector instead of 32 for an F32 activation. GH_R x GH_C holds 12 accumulators, the 3 weight vectors of a step and one activation.
  * Measured on a Zen 4 running these kernels (one core, 1,024 rows x 256 columns, GFLOP/s against kernel_ops
  * gemm's 6 x 2 tile on F32 activations, the same bits): 3 x 4 97 / 73 at n 2048 and 78 / 51 at n 8192, 4 x 3
  * 105 / 74 and 76 / 54, 6 x 2 96 / 69, 5 x 2 97 / 73, 2 x 4 85 / 74; with 8 columns (batched decode) 3 x 4
@@ -1179,8 +1179,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 #define GH_R2 6 /* rows of the tiles of the last 1-3 columns */
 /* A column block of at least GH_WB_TILES tiles (prefill) reads each panel's rows converted to F32 once (rows of
  * at most GH_WB_MAXN elements: the panel on the stack), so a tile converts only its activations: 4 conversions a
- * step where both operands took 7, and the conversions, not the 12 FMAs, bound the tile (one a cycle on the
- * Intel Xeon family 6 model 207). One core, 240 rows x 64 columns from L2, GMAC/s F16 / converted rows: n 2048
+ * step where both operands took 7 (about one a cycle goes through on the Intel Xeon family 6 model 207, where the
+ * 12 FMAs take 6 cycles). One core of it, 240 rows x 64 columns from L2, GMAC/s F16 / converted rows: n 2048
  * 29.8 / 34.2, n 8192 29.3 / 31.1; but with 8 or 16 columns (batched decode; n 8192's blocks of 16 columns) the
  * conversion's share cost more than it saved: n 2048 8 columns 29.6 / 25.7-27.5, n 8192 16 columns 29.4 / 27.3. */
 #define GH_WB_TILES 8
