@@ -262,7 +262,8 @@ static void test_prefetch_stride(void **state)
             for (size_t c = 0; c < sizeof bytes / sizeof bytes[0]; c++) {
                 long st = steps[a];
                 int sh = gemm_prefetch_stride(st, passes[b], bytes[c]);
-                size_t asked = (size_t)passes[b] * (size_t)(st >> sh) * 64, more = (size_t)passes[b] * (size_t)(st >> (sh + 1)) * 64;
+                size_t asked = (size_t)passes[b] * (size_t)(st >> sh) * 64;
+                size_t more = (size_t)passes[b] * (size_t)(st >> (sh + 1)) * 64;
                 assert_true(sh >= 0 && (st >> sh) > 0);
                 if (sh > 0 && asked < bytes[c])
                     fail_msg("%ld steps, %d passes, %zu bytes: a line every 2^%d steps asks for %zu", st, passes[b],

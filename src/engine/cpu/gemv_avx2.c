@@ -1167,7 +1167,8 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
  * The activations are F16 values (kernel_ops' F16 from_f32 rounds them), so prep stores them as F16 in aux,
  * exactly, zero-padded to a multiple of 16, and gemm_float_tile.h's tile (vec_dot's operations in its order:
  * the same bits as kernel_ops gemm) converts both operands (the weights once a panel in prefill: GH_WB_TILES):
- * 16 bytes a vector instead of 32 for an F32 activation. GH_R x GH_C holds 12 accumulators, the 3 weight vectors of a step and one activation.
+ * 16 bytes a vector instead of 32 for an F32 activation. GH_R x GH_C holds 12 accumulators, the 3 weight
+ * vectors of a step and one activation.
  * Measured on a Zen 4 running these kernels (one core, 1,024 rows x 256 columns, GFLOP/s against kernel_ops
  * gemm's 6 x 2 tile on F32 activations, the same bits): 3 x 4 97 / 73 at n 2048 and 78 / 51 at n 8192, 4 x 3
  * 105 / 74 and 76 / 54, 6 x 2 96 / 69, 5 x 2 97 / 73, 2 x 4 85 / 74; with 8 columns (batched decode) 3 x 4
