@@ -1,14 +1,14 @@
 /*
  * gemm_tiles: the one loop nest that the x86 gemm kernels (kernels_avx2.c, gemv_avx2.c, gemv_avx512q.c) run their
- * register tiles in (the R16 gemms and the 256-bit F16 gemm's main tiles run loops of their own that also ask for
- * the next rows: gemv_avx2.c's GV16_LOOPS and gv_gemm_f16_tiles). Activation columns are taken in cache blocks,
- * so a block's activations (and aux) stay in L2 while every row tile passes over them; within a block, tiles of R
- * weight rows x C columns, then the leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps its own tile, whose
- * float operations per (row, column) are the same whatever the tile's shape, so the blocking never changes a
- * result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
+ * register tiles in (the R16 gemms and the 256-bit F16 gemm's main tiles run loops of their own that also ask for the
+ * next rows: gemv_avx2.c's GV16_LOOPS and gv_gemm_f16_tiles). Activation columns are taken in cache blocks, so a
+ * block's activations (and aux) stay in L2 while every row tile passes over them; within a block, tiles of R weight
+ * rows x C columns, then the leftover columns one at a time, then the leftover rows one at a time. Each kernel keeps
+ * its own tile, whose float operations per (row, column) are the same whatever the tile's shape, so the blocking never
+ * changes a result. Also the one prefetch every R16 gemm call (these files' and gemv_avx512k.c's) makes of its first
  * group of rows (gemm_prefetch_first), how the 256-bit tiles of a group share the prefetch of the next
- * (gemm_prefetch_share; the F16 gemm's passes: gemm_prefetch_stride), and the decode gemv's prefetch of a line
- * of weights ahead of its stream with the hint the decode rule chooses (gemv_prefetch_line, cpu_decode_prefetch).
+ * (gemm_prefetch_share; the F16 gemm's passes: gemm_prefetch_stride), and the decode gemv's prefetch of a line of
+ * weights ahead of its stream with the hint the decode rule chooses (gemv_prefetch_line, cpu_decode_prefetch).
  */
 #ifndef WAFER_ENGINE_GEMM_TILES_H
 #define WAFER_ENGINE_GEMM_TILES_H
