@@ -140,6 +140,19 @@ static unsigned cpu_model(void)
     return cpu_family() == 6 || cpu_family() >= 0xf ? model | ((a >> 12) & 0xf0) : model;
 }
 
+/* AMD family 0x19 without AVX-512 in cpuid (whatever WAFER_NO_AVX512 says): Zen 3. Every Zen 4 has AVX-512 F,
+ * no Zen 3 has it, so this tells them apart without a table of model numbers; a Zen 4 running the AVX2 kernels
+ * (WAFER_NO_AVX512=1) keeps the Zen 4's rules, which were measured there. */
+static bool cpu_is_zen3(void)
+{
+    static int is = -1;
+    if (is < 0) {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        is = cpu_is_amd() && cpu_family() == 0x19 && !(__get_cpuid_count(7, 0, &a, &b, &c, &d) && ((b >> 16) & 1));
+    }
+    return is;
+}
+
 /* Intel family 6 model 207 (Emerald Rapids), the Xeon of stop 43. */
 static bool cpu_is_intel_207(void)
 {
@@ -159,6 +172,11 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
         if (t == DTYPE_Q4_K || t == DTYPE_Q6_K)
             return CPU_PREFETCH_SPREAD;
         return t == DTYPE_Q4_0 ? CPU_PREFETCH_TWIN : CPU_PREFETCH_EVERY;
+    }
+    if (cpu_is_zen3()) {
+        if (t == DTYPE_Q4_0 || t == DTYPE_Q8_0)
+            return CPU_PREFETCH_TWIN;
+        return t == DTYPE_Q6_K ? CPU_PREFETCH_SPREAD : t == DTYPE_Q4_K ? CPU_PREFETCH_EVERY : CPU_PREFETCH_NONE;
     }
     if (cpu_family() == 0x19)
         return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_SPARSE;

@@ -28,9 +28,9 @@
  * it in parallel, so the prefetch pointer runs GV_PF bytes ahead of the tile's position in that stream
  * (tile start + the fraction of the tile done), one prefetch per cache line, into L2. Measured on the 2-core
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
- * this. On AMD family 0x19 the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). On Intel the Q4_0 gemv reads two
- * groups side by side (TWIN, gv16_gemv) and the K-quant gemv asks for each line beside its kernel's load of it
- * (SPREAD, gvk16_tile). F16 (little work per byte) does best on AMD with the hardware prefetcher alone or the NTA
+ * this. On a Zen 4 (AMD family 0x19 with AVX-512) the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). On Intel
+ * and Zen 3 the Q4_0 gemv reads two groups side by side (TWIN, gv16_gemv; Zen 3 Q8_0 too) and the K-quant gemv
+ * asks for each line beside its kernel's load of it (SPREAD, gvk16_tile; Zen 3: Q6_K only). F16 (little work per byte) does best on AMD with the hardware prefetcher alone or the NTA
  * hint, on an Intel Xeon with every line into L1 (below).
  *
  * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 streams everywhere, prefetched into L1 on
@@ -70,8 +70,8 @@
  * kernels (WAFER_NO_AVX512=1 wafer bench --stream TYPE; shares of a plain read, every line / none / sparse): one
  * thread Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
  * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 / 1.00,
- * Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them, has the same
- * prefetchers' lineage but was not measured; the Zen 5 (family 0x1a), where every line was measured, keeps it. */
+ * Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them natively, reads
+ * slowest with it (cpu_features.h: its rules are TWIN, EVERY and SPREAD); the Zen 5 (family 0x1a) keeps EVERY. */
 #define GV_PF_SPARSE 576
 #define GV_PF_SPARSE_AHEAD (4 << 10)
 
