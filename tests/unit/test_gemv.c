@@ -114,18 +114,28 @@ static void check_gemm_set(const struct gemv_ops *(*set)(enum dtype))
         check_gemm(gv, ts[a], 8192, 4, 40, 9);
         check_gemm(gv, ts[a], 256, 7, 8, 6);
     }
-    /* F16 rows with an 8-element step and a tail (chain 0's end), for every tile shape and leftover column
-     * count, and both decode layouts' sets (they share the gemm) */
-    const int64_t ns[] = {5, 8, 13, 24, 2053, 2056, 2060};
-    for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
-        for (int nr = 1; nr <= 7; nr += 3)
-            for (int nc = 1; nc <= 9; nc++)
-                check_gemm(set(DTYPE_F16), DTYPE_F16, ns[b], nr + (int)b % 2, nc, 500 + b * 16 + (uint64_t)nc);
-    /* blocks of 8 or more F16 tiles (prefill) read each panel's rows converted to F32: with a tail, left-over rows
-     * and columns, rows shorter than a step, and rows too long for the converted panel */
-    check_gemm(set(DTYPE_F16), DTYPE_F16, 2053, 7, 37, 11);
-    check_gemm(set(DTYPE_F16), DTYPE_F16, 13, 5, 40, 12);
-    check_gemm(set(DTYPE_F16), DTYPE_F16, 8200, 4, 40, 13);
+    /* the F16 gemm both ways whatever this CPU's L1 (cpu_f16_gemm_f32_panels): blocks of 8 or more tiles on
+     * panels converted to F32, and on the F16 rows */
+    for (int f32 = 0; f32 <= 1; f32++) {
+        setenv("WAFER_F16_F32_PANELS", f32 ? "1" : "0", 1);
+        /* F16 rows with an 8-element step and a tail (chain 0's end), for every tile shape and leftover column
+         * count, and both decode layouts' sets (they share the gemm) */
+        const int64_t ns[] = {5, 8, 13, 24, 2053, 2056, 2060};
+        for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+            for (int nr = 1; nr <= 7; nr += 3)
+                for (int nc = 1; nc <= 9; nc++)
+                    check_gemm(set(DTYPE_F16), DTYPE_F16, ns[b], nr + (int)b % 2, nc, 500 + b * 16 + (uint64_t)nc);
+        /* blocks of 8 or more F16 tiles (prefill): with a tail, left-over rows and columns, rows shorter than a
+         * step, rows too long for the converted panel, and longer ones (4100, 6152) */
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 2053, 7, 37, 11);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 13, 5, 40, 12);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 8200, 4, 40, 13);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 4100, 7, 9, 14);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 2049, 4, 8, 15);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 40, 6, 90, 16);
+        check_gemm(set(DTYPE_F16), DTYPE_F16, 6152, 3, 33, 17);
+    }
+    unsetenv("WAFER_F16_F32_PANELS");
 }
 
 static void test_avx2_gemm(void **state)

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 bool kernel_cpu_has_avx2(void)
 {
@@ -291,6 +292,25 @@ bool cpu_f16_gemm_whole_rows(void)
 {
     int e = cpu_env_choice("WAFER_F16_GEMM", "whole", "chunks");
     return e >= 0 ? e : cpu_is_amd_family_19_or_1a() || cpu_is_intel_207();
+}
+
+size_t cpu_l1d_bytes(void)
+{
+    static _Atomic long l1 = -1;
+    long v = atomic_load_explicit(&l1, memory_order_relaxed);
+    if (v < 0) {
+        v = sysconf(_SC_LEVEL1_DCACHE_SIZE);
+        if (v <= 0)
+            v = 32 << 10;
+        atomic_store_explicit(&l1, v, memory_order_relaxed);
+    }
+    return (size_t)v;
+}
+
+bool cpu_f16_gemm_f32_panels(void)
+{
+    int e = cpu_env_choice("WAFER_F16_F32_PANELS", "1", "0");
+    return e >= 0 ? e : cpu_l1d_bytes() >= (48 << 10);
 }
 
 bool cpu_kquant_spread_l2(void)

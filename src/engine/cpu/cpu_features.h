@@ -149,6 +149,15 @@ bool cpu_decode_prefetch_measured(void);
  * the sums are the same bits either way). */
 bool cpu_f16_gemm_whole_rows(void);
 
+/* The L1 data cache's bytes a core (sysconf; 32 KiB where the system does not say), asked once. */
+size_t cpu_l1d_bytes(void);
+
+/* true where the 256-bit F16 gemm (gemv_avx2.c, GH_WB_TILES) may read a panel's rows converted to F32 once: an L1
+ * of at least 48 KiB (the Intel Xeon's), which holds a tile's 3 converted rows and 4 activation rows; not on a
+ * Zen 3 (32 KiB). WAFER_F16_F32_PANELS=1 or =0 overrides (read at every call: tests run both on every CPU; the
+ * sums are the same bits either way). */
+bool cpu_f16_gemm_f32_panels(void);
+
 /* true where the AVX-512 K-quant kernels' spread prefetch (one line beside each load: the decode gemv's SPREAD and
  * TWIN rules, and the gemm's next group where one tile of columns reads each group, as in batched decode of up to
  * 8 sequences; prefill keeps L1) asks for its lines into L2 (prefetcht1), false into L1 (prefetcht0): L2 on Intel

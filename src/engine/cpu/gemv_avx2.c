@@ -1183,7 +1183,10 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
  * step where both operands took 7 (about one a cycle goes through on the Intel Xeon family 6 model 207, where the
  * 12 FMAs take 6 cycles). One core of it, 240 rows x 64 columns from L2, GMAC/s F16 / converted rows: n 2048
  * 29.8 / 34.2, n 8192 29.3 / 31.1; but with 8 or 16 columns (batched decode; n 8192's blocks of 16 columns) the
- * conversion's share cost more than it saved: n 2048 8 columns 29.6 / 25.7-27.5, n 8192 16 columns 29.4 / 27.3. */
+ * conversion's share cost more than it saved: n 2048 8 columns 29.6 / 25.7-27.5, n 8192 16 columns 29.4 / 27.3.
+ * Only where L1 holds a tile's 3 converted rows and 4 activation rows (40 KiB at n 2048; cpu_f16_gemm_f32_panels):
+ * on a Zen 3 (32 KiB) they spill to L2, and one core of the AMD EPYC family 25 model 1 (the same 96 rows x 64
+ * columns, n 2048, from L2, alternated) ran 31.7-33.1 GMAC/s converted, 40.5-43.3 on the F16 rows (stop 51). */
 #define GH_WB_TILES 8
 #define GH_WB_MAXN 8192
 
@@ -1220,10 +1223,11 @@ static void gv_gemm_f16_tiles(int64_t n, int nr, int nc, int jb, float *s, size_
     const int64_t steps = n / 16;
     const uint8_t *end = W + (size_t)nr * ldw;
     float wb[GH_R * GH_WB_MAXN]; /* [GH_R][n]: the panel's rows as F32 (GH_WB_TILES) */
+    const bool f32_panels = cpu_f16_gemm_f32_panels();
     for (int j0 = 0; j0 < nc; j0 += jb) {
         int j1 = nc - j0 < jb ? nc : j0 + jb, nt = (j1 - j0) / GH_C, sh = gemm_prefetch_stride(steps, 2 * nt, pb);
         const size_t share = (size_t)(steps >> sh) * 64; /* bytes a pass asks for */
-        const bool conv = nt >= GH_WB_TILES && n <= GH_WB_MAXN;
+        const bool conv = nt >= GH_WB_TILES && n <= GH_WB_MAXN && f32_panels;
         int i = 0;
         for (; i + GH_R <= nr; i += GH_R) {
             const uint8_t *nx = W + (size_t)(i + GH_R) * ldw;
