@@ -1178,6 +1178,7 @@ static void gv_gemv_f16_streams(int64_t n, int64_t nr, float *y, const void *w, 
 #define GH_R 3
 #define GH_C 4
 #define GH_R2 6 /* rows of the tiles of the last 1-3 columns */
+#define GH_KBL 1024 /* elements of the blocks each tile runs its two chains over in turn (gemm_float_tile) */
 /* A column block of at least GH_WB_TILES tiles (prefill) reads each panel's rows converted to F32 once (rows of
  * at most GH_WB_MAXN elements: the panel on the stack), so a tile converts only its activations: 4 conversions a
  * step where both operands took 7 (about one a cycle goes through on the Intel Xeon family 6 model 207, where the
@@ -1204,8 +1205,8 @@ static void gv_prep_f16(int64_t n, const void *x, void *aux)
 }
 
 #define GH_TILE(arg, R, C, i, j)                                                                                     \
-    gemm_float_tile(GFT_F16, GFT_F16, 0, n, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw, ldw,     \
-                    XH + (size_t)(j) * ldaux, ldaux, NULL, NULL, 0)
+    gemm_float_tile(GFT_F16, GFT_F16, 0, GH_KBL, n, R, C, s + (size_t)(j) * lds + (i), lds, W + (size_t)(i) * ldw,  \
+                    ldw, XH + (size_t)(j) * ldaux, ldaux, NULL, NULL, 0)
 _Static_assert(GH_R <= GFT_MAXR && GH_C <= GFT_MAXC && GH_R2 <= GFT_MAXR, "gemm_float_tile holds the F16 tiles");
 
 /* The F16 gemm's GH_R x GH_C tiles over nr rows and nc (a multiple of GH_C) columns, in column blocks of jb; a
@@ -1235,15 +1236,15 @@ static void gv_gemm_f16_tiles(int64_t n, int nr, int nc, int jb, float *s, size_
                 for (int r = 0; r < GH_R; r++)
                     gft_to_f32(GFT_F16, W + (size_t)(i + r) * ldw, wb + (size_t)r * n, n);
                 for (int j = j0, t = 0; j < j1; j += GH_C, t++)
-                    gemm_float_tile(GFT_F32, GFT_F16, 0, n, GH_R, GH_C, s + (size_t)j * lds + i, lds,
+                    gemm_float_tile(GFT_F32, GFT_F16, 0, GH_KBL, n, GH_R, GH_C, s + (size_t)j * lds + i, lds,
                                     (const uint8_t *)wb, (size_t)n * 4, XH + (size_t)j * ldaux, ldaux,
                                     nx + 2 * (size_t)t * share, end, ((int64_t)1 << sh) - 1);
                 continue;
             }
             for (int j = j0, t = 0; j < j1; j += GH_C, t++)
-                gemm_float_tile(GFT_F16, GFT_F16, 0, n, GH_R, GH_C, s + (size_t)j * lds + i, lds, W + (size_t)i * ldw,
-                                ldw, XH + (size_t)j * ldaux, ldaux, nx + 2 * (size_t)t * share, end,
-                                ((int64_t)1 << sh) - 1);
+                gemm_float_tile(GFT_F16, GFT_F16, 0, GH_KBL, n, GH_R, GH_C, s + (size_t)j * lds + i, lds,
+                                W + (size_t)i * ldw, ldw, XH + (size_t)j * ldaux, ldaux, nx + 2 * (size_t)t * share,
+                                end, ((int64_t)1 << sh) - 1);
         }
         for (; i < nr; i++) /* the last 1 to GH_R - 1 rows */
             for (int j = j0; j < j1; j += GH_C)

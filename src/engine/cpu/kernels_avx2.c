@@ -292,9 +292,9 @@ KA_INLINE void ka_tile_q6_k(int64_t nb, const int NR, const int NC, float *s, si
 
 #define KA_TILE_Q8_0(...) ka_tile_q8(0, __VA_ARGS__)
 #define KA_TILE_Q4_0(...) ka_tile_q8(1, __VA_ARGS__)
-#define KA_TILE_F32(...) gemm_float_tile(GFT_F32, GFT_F32, KA_PF, __VA_ARGS__, NULL, NULL, 0)
-#define KA_TILE_F16(...) gemm_float_tile(GFT_F16, GFT_F32, KA_PF, __VA_ARGS__, NULL, NULL, 0)
-#define KA_TILE_BF16(...) gemm_float_tile(GFT_BF16, GFT_F32, KA_PF, __VA_ARGS__, NULL, NULL, 0)
+#define KA_TILE_F32(...) gemm_float_tile(GFT_F32, GFT_F32, KA_PF, 0, __VA_ARGS__, NULL, NULL, 0)
+#define KA_TILE_F16(...) gemm_float_tile(GFT_F16, GFT_F32, KA_PF, 0, __VA_ARGS__, NULL, NULL, 0)
+#define KA_TILE_BF16(...) gemm_float_tile(GFT_BF16, GFT_F32, KA_PF, 0, __VA_ARGS__, NULL, NULL, 0)
 
 /* Tile shapes (rows x columns), picked by measuring gemm at nc = 64 on the reference machine: for the
  * quantized types every shape from 2x4 to 4x4 was within noise of the best (3x4 keeps batches of 4 on the fast
