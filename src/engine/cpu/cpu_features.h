@@ -139,7 +139,8 @@ void cpu_decode_prefetch_set(enum dtype t, int rule);
 int cpu_decode_prefetch_tuned(enum dtype t);
 
 /* Whether this CPU has built-in rules of its own (AMD families 0x19 (Zen 3 and Zen 4, each its own) and 0x1a,
- * Intel family 6 model 207, where they were measured); on any other CPU the rules are the generic ones until a tune file replaces them. */
+ * Intel family 6 model 207, where they were measured); on any other CPU the rules are the generic ones until a
+ * tune file replaces them. */
 bool cpu_decode_prefetch_measured(void);
 
 /* true on AMD families 0x19 and 0x1a (with AVX-512: Zen 4 and Zen 5) and Intel family 6 model 207, where the
