@@ -177,7 +177,7 @@ enum cpu_prefetch cpu_decode_prefetch_builtin(enum dtype t)
     if (cpu_is_zen3()) {
         if (t == DTYPE_Q4_0 || t == DTYPE_Q8_0)
             return CPU_PREFETCH_TWIN;
-        return t == DTYPE_Q6_K ? CPU_PREFETCH_SPREAD : t == DTYPE_Q4_K ? CPU_PREFETCH_EVERY : CPU_PREFETCH_NONE;
+        return t == DTYPE_Q6_K || t == DTYPE_Q4_K ? CPU_PREFETCH_SPREAD : CPU_PREFETCH_NONE;
     }
     if (cpu_family() == 0x19)
         return t == DTYPE_F16 ? CPU_PREFETCH_NONE : CPU_PREFETCH_SPARSE;

@@ -72,7 +72,7 @@
  * thread Q4_0 0.78 / 0.99 / 0.93, Q8_0 0.62-0.65 / 0.94-1.01 / 0.92-0.94, Q4_K 0.68-0.71 / 0.80-0.82 / 0.81, Q6_K
  * (bound by its arithmetic here) 0.63 / 0.59 / 0.57; two threads Q4_0 0.87 / 0.95 / 1.00, Q8_0 0.90 / 1.00 / 1.00,
  * Q4_K 0.86 / - / 0.97, Q6_K 0.86 / 0.88 / 0.85 (stop 26). Zen 3, the family's CPU that runs them natively, reads
- * slowest with it (cpu_features.h: its rules are TWIN, EVERY and SPREAD); the Zen 5 (family 0x1a) keeps EVERY. */
+ * slowest with it (cpu_features.h: its rules are TWIN and SPREAD); the Zen 5 (family 0x1a) keeps EVERY. */
 #define GV_PF_SPARSE 576
 #define GV_PF_SPARSE_AHEAD (4 << 10)
 
@@ -785,6 +785,78 @@ GV_INLINE void gvk16_block_q4_k(const int vnni, const uint8_t *grp, int64_t nb, 
     }
 }
 
+/* Q4_K block b of both halves (16 rows) against one column (decode), as gvk16_block_q4_k but with each load
+ * of a dword serving both nibbles (sub-blocks 2jp and 2jp + 1) and each activation broadcast both halves: 16
+ * loads per 16 rows and 8 elements instead of 32. On Zen 3, which issues two 256-bit loads a cycle, the
+ * per-half form was bound by its loads (about 290 a block of 16 rows beside about 570 vector operations; it
+ * ran one core at 20-27 GB/s from L1, half of what its operations allow). The int16 pair sums and their
+ * scaled int32 sums are exact and the same values in another order, and the float operations are
+ * gvk16_block_q4_k's in its order, so the bits are too. pf: NULL, or a block to prefetch (into L2), two of its
+ * lines at each of the 32 steps. */
+GV_INLINE void gvk16_block_q4_k_1(const uint8_t *grp, int64_t nb, int64_t b, const struct block_q8_k *bx,
+                                  __m256 *acc0, __m256 *acc1, const uint8_t *pf)
+{
+    const uint8_t *q = grp + quant_r16_dwords(2, 35, nb, b), *hs = grp + quant_r16_scales(2, 35, nb, b);
+    const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi8(63), m30 = _mm256_set1_epi8(0x30);
+    __m256i S[2];
+#pragma GCC unroll 4
+    for (int jp = 0; jp < 4; jp++) { /* sub-blocks 2jp (low nibbles) and 2jp + 1 (high) of dwords 3 + 8jp + l */
+        /* pointers GCC cannot see through, made in order, as in gvk16_block_q4_k */
+        const uint8_t *qj = q, *xj = (const uint8_t *)bx->qs + 64 * jp;
+        __asm__ volatile("" : "+r"(qj), "+r"(xj));
+        __m256i p[2][2];
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; l++) {
+            for (int i = 9 * (8 * jp + l) / 8; i < 9 * (8 * jp + l + 1) / 8; i++)
+                gvk16_prefetch_line(pf, i, 16 * sizeof(struct block_q4_k));
+            int32_t y0, y1;
+            memcpy(&y0, xj + 4 * l, 4);
+            memcpy(&y1, xj + 32 + 4 * l, 4);
+            __m256i x0 = _mm256_set1_epi32(y0), x1 = _mm256_set1_epi32(y1);
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qj + 64 * (3 + 8 * jp + l) + 32 * h));
+                __m256i t0 = _mm256_maddubs_epi16(_mm256_and_si256(raw, m4), x0);
+                __m256i t1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), x1);
+                p[h][0] = l ? _mm256_add_epi16(p[h][0], t0) : t0;
+                p[h][1] = l ? _mm256_add_epi16(p[h][1], t1) : t1;
+                SIMD_KEEP(p[h][0]);
+                SIMD_KEEP(p[h][1]);
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            /* sub-block scales 2jp, 2jp + 1 of half h (byte j & 3 of sc[j >> 2]), as gvk16_block_q4_k unpacks */
+            __m256i a0 = _mm256_loadu_si256((const __m256i *)(qj + 32 * h));
+            __m256i sc = jp < 2 ? _mm256_and_si256(a0, m6)
+                                : _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(qj + 128 + 32 * h)), m4),
+                                                  _mm256_and_si256(_mm256_srli_epi32(a0, 2), m30));
+            __m256i t0 = _mm256_madd_epi16(p[h][0], gvk_pick(sc, (2 * jp) & 3));
+            __m256i t1 = _mm256_madd_epi16(p[h][1], gvk_pick(sc, (2 * jp + 1) & 3));
+            S[h] = jp ? _mm256_add_epi32(S[h], _mm256_add_epi32(t0, t1)) : _mm256_add_epi32(t0, t1);
+            SIMD_KEEP(S[h]);
+        }
+    }
+    const __m256 dx = _mm256_set1_ps(bx->d);
+    __m256 *acc[2] = {acc0, acc1};
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *qh = q + 32 * h;
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(qh + 64)), a2 = _mm256_loadu_si256((const __m256i *)(qh + 128));
+        __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
+                                                                   _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+        __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
+        __m256i mp[8]; /* (m_j, m_j) */
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            mp[j] = gvk_pick(mn[j >> 2], j & 3);
+        __m256i M = gvk_dot_bsums(0, bx, mp);
+        *acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[h]), _mm256_mul_ps(dw, dx), *acc[h]);
+        *acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), *acc[h]);
+    }
+}
+
 /* A Q6_K block's end for half h and NC columns (its R16 scales at hs, dwords of the half at q): S[c] (8 rows'
  * sums of codes 0..63 times the activation) less the codes' +32, 32 x sum_g scale_g x bsums_g, then kernels.c's
  * FMA into acc[c]. */
@@ -973,6 +1045,10 @@ GV_INLINE void gvk16_tile(int is_q6, const int vnni, int64_t nb, const int NH, c
 #pragma GCC unroll 8
         for (int c = 0; c < NC; c++)
             bx[c] = (const struct block_q8_k *)(x + (size_t)c * ldx) + b;
+        if (!is_q6 && NC == 1 && NH == 2) {
+            gvk16_block_q4_k_1(grp, nb, b, bx[0], &acc[0][0], &acc[1][0], pfb);
+            continue;
+        }
 #pragma GCC unroll 2
         for (int i = 0; i < NH; i++) {
             if (is_q6 && NC == 1)
