@@ -56,12 +56,13 @@ unsigned cpu_family(void);
  *     per pair of blocks far ahead, Q6_K one per 576 bytes, Q4_K none (gemv_avx512q.c, gemv_avx512k.c); with
  *     WAFER_NO_AVX512 (the AVX2 kernels, measured there) one line per 576 bytes (gemv_avx2.c). F16: NONE (its
  *     4 streams, no prefetch).
- *   AMD family 0x19 without AVX-512 (Zen 3; the EPYC family 25 model 1 of stop 51): Q4_0 and Q8_0 TWIN, Q4_K
- *     EVERY, Q6_K SPREAD, F16 NONE. Zen 4's SPARSE was the worst rule there (`wafer bench --tune -t 2`, 3
- *     runs, GB/s sparse / every / twin or spread, plain read 32-37): Q4_0 22.7-25.0 / 29.5-32.9 / 32.8-36.5,
- *     Q8_0 25.1-26.0 / 29.7-31.1 / 32.6-33.5, Q4_K 22.3-22.9 / 27.0-27.8 / 25.4-25.6, Q6_K 15.4-16.2 /
- *     25.0-27.6 / 29.5-31.0; F16 none 36.1-43.7, every 0.96-1.01 of it. 1B decode, 2 threads, alternated: Q4_0
- *     36.4-37.2 -> 54.0-74.4 tokens/s, Q8_0 25.0-25.1 -> 35.0-35.1, Q4_K_M 28.6-29.5 -> 38.6-41.1.
+ *   AMD family 0x19 without AVX-512 (Zen 3; the EPYC family 25 model 1 of stop 51): Q4_0 and Q8_0 TWIN, Q4_K and Q6_K
+ *     SPREAD (Q4_K EVERY until stop 52's lone-column kernel, with which spread read 1.06x and 1.10x of every in two
+ *     `wafer bench --tune` runs), F16 NONE. Zen 4's SPARSE was the worst rule there (`wafer bench --tune -t 2`, 3 runs,
+ *     GB/s sparse / every / twin or spread, plain read 32-37): Q4_0 22.7-25.0 / 29.5-32.9 / 32.8-36.5, Q8_0 25.1-26.0 /
+ *     29.7-31.1 / 32.6-33.5, Q4_K 22.3-22.9 / 27.0-27.8 / 25.4-25.6, Q6_K 15.4-16.2 / 25.0-27.6 / 29.5-31.0; F16 none
+ *     36.1-43.7, every 0.96-1.01 of it. 1B decode, 2 threads, alternated: Q4_0 36.4-37.2 -> 54.0-74.4 tokens/s, Q8_0
+ *     25.0-25.1 -> 35.0-35.1, Q4_K_M 28.6-29.5 -> 38.6-41.1.
  *   AMD family 0x1a (Zen 5), AVX-512: NTA, and Q8_0 SPARSE (one line per pair of blocks far ahead read 1.01-1.16
  *     of a plain read against 0.80-1.00 with every line, 2 threads; 1B Q8_0 decoded 1.37-1.50x faster). What
  *     NTA gains there, one core reading from memory (`wafer bench --stream TYPE -t 1`, alternated, kernels /

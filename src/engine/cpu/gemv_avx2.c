@@ -714,6 +714,30 @@ GV_INLINE __m256i gvk_dot_bsums(const int vnni, const struct block_q8_k *bx, con
     return t;
 }
 
+/* A Q4_K block's end for half h (its dwords at q, the block's R16 scales at hs) and NC columns: the mins' sum M
+ * of each row from the activation's bsums, then kernels.c's two FMAs of S[c] and M into acc[c]. */
+GV_INLINE void gvk16_q4_k_end(const int vnni, const uint8_t *hs, int h, const uint8_t *q, const int NC,
+                              const struct block_q8_k *const *bx, const __m256i *S, __m256 *acc)
+{
+    const __m256i m4 = _mm256_set1_epi8(15), m6 = _mm256_set1_epi8(63), m30 = _mm256_set1_epi8(0x30);
+    __m256i a1 = _mm256_loadu_si256((const __m256i *)(q + 64)), a2 = _mm256_loadu_si256((const __m256i *)(q + 128));
+    __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
+                                                               _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
+    __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
+    __m256i mp[8]; /* (m_j, m_j) */
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++)
+        mp[j] = gvk_pick(mn[j >> 2], j & 3);
+#pragma GCC unroll 8
+    for (int c = 0; c < NC; c++) {
+        __m256i M = gvk_dot_bsums(vnni, bx[c], mp);
+        __m256 dx = _mm256_set1_ps(bx[c]->d);
+        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_mul_ps(dw, dx), acc[c]);
+        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), acc[c]);
+    }
+}
+
 /* Q4_K block b of half h (8 rows) of the group at grp (nb blocks) x NC columns' blocks bx[c]: acc[c] gets
  * kernels.c's two fmas. vnni (a constant; kernel_cpu_has_avx_vnni only): each sub-block's 8 dwords go into int32
  * lanes by vpdpbusd (at most 32 x 15 x 128 a row) and one vpmulld by the rows' scale adds them into S: 10
@@ -767,22 +791,7 @@ GV_INLINE void gvk16_block_q4_k(const int vnni, const uint8_t *grp, int64_t nb, 
             SIMD_KEEP(S[c]);
         }
     }
-    __m256i a1 = _mm256_loadu_si256((const __m256i *)(q + 64));
-    __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
-                                                               _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
-    __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
-    __m256i mp[8]; /* (m_j, m_j) */
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++)
-        mp[j] = gvk_pick(mn[j >> 2], j & 3);
-#pragma GCC unroll 8
-    for (int c = 0; c < NC; c++) {
-        __m256i M = gvk_dot_bsums(vnni, bx[c], mp);
-        __m256 dx = _mm256_set1_ps(bx[c]->d);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[c]), _mm256_mul_ps(dw, dx), acc[c]);
-        acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), acc[c]);
-    }
+    gvk16_q4_k_end(vnni, hs, h, q, NC, bx, S, acc);
 }
 
 /* Q4_K block b of both halves (16 rows) against one column (decode), as gvk16_block_q4_k but with each load
@@ -828,33 +837,17 @@ GV_INLINE void gvk16_block_q4_k_1(const uint8_t *grp, int64_t nb, int64_t b, con
         for (int h = 0; h < 2; h++) {
             /* sub-block scales 2jp, 2jp + 1 of half h (byte j & 3 of sc[j >> 2]), as gvk16_block_q4_k unpacks */
             __m256i a0 = _mm256_loadu_si256((const __m256i *)(qj + 32 * h));
-            __m256i sc = jp < 2 ? _mm256_and_si256(a0, m6)
-                                : _mm256_or_si256(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(qj + 128 + 32 * h)), m4),
-                                                  _mm256_and_si256(_mm256_srli_epi32(a0, 2), m30));
+            __m256i a2 = _mm256_loadu_si256((const __m256i *)(qj + 128 + 32 * h));
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(a2, m4), _mm256_and_si256(_mm256_srli_epi32(a0, 2), m30));
+            __m256i sc = jp < 2 ? _mm256_and_si256(a0, m6) : hi;
             __m256i t0 = _mm256_madd_epi16(p[h][0], gvk_pick(sc, (2 * jp) & 3));
             __m256i t1 = _mm256_madd_epi16(p[h][1], gvk_pick(sc, (2 * jp + 1) & 3));
             S[h] = jp ? _mm256_add_epi32(S[h], _mm256_add_epi32(t0, t1)) : _mm256_add_epi32(t0, t1);
             SIMD_KEEP(S[h]);
         }
     }
-    const __m256 dx = _mm256_set1_ps(bx->d);
-    __m256 *acc[2] = {acc0, acc1};
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        const uint8_t *qh = q + 32 * h;
-        __m256i a1 = _mm256_loadu_si256((const __m256i *)(qh + 64)), a2 = _mm256_loadu_si256((const __m256i *)(qh + 128));
-        __m256i mn[2] = {_mm256_and_si256(a1, m6), _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(a2, 4), m4),
-                                                                   _mm256_and_si256(_mm256_srli_epi32(a1, 2), m30))};
-        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 16 * h)));
-        __m256 dmw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(hs + 32 + 16 * h)));
-        __m256i mp[8]; /* (m_j, m_j) */
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            mp[j] = gvk_pick(mn[j >> 2], j & 3);
-        __m256i M = gvk_dot_bsums(0, bx, mp);
-        *acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S[h]), _mm256_mul_ps(dw, dx), *acc[h]);
-        *acc[h] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(dmw, dx), *acc[h]);
-    }
+    gvk16_q4_k_end(0, hs, 0, q, 1, &bx, &S[0], acc0);
+    gvk16_q4_k_end(0, hs, 1, q + 32, 1, &bx, &S[1], acc1);
 }
 
 /* A Q6_K block's end for half h and NC columns (its R16 scales at hs, dwords of the half at q): S[c] (8 rows'
