@@ -797,11 +797,12 @@ GV_INLINE void gvk16_block_q4_k(const int vnni, const uint8_t *grp, int64_t nb, 
 /* Q4_K block b of both halves (16 rows) against one column (decode), as gvk16_block_q4_k but with each load
  * of a dword serving both nibbles (sub-blocks 2jp and 2jp + 1) and each activation broadcast both halves: 16
  * loads per 16 rows and 8 elements instead of 32. On Zen 3, which issues two 256-bit loads a cycle, the
- * per-half form was bound by its loads (about 290 a block of 16 rows beside about 570 vector operations; it
- * ran one core at 20-27 GB/s from L1, half of what its operations allow). The int16 pair sums and their
- * scaled int32 sums are exact and the same values in another order, and the float operations are
- * gvk16_block_q4_k's in its order, so the bits are too. pf: NULL, or a block to prefetch (into L2), two of its
- * lines at each of the 32 steps. */
+ * per-half form was bound by its loads (about 290 a block of 16 rows beside about 570 vector operations, about
+ * 145 cycles of each, 265 measured); one core from L1 / L2 26.8-27.8 -> 33.1-34.1 GB/s (stop 52). The int16
+ * pair sums and their scaled int32 sums are exact and the same values in another order, and the float
+ * operations are gvk16_block_q4_k's in its order, so the bits are too. pf: NULL, or a block to prefetch (into
+ * L2), its 36 lines spread evenly over the 32 steps (one or two a step: on Zen 3 kernels / plain read 0.82-0.89
+ * against 0.78-0.82 with two a step over the first 18). */
 GV_INLINE void gvk16_block_q4_k_1(const uint8_t *grp, int64_t nb, int64_t b, const struct block_q8_k *bx,
                                   __m256 *acc0, __m256 *acc1, const uint8_t *pf)
 {
