@@ -30,9 +30,9 @@
  * test machine, one thread, Q8_0 from DRAM: 7.1 GB/s with kernel_ops' per-row prefetch, 12.3-12.9 GB/s like
  * this. On a Zen 4 (AMD family 0x19 with AVX-512) the R16 gemv prefetch one line in 9 (GV_PF_SPARSE). On Intel
  * and Zen 3 the Q4_0 gemv reads two groups side by side (TWIN, gv16_gemv; Zen 3 Q8_0 too) and the K-quant gemv
- * asks for each line beside its kernel's load of it (SPREAD, gvk16_tile; Zen 3: Q6_K only). F16 (little work
- * per byte) does best on AMD with the hardware prefetcher alone or the NTA hint, on an Intel Xeon with every line
- * into L1 (below).
+ * asks for each line beside its kernel's load of it (SPREAD, gvk16_tile; the lone Q4_K column spreads a block's
+ * lines evenly over its steps). F16 (little work per byte) does best on AMD with the hardware prefetcher alone
+ * or the NTA hint, on an Intel Xeon with every line into L1 (below).
  *
  * F16 rows per tile, by the decode rule (cpu_decode_prefetch; built in: 4 streams everywhere, prefetched into L1 on
  * Intel (EVERY), with NTA on Zen 5, without on other AMD (NONE); a tune file may choose 4 adjacent rows a tile
