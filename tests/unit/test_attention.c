@@ -81,8 +81,9 @@ static void test_scores_match(void **state)
     int nsets = simd_sets(sets, names);
     const int hds[] = {8, 32, 48, 64, 80, 96, 128, 256};
     /* 4: decode's query heads of one KV head; up to 8 rows the AVX-512 kernel converts the keys in registers,
-     * four rows at a time (5, 7: rows left over), 16 (a 4-token tile of 4 query heads per KV head) in chunks */
-    const int nqs[] = {1, 2, 4, 5, 7, 8, 16};
+     * four rows at a time (5, 7: rows left over), 16 and 24 (4- and 6-token tiles of 4 query heads per KV head:
+     * cpu_backend.c's CPU_ATT_TILE) in chunks */
+    const int nqs[] = {1, 2, 4, 5, 7, 8, 16, 24};
     uint64_t seed = 11;
     for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
         for (size_t b = 0; b < sizeof nqs / sizeof nqs[0] * 3; b++) {
