@@ -105,12 +105,12 @@ struct cpu_prof {
 };
 
 /* Query tokens attended together: a tile of up to CPU_ATT_TILE consecutive tokens of one sequence (a prefill
- * chunk) reads and converts each cached K and V row once for all of them instead of once per token. 6: with
- * llama's 4 query heads per KV head a tile is 24 query rows, all in the V accumulation's threes (16 left one row
- * to its slower single-row loop), and each cached row serves 6 tokens. 1B Q4_0 pp4096 on the Zen 3 (stop 53,
- * `WAFER_PROFILE=1 wafer bench -p 4096 -n 0 -r 1 -t 2`, builds alternated, 5 pairs): attention 673-775 ms a
- * pass with 4 -> 630-721 with 6; 8 (32 rows: 2 single) 703-820; 9 and 12 level with 6 (646-663 ms), so 6,
- * the least scratch (rows x n_ctx floats a thread) of those. */
+ * chunk) reads and converts each cached K and V row once for all of them instead of once per token. 6, a
+ * multiple of 3: a tile's 6 x group query rows all run in the AVX2 V accumulation's threes (with llama's 4 query
+ * heads per KV head, 4 tokens' 16 rows left one to its slower single-row loop), and each cached row serves 6
+ * tokens. 1B Q4_0 pp4096 on the Zen 3 (stop 53, `WAFER_PROFILE=1 wafer bench -p 4096 -n 0 -r 1 -t 2`, builds
+ * alternated, 5 pairs): attention 673-775 ms a pass with 4 -> 630-721 with 6; 8 (32 rows, 2 alone) 703-820;
+ * 9 and 12 level with 6 (646-663 ms), so 6, the least scratch (rows x n_ctx floats a thread) of those. */
 #define CPU_ATT_TILE 6
 
 struct cpu_backend {
